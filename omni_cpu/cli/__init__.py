@@ -1,0 +1,77 @@
+"""The `omni-cpu` command line: a thin layer over the library.
+
+Each command lives in its own module with a `register(app)` function; this
+module only assembles them and turns user mistakes into one-line errors.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from omni_cpu import __version__
+from omni_cpu.cli import checkpoint_cmd, doctor_cmd, probe_cmd, profile_cmd, run_cmd
+from omni_cpu.cli.common import err_console, state
+from omni_cpu.errors import OmniCpuError
+
+app = typer.Typer(
+    name="omni-cpu",
+    help=(
+        "Plan, check and run vLLM-Omni speech pipelines (Qwen3-TTS) on CPU servers.\n\n"
+        "Typical use:\n\n"
+        "  omni-cpu probe --output deploy.yaml    # read this machine, write a deploy profile\n\n"
+        "  omni-cpu validate deploy.yaml          # check a checked-in profile on this machine\n\n"
+        "  omni-cpu run --model DIR --deploy-profile deploy.yaml --text 'Hello' --out hi.wav"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"omni-cpu {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    state.debug = debug
+
+
+for _module in (probe_cmd, profile_cmd, checkpoint_cmd, run_cmd, doctor_cmd):
+    _module.register(app)
+
+
+def main() -> None:
+    """Console-script entry point: one line per user error, exit codes that mean something."""
+    try:
+        app(standalone_mode=False)
+    except OmniCpuError as error:
+        if state.debug:
+            raise
+        err_console.print(f"[bold red]error:[/] {error.one_line()}", highlight=False)
+        sys.exit(error.exit_code)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except typer.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+    except Exception as click_error:  # click's usage errors carry their own exit code
+        import click
+
+        if isinstance(click_error, click.ClickException):
+            click_error.show()
+            sys.exit(click_error.exit_code)
+        raise

@@ -1,0 +1,27 @@
+"""What every command shares: consoles, the --debug flag, JSON output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+@dataclass
+class _State:
+    debug: bool = False
+
+
+state = _State()
+
+
+def print_json(data: Any) -> None:
+    """Machine-readable output: one JSON document on stdout, nothing else."""
+    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")

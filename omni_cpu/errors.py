@@ -1,0 +1,52 @@
+"""One exception type per kind of user mistake; the CLI prints each as one line."""
+
+
+class OmniCpuError(Exception):
+    """Base: a problem the user can fix. `fix` says how, in one sentence."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
+
+    def one_line(self) -> str:
+        return f"{self} ({self.fix})" if self.fix else str(self)
+
+
+class CpuListError(OmniCpuError, ValueError):
+    """A CPU list that does not parse (kernel list syntax, e.g. `0-5,48-53`)."""
+
+
+class SysrootError(OmniCpuError):
+    """The machine (or its dump) cannot be read at all."""
+
+
+class ProfileError(OmniCpuError):
+    """A deploy profile that does not load: bad YAML, schema, key or value."""
+
+
+class ProfileMismatchError(OmniCpuError):
+    """A deploy profile that does not fit the machine it is used on."""
+
+    exit_code = 1
+
+
+class ModelError(OmniCpuError):
+    """A model path, id or config that cannot be used."""
+
+
+class InputError(OmniCpuError):
+    """Bad request input: empty text, unknown speaker or language."""
+
+
+class RuntimeMissingError(OmniCpuError):
+    """The inference runtime (torch/vLLM/vLLM-Omni) is missing or wrong."""
+
+    exit_code = 3
+
+
+class StageError(OmniCpuError):
+    """A pipeline stage failed or died."""
+
+    exit_code = 4

@@ -1,0 +1,142 @@
+"""The machine as a frozen, JSON-serializable snapshot.
+
+Facts know nothing of models or plans. They are read once (see
+`omni_cpu.hardware.probe.read_facts`) from a root that can be swapped, so any
+machine's sysfs/procfs dump reads as if it were this one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from omni_cpu.cpulist import parse_cpu_list
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LogicalCpu:
+    """One logical CPU as sysfs describes it (None where the kernel does not say)."""
+
+    cpu: int
+    online: bool
+    core_id: int | None = None
+    package_id: int | None = None
+    die_id: int | None = None
+    cluster_id: int | None = None
+    node: int | None = None
+    # Thread siblings (this CPU included), kernel list syntax.
+    thread_siblings: str = ""
+    # Index into Facts.core_types (hybrid / big.LITTLE); 0 on uniform machines.
+    core_type: int = 0
+
+
+@dataclass(frozen=True)
+class CoreType:
+    """A kind of core: all of a uniform machine, or one class of a hybrid one."""
+
+    model_name: str
+    cpus: str  # kernel list syntax
+    sockets: int | None
+    cores_per_socket: int | None
+    threads_per_core: int | None
+    # Relative single-thread capacity where the kernel states it (cpu_capacity,
+    # 1024 = biggest core); None elsewhere.
+    capacity: int | None = None
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    id: int
+    cpus: str  # kernel list syntax; "" for a memory-only node
+    memory_bytes: int | None  # MemTotal of the node
+    free_bytes: int | None = None  # MemFree of the node
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What binds this process beyond the hardware (containers, affinity)."""
+
+    cgroup_version: int | None = None  # 1, 2 or None (no cgroup fs readable)
+    cpuset_cpus: str | None = None  # effective cpuset, kernel list syntax
+    cpu_quota_cores: float | None = None  # cpu.max / cfs quota as cores
+    memory_max_bytes: int | None = None  # memory.max / v1 limit; None = unlimited
+    affinity_cpus: str | None = None  # os.sched_getaffinity, live machine only
+
+
+@dataclass(frozen=True)
+class Libnuma:
+    """libnuma read through ctypes on the live machine, cross-checked with sysfs."""
+
+    available: bool
+    max_node: int | None = None
+    node_memory_bytes: dict[int, int] = field(default_factory=dict)
+    agrees_with_sysfs: bool | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything the planner may use about a machine."""
+
+    source: str  # "live" or the sysroot path
+    architecture: str  # uname -m style: x86_64, aarch64, ppc64le, s390x, ...
+    vendor: str | None
+    model_names: list[str]  # one per core type
+    possible_cpus: str
+    online_cpus: str
+    offline_cpus: str
+    # Plain numbers on uniform machines, lists (one per core type) on hybrid
+    # ones, as lscpu prints them; sockets is None where the kernel does not say.
+    sockets: int | list[int | None] | None
+    cores_per_socket: int | list[int | None] | None
+    threads_per_core: int | list[int | None] | None
+    core_types: list[CoreType]
+    cpus: list[LogicalCpu]  # online CPUs
+    numa_nodes: list[NumaNode]
+    numa_stated: bool  # False: the dump had no node dir, one node was assumed
+    isa: list[str]  # flags that matter (see hardware.isa), sorted
+    memory_total_bytes: int | None  # /proc/meminfo MemTotal
+    memory_available_bytes: int | None  # /proc/meminfo MemAvailable
+    limits: Limits
+    libnuma: Libnuma | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    # -- derived views (pure) -------------------------------------------------
+
+    def usable_cpus(self) -> tuple[int, ...]:
+        """Online CPUs this process may use: cpuset and affinity applied."""
+        usable = set(parse_cpu_list(self.online_cpus))
+        if self.limits.cpuset_cpus is not None:
+            usable &= set(parse_cpu_list(self.limits.cpuset_cpus))
+        if self.limits.affinity_cpus is not None:
+            usable &= set(parse_cpu_list(self.limits.affinity_cpus))
+        return tuple(sorted(usable))
+
+    def cpu(self, cpu_id: int) -> LogicalCpu | None:
+        for entry in self.cpus:
+            if entry.cpu == cpu_id:
+                return entry
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Facts:
+        """Rebuild facts from `to_dict()` output (e.g. a saved `probe --json`)."""
+        data = dict(data)
+        data["core_types"] = [CoreType(**c) for c in data.get("core_types", [])]
+        data["cpus"] = [LogicalCpu(**c) for c in data.get("cpus", [])]
+        data["numa_nodes"] = [NumaNode(**n) for n in data.get("numa_nodes", [])]
+        data["limits"] = Limits(**data.get("limits", {}))
+        libnuma = data.get("libnuma")
+        if libnuma is not None:
+            libnuma = dict(libnuma)
+            libnuma["node_memory_bytes"] = {
+                int(k): v for k, v in libnuma.get("node_memory_bytes", {}).items()
+            }
+            data["libnuma"] = Libnuma(**libnuma)
+        return cls(**data)
