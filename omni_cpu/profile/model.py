@@ -1,0 +1,98 @@
+"""The deploy profile: what the planner decides and every process reads.
+
+A field exists because a process reads it; `omni_cpu.profile.yaml_io` writes each
+with a comment naming the engine argument or environment variable it becomes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+PROFILE_SCHEMA_VERSION = 1
+STAGE_NAMES = {0: "talker", 1: "code2wav"}
+DTYPES = ("bfloat16", "float32")
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One pipeline stage of one replica: its cores, memory and batch limits."""
+
+    stage_id: int
+    cpus: str  # VLLM_CPU_OMP_THREADS_BIND: one OpenMP thread per listed CPU
+    numa_node: int  # the node its cores and memory live on
+    kv_cache_memory_bytes: int  # engine arg kv_cache_memory_bytes
+    max_num_seqs: int  # engine arg max_num_seqs
+    max_num_batched_tokens: int  # engine arg max_num_batched_tokens
+    max_model_len: int  # engine arg max_model_len
+    enforce_eager: bool = True  # engine arg enforce_eager (no CUDA graphs on CPU)
+    dtype: str = "bfloat16"  # engine arg dtype
+    # vLLM-Omni stage settings omni-cpu does not plan (sampling defaults, connectors),
+    # kept as the file has them so a reviewed edit survives a round trip.
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return STAGE_NAMES.get(self.stage_id, f"stage{self.stage_id}")
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One whole pipeline (talker + code2wav) on one NUMA node."""
+
+    index: int
+    numa_node: int
+    frontend_cpus: str  # taskset of the API server / driver; "" = none reserved
+    stages: tuple[StagePlan, ...]
+
+    def stage(self, stage_id: int) -> StagePlan:
+        for stage in self.stages:
+            if stage.stage_id == stage_id:
+                return stage
+        raise KeyError(stage_id)
+
+
+@dataclass(frozen=True)
+class Streaming:
+    """Codec chunking between talker and code2wav (SharedMemoryConnector extra args)."""
+
+    initial_codec_chunk_frames: int
+    codec_chunk_frames: int
+    codec_left_context_frames: int
+
+
+@dataclass(frozen=True)
+class MachineStamp:
+    """The machine a profile was planned for: a short fingerprint plus the facts used."""
+
+    fingerprint: str
+    architecture: str
+    model_name: str
+    usable_cpus: str
+    numa_nodes: tuple[dict[str, Any], ...]  # {"id", "cpus", "memory_bytes"}
+    isa: tuple[str, ...]
+    memory_limit_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A deploy profile: per-replica, per-stage placement plus shared settings."""
+
+    generated_by: str
+    machine: MachineStamp
+    model: str  # the footprint it was sized for (e.g. qwen3-tts-12hz-0.6b)
+    dtype: str
+    streaming: Streaming
+    replicas: tuple[Replica, ...]
+    env: dict[str, str] = field(default_factory=dict)  # every stage process's environment
+    notes: tuple[str, ...] = ()  # why the planner chose what it chose
+    schema_version: int = PROFILE_SCHEMA_VERSION
+
+    @property
+    def stages(self) -> tuple[StagePlan, ...]:
+        """Replica 0's stages: what a single-replica `run` uses."""
+        return self.replicas[0].stages
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
