@@ -1,7 +1,102 @@
-"""Placeholder: filled in by its issue."""
+"""`omni-cpu validate` and `omni-cpu diff`: review checked-in profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
+from omni_cpu.cli.common import console, err_console, print_json
+
+VALIDATE_HELP = """Check a deploy profile against this machine (or a dump of one).
+
+Checks that every CPU exists, is online and allowed by the cgroup cpuset and
+affinity; that no two stages share a CPU; that a stage stays on one NUMA node;
+that memory fits; that the dtype is supported. One line per problem; exit 1 if any.
+
+Examples:
+
+  omni-cpu validate deploy.yaml
+
+  omni-cpu validate deploy.yaml --sysroot /tmp/dump-of-prod-box
+"""
+
+DIFF_HELP = """Show what changed between two deploy profiles, key by key.
+
+Exit 0 when they are the same, 1 when they differ (like diff(1)).
+
+Example:
+
+  omni-cpu diff profiles/old.yaml deploy.yaml
+"""
+
+
+def validate(
+    profile_path: Path = typer.Argument(..., metavar="FILE", help="The profile to check."),
+    sysroot: Path = typer.Option(
+        Path("/"), "--sysroot", help="Check against this dump instead of the live machine."
+    ),
+    as_json: bool = typer.Option(False, "--json", help='Print {"ok": ..., "problems": [...]}.'),
+) -> None:
+    from omni_cpu.errors import ModelError
+    from omni_cpu.hardware.probe import read_facts
+    from omni_cpu.plan.footprint import footprint_for_model
+    from omni_cpu.profile import load_profile
+    from omni_cpu.profile.check import check_profile
+
+    profile = load_profile(profile_path)
+    facts = read_facts(sysroot)
+    try:
+        footprint = footprint_for_model(profile.model)
+    except ModelError:
+        footprint = None  # weights unknown: check the KV bytes alone
+    problems = check_profile(profile, facts, footprint)
+    same_machine = profile.machine.fingerprint == _fingerprint(facts)
+    if as_json:
+        print_json({"ok": not problems, "problems": problems, "same_machine": same_machine})
+    else:
+        for problem in problems:
+            err_console.print(f"[red]problem:[/] {problem}", highlight=False)
+        if not problems:
+            note = "" if same_machine else " (planned on another machine or before a change)"
+            console.print(f"[green]ok[/]: {profile_path} fits this machine{note}")
+    if problems:
+        raise typer.Exit(1)
+
+
+def _fingerprint(facts: object) -> str:
+    from omni_cpu.plan.policy import machine_stamp
+
+    return machine_stamp(facts).fingerprint  # type: ignore[arg-type]
+
+
+def diff(
+    before: Path = typer.Argument(..., metavar="A", help="The old profile."),
+    after: Path = typer.Argument(..., metavar="B", help="The new profile."),
+    as_json: bool = typer.Option(False, "--json", help="Print the changes as a JSON list."),
+) -> None:
+    from omni_cpu.profile import load_profile
+    from omni_cpu.profile.diff import diff_profiles
+
+    changes = diff_profiles(load_profile(before), load_profile(after))
+    if as_json:
+        print_json([change.__dict__ for change in changes])
+    elif not changes:
+        console.print("no differences")
+    for change in changes if not as_json else ():
+        if change.kind == "added":
+            console.print(f"[green]+ {change.key}: {change.after!r}[/]", highlight=False)
+        elif change.kind == "removed":
+            console.print(f"[red]- {change.key}: {change.before!r}[/]", highlight=False)
+        else:
+            console.print(
+                f"[yellow]~ {change.key}: {change.before!r} -> {change.after!r}[/]",
+                highlight=False,
+            )
+    if changes:
+        raise typer.Exit(1)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the app."""
+    app.command(help=VALIDATE_HELP)(validate)
+    app.command(help=DIFF_HELP)(diff)

@@ -1,6 +1,7 @@
 """The planner: pure functions from (facts, model footprint, options) to a deploy profile."""
 
 from omni_cpu.plan.footprint import ModelFootprint, footprint_for_model
+from omni_cpu.plan.machine import plan_for_machine
 from omni_cpu.plan.policy import PlanError, PlanOptions, choose_dtype, plan_profile
 
 __all__ = [
@@ -9,5 +10,6 @@ __all__ = [
     "PlanOptions",
     "choose_dtype",
     "footprint_for_model",
+    "plan_for_machine",
     "plan_profile",
 ]

@@ -55,7 +55,7 @@ def footprint_from_configs(
     name: str, config: dict[str, Any], speech_tokenizer_config: dict[str, Any]
 ) -> ModelFootprint:
     """Compute the footprint from config.json and speech_tokenizer/config.json."""
-    from omni_cpu.checkpoint.layout import speech_tokenizer_layout, talker_layout
+    from omni_cpu.checkpoint.layout import model_layout, speech_tokenizer_layout
 
     try:
         talker = config["talker_config"]
@@ -73,7 +73,7 @@ def footprint_from_configs(
         ) from None
     return ModelFootprint(
         name=name,
-        talker_params=_count_params(talker_layout(config)),
+        talker_params=_count_params(model_layout(config)),
         code2wav_params=_count_params(speech_tokenizer_layout(speech_tokenizer_config)),
         talker_layers=layers,
         talker_kv_heads=kv_heads,

@@ -123,7 +123,7 @@ def machine_stamp(facts: Facts) -> MachineStamp:
     )
 
 
-def _fixed_memory_bytes(footprint: ModelFootprint, dtype: str) -> int:
+def replica_fixed_memory_bytes(footprint: ModelFootprint, dtype: str) -> int:
     """Everything one replica holds besides the KV caches (measured, see costs)."""
     return (
         footprint.talker_weight_bytes(dtype)
@@ -167,9 +167,9 @@ def _talker_batch(
     if budget is None:
         notes.append("node memory unknown: KV cache sized to the batch, not to memory")
         return seqs, seqs * per_seq
-    kv_room = budget - _fixed_memory_bytes(footprint, dtype) - costs.CODE2WAV_KV_CACHE_BYTES
+    kv_room = budget - replica_fixed_memory_bytes(footprint, dtype) - costs.CODE2WAV_KV_CACHE_BYTES
     if kv_room < per_seq:
-        gib = (_fixed_memory_bytes(footprint, dtype) + per_seq) / costs.GIB
+        gib = (replica_fixed_memory_bytes(footprint, dtype) + per_seq) / costs.GIB
         raise PlanError(
             f"a replica needs about {gib:.1f} GiB but has {max(budget, 0) / costs.GIB:.1f} GiB",
             "use a smaller model, fewer replicas, or raise the memory limit",

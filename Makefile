@@ -1,0 +1,35 @@
+# The two commands of the README's quick start are `make demo` and `make test`.
+.PHONY: setup demo test test-fast lint profiles clean
+
+VENV := .venv
+BIN := $(VENV)/bin
+TINY := checkpoints/tiny
+
+setup:
+	bash scripts/setup.sh
+
+# Set up, make a tiny random-weight checkpoint, plan this machine, synthesize speech.
+demo: setup
+	$(BIN)/omni-cpu probe
+	[ -f $(TINY)/config.json ] || $(BIN)/omni-cpu make-checkpoint --size tiny --out $(TINY)
+	mkdir -p out
+	$(BIN)/omni-cpu run --model $(TINY) --deploy-profile auto \
+		--text "Hello from omni-cpu." --speaker ryan --out out/hello.wav
+
+# Set up, then run the whole test suite (what CI runs).
+test: setup
+	$(BIN)/python -m pytest -q
+
+# The tests that need no inference runtime (seconds).
+test-fast:
+	$(BIN)/python -m pytest -q -m "not e2e and not cpu"
+
+lint:
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# Regenerate the example profiles from ../shared/sysroots (tests fail when stale).
+profiles:
+	$(BIN)/python scripts/make_example_profiles.py
+
+clean:
+	rm -rf out .pytest_cache

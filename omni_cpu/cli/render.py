@@ -1,0 +1,84 @@
+"""Rich tables for facts and profiles (everything here is also available as --json)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from omni_cpu.hardware.facts import Facts
+from omni_cpu.profile.model import Profile
+
+
+def gib(value: int | None) -> str:
+    return "?" if value is None else f"{value / 2**30:.1f} GiB"
+
+
+def facts_table(facts: Facts) -> Table:
+    table = Table(title=f"Machine ({facts.source})", show_header=False, title_justify="left")
+    table.add_column("fact", style="bold")
+    table.add_column("value")
+    rows = [
+        ("architecture", facts.architecture),
+        ("vendor / model", f"{facts.vendor or '?'} / {', '.join(facts.model_names) or '?'}"),
+        ("sockets", str(facts.sockets)),
+        ("cores per socket", str(facts.cores_per_socket)),
+        ("threads per core", str(facts.threads_per_core)),
+        ("online CPUs", facts.online_cpus),
+        ("offline CPUs", facts.offline_cpus or "-"),
+        ("usable CPUs", ",".join(map(str, facts.usable_cpus())) if len(facts.usable_cpus()) < 9
+         else _short(facts)),
+        ("NUMA nodes" + ("" if facts.numa_stated else " (assumed)"), str(len(facts.numa_nodes))),
+        ("ISA", " ".join(facts.isa) or "-"),
+        ("memory", gib(facts.memory_total_bytes)),
+        ("cgroup", _limits_text(facts)),
+    ]  # fmt: skip
+    for name, value in rows:
+        table.add_row(name, value)
+    for node in facts.numa_nodes:
+        table.add_row(
+            f"  node {node.id}", f"CPUs {node.cpus or '-'}, memory {gib(node.memory_bytes)}"
+        )
+    return table
+
+
+def _limits_text(facts: Facts) -> str:
+    limits = facts.limits
+    if limits.cgroup_version is None:
+        return "-"
+    memory = gib(limits.memory_max_bytes) if limits.memory_max_bytes else "unlimited"
+    quota = limits.cpu_quota_cores or "none"
+    cpuset = limits.cpuset_cpus or "all"
+    return f"v{limits.cgroup_version}: cpuset {cpuset}, quota {quota}, memory {memory}"
+
+
+def _short(facts: Facts) -> str:
+    from omni_cpu.cpulist import format_cpu_list
+
+    return format_cpu_list(facts.usable_cpus())
+
+
+def profile_table(profile: Profile) -> Table:
+    table = Table(
+        title=f"Deploy profile: {profile.model}, {profile.dtype}, "
+        f"chunks {profile.streaming.initial_codec_chunk_frames}"
+        f"/{profile.streaming.codec_chunk_frames} frames",
+        title_justify="left",
+    )
+    for column in ("replica", "node", "stage", "CPUs (threads bind)", "KV cache", "max seqs",
+                   "batched tokens", "max len"):  # fmt: skip
+        table.add_column(column)
+    for replica in profile.replicas:
+        for stage in replica.stages:
+            table.add_row(
+                str(replica.index),
+                str(stage.numa_node),
+                f"{stage.stage_id} {stage.name}",
+                stage.cpus,
+                gib(stage.kv_cache_memory_bytes),
+                str(stage.max_num_seqs),
+                str(stage.max_num_batched_tokens),
+                str(stage.max_model_len),
+            )
+        if replica.frontend_cpus:
+            table.add_row(str(replica.index), str(replica.numa_node), "front end",
+                          replica.frontend_cpus, "", "", "", "")  # fmt: skip
+    return table

@@ -1,0 +1,34 @@
+"""The `auto` path: read this machine (or a dump), then plan. The one impure planner entry."""
+
+from __future__ import annotations
+
+import os
+
+from omni_cpu.hardware.facts import Facts
+from omni_cpu.hardware.preload import find_preload_libraries
+from omni_cpu.plan.footprint import footprint_for_model
+from omni_cpu.plan.policy import PlanOptions, plan_profile
+from omni_cpu.profile.model import Profile
+
+
+def plan_for_machine(
+    model: str | None = None,
+    root: str | os.PathLike[str] = "/",
+    *,
+    stages: int = 2,
+    reserve: int | None = None,
+    max_seqs: int | None = None,
+    dtype: str | None = None,
+) -> tuple[Facts, Profile]:
+    """Facts of the machine at `root` and the profile planned for `model` on it."""
+    from omni_cpu.hardware.probe import read_facts
+
+    facts = read_facts(root)
+    options = PlanOptions(
+        stages=stages,
+        reserve=reserve,
+        max_seqs=max_seqs,
+        dtype=dtype,
+        preload_libraries=find_preload_libraries(root),
+    )
+    return facts, plan_profile(facts, footprint_for_model(model), options)

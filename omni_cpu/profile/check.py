@@ -1,0 +1,97 @@
+"""Does a checked-in profile still fit this machine? One line per problem. Pure."""
+
+from __future__ import annotations
+
+from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
+from omni_cpu.errors import OmniCpuError
+from omni_cpu.hardware.facts import Facts
+from omni_cpu.plan.footprint import ModelFootprint
+from omni_cpu.plan.policy import choose_dtype, replica_fixed_memory_bytes
+from omni_cpu.profile.model import Profile
+
+
+def _node_of_cpu(facts: Facts) -> dict[int, int]:
+    return {cpu: node.id for node in facts.numa_nodes for cpu in parse_cpu_list(node.cpus)}
+
+
+def check_profile(
+    profile: Profile, facts: Facts, footprint: ModelFootprint | None = None
+) -> list[str]:
+    """Problems that would make the profile fail or misbehave on `facts`' machine."""
+    problems: list[str] = []
+    possible = set(parse_cpu_list(facts.possible_cpus)) | set(parse_cpu_list(facts.online_cpus))
+    online = set(parse_cpu_list(facts.online_cpus))
+    usable = set(facts.usable_cpus())
+    node_of = _node_of_cpu(facts)
+    owner: dict[int, str] = {}
+
+    def claim(cpus: set[int], who: str) -> None:
+        for cpu in sorted(cpus):
+            if cpu in owner:
+                problems.append(f"CPU {cpu} is used by both {owner[cpu]} and {who}")
+            else:
+                owner[cpu] = who
+
+    for replica in profile.replicas:
+        for stage in replica.stages:
+            who = f"replica {replica.index} {stage.name} (stage {stage.stage_id})"
+            cpus = set(parse_cpu_list(stage.cpus))
+            missing = cpus - possible
+            if missing:
+                problems.append(f"{who}: CPUs {format_cpu_list(missing)} do not exist here")
+            offline = (cpus & possible) - online
+            if offline:
+                problems.append(f"{who}: CPUs {format_cpu_list(offline)} are offline")
+            barred = (cpus & online) - usable
+            if barred:
+                problems.append(
+                    f"{who}: CPUs {format_cpu_list(barred)} are outside this process's "
+                    "cgroup cpuset or affinity"
+                )
+            nodes = {node_of[cpu] for cpu in cpus if cpu in node_of}
+            if len(nodes) > 1:
+                problems.append(f"{who}: its CPUs span NUMA nodes {sorted(nodes)}")
+            elif nodes and stage.numa_node not in nodes:
+                problems.append(
+                    f"{who}: numa_node is {stage.numa_node} but its CPUs are on node {nodes.pop()}"
+                )
+            claim(cpus, who)
+        frontend = set(parse_cpu_list(replica.frontend_cpus))
+        claim(frontend, f"replica {replica.index} front end")
+        if frontend - usable:
+            problems.append(
+                f"replica {replica.index} front end: CPUs "
+                f"{format_cpu_list(frontend - usable)} are not usable here"
+            )
+    if profile.dtype == "bfloat16" and choose_dtype(facts) != "bfloat16":
+        problems.append(
+            "dtype bfloat16: this CPU has no native bf16 (avx512_bf16/amx_bf16/bf16); use float32"
+        )
+    problems.extend(_memory_problems(profile, facts, footprint))
+    return problems
+
+
+def _memory_problems(profile: Profile, facts: Facts, footprint: ModelFootprint | None) -> list[str]:
+    problems = []
+    memory = {node.id: node.memory_bytes for node in facts.numa_nodes}
+    limit = facts.limits.memory_max_bytes
+    for replica in profile.replicas:
+        need = sum(stage.kv_cache_memory_bytes for stage in replica.stages)
+        if footprint is not None:
+            need += replica_fixed_memory_bytes(footprint, profile.dtype)
+        have = memory.get(replica.numa_node)
+        if limit is not None:
+            share = limit // len(profile.replicas)
+            have = share if have is None else min(have, share)
+        if have is not None and need > have:
+            problems.append(
+                f"replica {replica.index}: needs {need / 2**30:.1f} GiB "
+                f"but node {replica.numa_node} / the memory limit allows {have / 2**30:.1f} GiB"
+            )
+    return problems
+
+
+class ValidationFailed(OmniCpuError):
+    """The profile does not fit the machine; the CLI has printed each problem."""
+
+    exit_code = 1

@@ -1,0 +1,177 @@
+"""The planner's rules, each on a small machine built for it."""
+
+from __future__ import annotations
+
+import pytest
+
+from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.hardware.facts import Limits
+from omni_cpu.plan import PlanError, PlanOptions, costs, footprint_for_model, plan_profile
+from omni_cpu.plan.policy import split_cores
+
+from .machines import GIB, machine
+
+FOOTPRINT = footprint_for_model("0.6b")
+
+
+def cpus_of(profile, replica=0, stage=0) -> set[int]:
+    return set(parse_cpu_list(profile.replicas[replica].stage(stage).cpus))
+
+
+def test_two_core_box_gives_each_stage_one_core_and_reserves_none():
+    profile = plan_profile(machine({0: [0, 1]}), FOOTPRINT)
+    assert cpus_of(profile, stage=0) == {0}
+    assert cpus_of(profile, stage=1) == {1}
+    assert profile.replicas[0].frontend_cpus == ""
+
+
+def test_smt_siblings_are_left_out_of_thread_binding():
+    profile = plan_profile(machine({0: [0, 1, 2, 3]}, smt=2), FOOTPRINT)
+    bound = cpus_of(profile, stage=0) | cpus_of(profile, stage=1)
+    assert bound <= {0, 1, 2, 3}  # CPUs 4-7 are the second threads of cores 0-3
+
+
+def test_one_replica_per_numa_node_and_no_stage_spans_nodes():
+    facts = machine({0: list(range(0, 8)), 1: list(range(8, 16))})
+    profile = plan_profile(facts, FOOTPRINT)
+    assert [r.numa_node for r in profile.replicas] == [0, 1]
+    for replica, node_cpus in zip(profile.replicas, (range(0, 8), range(8, 16)), strict=True):
+        for stage in replica.stages:
+            assert set(parse_cpu_list(stage.cpus)) <= set(node_cpus)
+            assert stage.numa_node == replica.numa_node
+
+
+def test_sparse_node_ids_are_kept():
+    profile = plan_profile(machine({0: [0, 1], 2: [2, 3], 3: [4, 5]}), FOOTPRINT)
+    assert [r.numa_node for r in profile.replicas] == [0, 2, 3]
+
+
+def test_memory_only_node_gets_no_replica():
+    facts = machine({0: [0, 1, 2, 3]})
+    from dataclasses import replace
+
+    from omni_cpu.hardware.facts import NumaNode
+
+    facts = replace(facts, numa_nodes=[*facts.numa_nodes, NumaNode(1, "", 64 * GIB)])
+    profile = plan_profile(facts, FOOTPRINT)
+    assert [r.numa_node for r in profile.replicas] == [0]
+
+
+def test_large_replica_reserves_one_core_for_the_front_end():
+    profile = plan_profile(machine({0: list(range(costs.FRONTEND_RESERVE_MIN_CORES))}), FOOTPRINT)
+    frontend = set(parse_cpu_list(profile.replicas[0].frontend_cpus))
+    assert len(frontend) == costs.FRONTEND_RESERVED_CORES
+    assert not frontend & (cpus_of(profile, stage=0) | cpus_of(profile, stage=1))
+
+
+def test_small_replica_reserves_nothing():
+    cores = costs.FRONTEND_RESERVE_MIN_CORES - 1
+    profile = plan_profile(machine({0: list(range(cores))}), FOOTPRINT)
+    assert profile.replicas[0].frontend_cpus == ""
+
+
+def test_reserve_option_overrides_the_rule():
+    profile = plan_profile(machine({0: [0, 1, 2, 3]}), FOOTPRINT, PlanOptions(reserve=1))
+    assert len(parse_cpu_list(profile.replicas[0].frontend_cpus)) == 1
+
+
+def test_talker_gets_more_cores_than_code2wav_on_a_big_node():
+    profile = plan_profile(machine({0: list(range(16))}), FOOTPRINT)
+    assert len(cpus_of(profile, stage=0)) > len(cpus_of(profile, stage=1)) >= 1
+
+
+def test_split_follows_the_cost_model_not_the_box():
+    # Every split leaves each stage at least one core and uses every core.
+    for cores in range(2, 40):
+        talker, code2wav = split_cores(cores, 25)
+        assert talker >= 1 and code2wav >= 1 and talker + code2wav == cores
+
+
+def test_single_stage_option_shares_all_cores():
+    profile = plan_profile(machine({0: [0, 1]}), FOOTPRINT, PlanOptions(stages=1))
+    assert cpus_of(profile, stage=0) == cpus_of(profile, stage=1) == {0, 1}
+
+
+@pytest.mark.parametrize(
+    ("architecture", "isa", "dtype"),
+    [
+        ("x86_64", ("avx2", "avx512f", "avx512_bf16"), "bfloat16"),
+        ("x86_64", ("avx2", "amx_bf16", "amx_tile"), "bfloat16"),
+        ("x86_64", ("avx2", "avx512f", "avx512_vnni"), "float32"),
+        ("aarch64", ("asimd", "bf16"), "bfloat16"),
+        ("aarch64", ("asimd",), "float32"),
+        ("ppc64le", ("altivec",), "float32"),
+    ],
+)
+def test_dtype_follows_native_bf16(architecture, isa, dtype):
+    profile = plan_profile(machine({0: [0, 1]}, isa=isa, architecture=architecture), FOOTPRINT)
+    assert profile.dtype == dtype
+    assert {stage.dtype for stage in profile.stages} == {dtype}
+
+
+def test_kv_cache_never_exceeds_what_the_batch_can_use():
+    profile = plan_profile(machine({0: [0, 1]}, memory_per_node=512 * GIB), FOOTPRINT)
+    talker = profile.stages[0]
+    per_seq = FOOTPRINT.talker_kv_bytes_per_token("bfloat16") * talker.max_model_len
+    assert talker.kv_cache_memory_bytes == talker.max_num_seqs * per_seq
+
+
+def test_cgroup_memory_limit_shrinks_the_batch():
+    roomy = plan_profile(machine({0: list(range(8))}), FOOTPRINT)
+    limited = plan_profile(
+        machine({0: list(range(8))}, limits=Limits(cgroup_version=2, memory_max_bytes=12 * GIB)),
+        FOOTPRINT,
+    )
+    assert limited.stages[0].kv_cache_memory_bytes < roomy.stages[0].kv_cache_memory_bytes
+    total = sum(s.kv_cache_memory_bytes for s in limited.stages)
+    assert total < 12 * GIB
+
+
+def test_too_little_memory_is_a_plan_error_that_says_the_fix():
+    with pytest.raises(PlanError, match="GiB") as error:
+        plan_profile(machine({0: [0, 1]}, memory_per_node=4 * GIB), FOOTPRINT)
+    assert error.value.fix
+
+
+def test_container_cpuset_limits_the_cores_planned():
+    facts = machine({0: list(range(8))}, limits=Limits(cgroup_version=2, cpuset_cpus="2-3"))
+    profile = plan_profile(facts, FOOTPRINT)
+    assert cpus_of(profile, stage=0) | cpus_of(profile, stage=1) == {2, 3}
+
+
+def test_offline_cpus_are_not_planned():
+    profile = plan_profile(machine({0: [0, 1, 2]}, offline=(0,)), FOOTPRINT)
+    assert 0 not in cpus_of(profile, stage=0) | cpus_of(profile, stage=1)
+
+
+def test_no_usable_cpu_is_a_plan_error():
+    facts = machine({0: [0, 1]}, limits=Limits(cgroup_version=2, cpuset_cpus="7"))
+    with pytest.raises(PlanError, match="no usable CPU"):
+        plan_profile(facts, FOOTPRINT)
+
+
+def test_unknown_node_memory_sizes_kv_to_the_batch_and_says_so():
+    profile = plan_profile(machine({0: [0, 1]}, memory_per_node=None), FOOTPRINT)
+    assert any("memory unknown" in note for note in profile.notes)
+    assert profile.stages[0].kv_cache_memory_bytes > 0
+
+
+def test_max_seqs_option_is_used_when_it_fits():
+    profile = plan_profile(machine({0: [0, 1]}), FOOTPRINT, PlanOptions(max_seqs=3))
+    assert profile.stages[0].max_num_seqs == 3
+
+
+def test_code_predictor_compile_is_off_and_preloads_are_listed():
+    profile = plan_profile(
+        machine({0: [0, 1]}),
+        FOOTPRINT,
+        PlanOptions(preload_libraries=("/x/libiomp5.so", "/x/libtcmalloc.so.4")),
+    )
+    assert profile.env["VLLM_OMNI_CPU_INDUCTOR"] == "0"
+    assert profile.env["LD_PRELOAD"] == "/x/libiomp5.so:/x/libtcmalloc.so.4"
+
+
+def test_streaming_left_context_covers_the_decoder_window():
+    profile = plan_profile(machine({0: [0, 1]}), FOOTPRINT)
+    assert profile.streaming.codec_left_context_frames == 72
+    assert profile.streaming.initial_codec_chunk_frames <= profile.streaming.codec_chunk_frames

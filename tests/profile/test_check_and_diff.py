@@ -1,0 +1,87 @@
+"""`validate` finds what no longer fits; `diff` shows what changed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from omni_cpu.hardware.facts import Limits
+from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
+from omni_cpu.profile.check import check_profile
+from omni_cpu.profile.diff import diff_profiles
+
+from ..plan.machines import GIB, machine
+
+FOOTPRINT = footprint_for_model("0.6b")
+BIG = machine({0: list(range(8)), 1: list(range(8, 16))})
+PROFILE = plan_profile(BIG, FOOTPRINT)
+
+
+def with_stage_cpus(profile, cpus: str, stage_id: int = 0, replica: int = 0):
+    replicas = list(profile.replicas)
+    target = replicas[replica]
+    stages = tuple(
+        replace(stage, cpus=cpus) if stage.stage_id == stage_id else stage
+        for stage in target.stages
+    )
+    replicas[replica] = replace(target, stages=stages)
+    return replace(profile, replicas=tuple(replicas))
+
+
+def test_profile_fits_the_machine_it_was_planned_on():
+    assert check_profile(PROFILE, BIG, FOOTPRINT) == []
+
+
+def test_missing_cpus_are_reported():
+    small = machine({0: [0, 1, 2, 3]})
+    problems = check_profile(PROFILE, small, FOOTPRINT)
+    assert any("do not exist here" in p for p in problems)
+
+
+def test_offline_cpus_are_reported():
+    problems = check_profile(PROFILE, machine({0: list(range(8)), 1: list(range(8, 16))},
+                                               offline=(1,)), FOOTPRINT)  # fmt: skip
+    assert any("CPUs 1 are offline" in p for p in problems)
+
+
+def test_cpus_outside_the_cgroup_are_reported():
+    facts = replace(BIG, limits=Limits(cgroup_version=2, cpuset_cpus="8-15"))
+    problems = check_profile(PROFILE, facts, FOOTPRINT)
+    assert any("cgroup cpuset" in p for p in problems)
+
+
+def test_overlapping_stages_are_reported():
+    overlapping = with_stage_cpus(PROFILE, PROFILE.replicas[0].stage(0).cpus, stage_id=1)
+    assert any("used by both" in p for p in check_profile(overlapping, BIG, FOOTPRINT))
+
+
+def test_a_stage_spanning_nodes_is_reported():
+    spanning = with_stage_cpus(PROFILE, "6,9", stage_id=1)
+    assert any("span NUMA nodes" in p for p in check_profile(spanning, BIG, FOOTPRINT))
+
+
+def test_memory_that_does_not_fit_is_reported():
+    small_memory = machine({0: list(range(8)), 1: list(range(8, 16))}, memory_per_node=8 * GIB)
+    assert any("GiB" in p for p in check_profile(PROFILE, small_memory, FOOTPRINT))
+
+
+def test_bf16_on_a_cpu_without_it_is_reported():
+    no_bf16 = machine({0: list(range(8)), 1: list(range(8, 16))}, isa=("avx2",))
+    assert any("bfloat16" in p for p in check_profile(PROFILE, no_bf16, FOOTPRINT))
+
+
+def test_identical_profiles_have_no_diff():
+    assert diff_profiles(PROFILE, PROFILE) == []
+
+
+def test_diff_names_each_changed_key():
+    other = plan_profile(BIG, FOOTPRINT, PlanOptions(max_seqs=2))
+    changes = {change.key: change for change in diff_profiles(PROFILE, other)}
+    assert "stages[0].max_num_seqs" in changes
+    assert changes["stages[0].max_num_seqs"].after == 2
+    assert all(change.kind == "changed" for change in changes.values())
+
+
+def test_diff_shows_added_replicas():
+    one_node = plan_profile(machine({0: list(range(8))}), FOOTPRINT)
+    kinds = {change.kind for change in diff_profiles(one_node, PROFILE)}
+    assert "added" in kinds

@@ -1,0 +1,115 @@
+"""Profiles survive a round trip, read well, and load strictly."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from omni_cpu.errors import ProfileError
+from omni_cpu.plan import footprint_for_model, plan_profile
+from omni_cpu.profile import deploy_config_dict, dump_profile, parse_profile
+
+from ..plan.machines import machine
+
+PROFILE = plan_profile(machine({0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}), footprint_for_model("0.6b"))
+TEXT = dump_profile(PROFILE)
+
+
+def edited(old: str, new: str, count: int = 1) -> str:
+    assert old in TEXT, old
+    return TEXT.replace(old, new, count)
+
+
+def test_round_trip_gives_the_same_profile():
+    assert parse_profile(TEXT) == PROFILE
+
+
+def test_dump_is_stable():
+    assert dump_profile(parse_profile(TEXT)) == TEXT
+
+
+def test_every_planned_field_says_what_it_becomes():
+    for key in ("kv_cache_memory_bytes", "max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+        lines = [line for line in TEXT.splitlines() if line.strip().startswith(f"{key}:")]
+        assert lines and all("#" in line for line in lines), key
+    assert "# engine arg --kv-cache-memory-bytes" in TEXT
+    assert "# VLLM_CPU_OMP_THREADS_BIND" in TEXT
+
+
+def test_file_is_a_complete_vllm_omni_deploy_config():
+    data = yaml.safe_load(TEXT)
+    deploy = {key: value for key, value in data.items() if key != "omni_cpu"}
+    assert deploy == deploy_config_dict(PROFILE, 0)
+    assert data["model_runner"] == "v1"
+    assert [s["stage_id"] for s in data["stages"]] == [0, 1]
+    binds = [s["env"]["VLLM_CPU_OMP_THREADS_BIND"] for s in data["platforms"]["cpu"]["stages"]]
+    assert binds == [stage.cpus for stage in PROFILE.replicas[0].stages]
+
+
+def test_second_replica_deploy_config_binds_its_own_node():
+    env = deploy_config_dict(PROFILE, 1)["platforms"]["cpu"]["stages"][0]["env"]
+    assert env["CPU_VISIBLE_MEMORY_NODES"] == "1"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == PROFILE.replicas[1].stages[0].cpus
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ("schema_version: 1", "schema_version: 99", "omni_cpu.schema_version"),
+        ("  env:", "  surprise: 1\n  env:", "omni_cpu.surprise"),
+        ("max_num_seqs: ", "max_num_seqs: many #", "stages[0].max_num_seqs"),
+        ("kv_cache_memory_bytes: ", "kv_cache_memory_bytes: -", "stages[0].kv_cache_memory_bytes"),
+        ('cpus: "0-2"', 'cpus: "0-"', "omni_cpu.replicas[0].stages[0].cpus"),
+        ('cpus: "0-2"', 'cpus: "three"', "omni_cpu.replicas[0].stages[0].cpus"),
+        ("enforce_eager: true", "enforce_eager: 1", "stages[0].enforce_eager"),
+        ("async_scheduling: false", "async_scheduling: true", "stages[0].async_scheduling"),
+        ('dtype: "bfloat16"', 'dtype: "int4"', "stages[0].dtype"),
+        ("codec_chunk_frames: ", "codec_chunk_frames: 0 #", "codec_chunk_frames"),
+    ],
+)
+def test_bad_value_is_one_line_naming_the_key(old, new, key):
+    with pytest.raises(ProfileError) as error:
+        parse_profile(edited(old, new))
+    message = error.value.one_line()
+    assert "\n" not in message
+    assert key in message
+
+
+def test_platform_env_that_disagrees_with_the_plan_is_refused():
+    text = edited('VLLM_CPU_OMP_THREADS_BIND: "0-2"', 'VLLM_CPU_OMP_THREADS_BIND: "0-3"')
+    with pytest.raises(ProfileError, match=r"platforms\.cpu\.stages\[0\]\.env"):
+        parse_profile(text)
+
+
+def test_reviewed_sampling_edit_survives_a_round_trip():
+    text = edited("temperature: 0.9", "temperature: 0.7")
+    assert "temperature: 0.7" in dump_profile(parse_profile(text))
+
+
+def test_yaml_syntax_error_names_the_line():
+    with pytest.raises(ProfileError, match=r"line \d+"):
+        parse_profile("omni_cpu: [\n")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200))
+def test_garbage_never_raises_anything_but_profile_error(text):
+    with contextlib.suppress(ProfileError):
+        parse_profile(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=len(TEXT) - 1), st.text(max_size=8))
+def test_mutated_profiles_never_raise_anything_but_profile_error(position, insert):
+    with contextlib.suppress(ProfileError):
+        parse_profile(TEXT[:position] + insert + TEXT[position + 1 :])
+
+
+def test_numbers_in_comments_match_the_values():
+    # Strings stay quoted so `0-5` can never load as something else.
+    assert re.search(r'cpus: "\d', TEXT)
