@@ -54,7 +54,8 @@ for _module in (probe_cmd, profile_cmd, checkpoint_cmd, run_cmd, doctor_cmd):
 def main() -> None:
     """Console-script entry point: one line per user error, exit codes that mean something."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns typer.Exit's code instead of exiting.
+        code = app(standalone_mode=False)
     except OmniCpuError as error:
         if state.debug:
             raise
@@ -68,10 +69,12 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
-    except Exception as click_error:  # click's usage errors carry their own exit code
-        import click
-
-        if isinstance(click_error, click.ClickException):
-            click_error.show()
-            sys.exit(click_error.exit_code)
+    except Exception as usage_error:
+        # Usage errors from typer's (vendored) click show themselves and carry their code.
+        if hasattr(usage_error, "show") and isinstance(
+            getattr(usage_error, "exit_code", None), int
+        ):
+            usage_error.show()
+            sys.exit(usage_error.exit_code)
         raise
+    sys.exit(code if isinstance(code, int) else 0)

@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 
 console = Console()
-err_console = Console(stderr=True)
+# Errors stay on one line whatever the terminal width (scripts grep them).
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 @dataclass

@@ -45,6 +45,9 @@ DRIVER_PROCESS_BYTES = int(0.9 * GIB)
 # Left for the OS, page cache of the weights and everything else on the node.
 MEMORY_SAFETY_FRACTION = 0.10
 MEMORY_SAFETY_MIN_BYTES = 1 * GIB
+# Node meminfo summing to less than this fraction of /proc/meminfo's MemTotal is not
+# believed (seen on this project's sandboxed dev machines: 10 GiB of 24 GiB).
+NODE_MEMORY_CREDIBLE_FRACTION = 0.9
 # Code2wav keeps its sliding-window decoder state itself; its engine still needs
 # an explicit KV allocation, or vLLM's CPU backend claims ~0.9x of node RAM.
 CODE2WAV_KV_CACHE_BYTES = 256 * MIB

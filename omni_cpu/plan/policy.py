@@ -135,11 +135,31 @@ def replica_fixed_memory_bytes(footprint: ModelFootprint, dtype: str) -> int:
     )
 
 
-def _replica_memory_budget(facts: Facts, node: NodeCores, replica_count: int) -> int | None:
+def node_memory_bytes(facts: Facts, node_memory: int | None, notes: list[str]) -> int | None:
+    """A node's memory, trusting /proc/meminfo where the node figures cannot be right.
+
+    Some virtual machines and sandboxes report node meminfo that sums to far less
+    than the machine's MemTotal; then the nodes are scaled up to match it.
+    """
+    stated = sum(n.memory_bytes or 0 for n in facts.numa_nodes)
+    total = facts.memory_total_bytes
+    if node_memory and total and stated < costs.NODE_MEMORY_CREDIBLE_FRACTION * total:
+        notes.append(
+            f"node meminfo sums to {stated / costs.GIB:.1f} GiB but /proc/meminfo says "
+            f"{total / costs.GIB:.1f} GiB: node memory scaled to match"
+        )
+        return node_memory * total // stated
+    return node_memory
+
+
+def _replica_memory_budget(
+    facts: Facts, node: NodeCores, replica_count: int, notes: list[str]
+) -> int | None:
     """Bytes one replica may use: its node's memory, or its share of a cgroup limit."""
     candidates = []
-    if node.memory_bytes:
-        candidates.append(node.memory_bytes)
+    memory = node_memory_bytes(facts, node.memory_bytes, notes)
+    if memory:
+        candidates.append(memory)
     elif facts.memory_total_bytes:
         candidates.append(facts.memory_total_bytes // max(1, len(facts.numa_nodes)))
     if facts.limits.memory_max_bytes is not None:
@@ -210,7 +230,7 @@ def _replica(
             talker_cores = code2wav_cores = compute
         else:
             talker_cores, code2wav_cores = compute[:talker_n], compute[talker_n:]
-    budget = _replica_memory_budget(facts, node, replica_count)
+    budget = _replica_memory_budget(facts, node, replica_count, notes)
     seqs, talker_kv = _talker_batch(
         footprint, dtype, len(talker_cores), options.max_seqs, budget, notes
     )

@@ -6,7 +6,7 @@ from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.errors import OmniCpuError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan.footprint import ModelFootprint
-from omni_cpu.plan.policy import choose_dtype, replica_fixed_memory_bytes
+from omni_cpu.plan.policy import choose_dtype, node_memory_bytes, replica_fixed_memory_bytes
 from omni_cpu.profile.model import Profile
 
 
@@ -73,7 +73,7 @@ def check_profile(
 
 def _memory_problems(profile: Profile, facts: Facts, footprint: ModelFootprint | None) -> list[str]:
     problems = []
-    memory = {node.id: node.memory_bytes for node in facts.numa_nodes}
+    memory = {node.id: node_memory_bytes(facts, node.memory_bytes, []) for node in facts.numa_nodes}
     limit = facts.limits.memory_max_bytes
     for replica in profile.replicas:
         need = sum(stage.kv_cache_memory_bytes for stage in replica.stages)

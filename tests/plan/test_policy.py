@@ -175,3 +175,14 @@ def test_streaming_left_context_covers_the_decoder_window():
     profile = plan_profile(machine({0: [0, 1]}), FOOTPRINT)
     assert profile.streaming.codec_left_context_frames == 72
     assert profile.streaming.initial_codec_chunk_frames <= profile.streaming.codec_chunk_frames
+
+
+def test_node_meminfo_that_cannot_be_right_is_scaled_to_memtotal():
+    from dataclasses import replace
+
+    facts = machine({0: [0, 1]}, memory_per_node=10 * GIB)
+    facts = replace(facts, memory_total_bytes=24 * GIB)
+    profile = plan_profile(facts, FOOTPRINT)
+    assert any("scaled" in note for note in profile.notes)
+    trusted = plan_profile(machine({0: [0, 1]}, memory_per_node=24 * GIB), FOOTPRINT)
+    assert profile.stages[0].kv_cache_memory_bytes == trusted.stages[0].kv_cache_memory_bytes
