@@ -45,6 +45,9 @@ class CoreType:
     # Relative single-thread capacity where the kernel states it (cpu_capacity,
     # 1024 = biggest core); None elsewhere.
     capacity: int | None = None
+    # "performance" / "efficiency" on Intel hybrid parts (cpu_core / cpu_atom);
+    # None where the kernel does not name the kind.
+    kind: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,318 @@
+"""Logical CPUs, core types and topology counts, as lscpu derives them.
+
+Counts come from the sysfs sibling lists of the online CPUs of each core type:
+cores are the distinct thread-sibling sets, sockets the distinct core-sibling
+(package) sets, threads per core the largest thread-sibling set; s390 states
+cores per socket in /proc/sysinfo instead. Where a kernel does not describe
+sockets (s390 reports books/drawers; aarch64 without an ACPI PPTT table calls
+its clusters packages) sockets is None.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from omni_cpu.cpulist import format_cpu_list
+from omni_cpu.hardware import arm_ids
+from omni_cpu.hardware.cpuinfo import CpuInfo
+from omni_cpu.hardware.facts import CoreType, LogicalCpu
+from omni_cpu.hardware.sysroot import SysRoot, numbered_entries
+
+CPU_DIR = "/sys/devices/system/cpu"
+
+# Intel hybrid parts expose one perf PMU per core kind, each with its CPU list.
+_INTEL_HYBRID_PMUS = (("cpu_core", "performance"), ("cpu_atom", "efficiency"))
+
+_SYSINFO_SW_TOPOLOGY = re.compile(
+    r"^CPU Topology SW:\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)"
+)
+
+
+@dataclass(frozen=True)
+class CpuSets:
+    """The kernel's CPU masks; `offline` is present but not online (lscpu's rule)."""
+
+    possible: tuple[int, ...]
+    present: tuple[int, ...]
+    online: tuple[int, ...]
+
+    @property
+    def offline(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.present) - set(self.online)))
+
+
+@dataclass(frozen=True)
+class _Sibling:
+    """One online CPU's raw topology attributes."""
+
+    cpu: int
+    core_id: int | None
+    package_id: int | None
+    die_id: int | None
+    cluster_id: int | None
+    threads: frozenset[int] | None
+    package: frozenset[int] | None
+    book: frozenset[int] | None
+    drawer: frozenset[int] | None
+    capacity: int | None
+
+
+@dataclass(frozen=True)
+class Topology:
+    vendor: str | None
+    cpus: list[LogicalCpu]
+    core_types: list[CoreType]
+    sockets: int | list[int | None] | None
+    cores_per_socket: int | list[int | None] | None
+    threads_per_core: int | list[int | None] | None
+
+
+def read_cpu_sets(sysroot: SysRoot, cpuinfo: CpuInfo) -> CpuSets:
+    """possible/present/online CPUs, with fallbacks for dumps that lack the masks."""
+    dirs = tuple(numbered_entries(sysroot.listdir(CPU_DIR), "cpu"))
+    online = sysroot.read_cpu_list(f"{CPU_DIR}/online")
+    if online is None:
+        # Each cpuN/online says 0 or 1; cpu0 often has no such file (not hotpluggable).
+        online = tuple(c for c in dirs if sysroot.read_int(f"{CPU_DIR}/cpu{c}/online") != 0)
+    if not online:
+        online = tuple(sorted(cpuinfo.processors))
+    if not online and sysroot.is_live:
+        import os
+
+        online = tuple(sorted(os.sched_getaffinity(0)))
+    present = sysroot.read_cpu_list(f"{CPU_DIR}/present")
+    possible = sysroot.read_cpu_list(f"{CPU_DIR}/possible")
+    if possible is None:
+        possible = tuple(sorted(set(dirs) | set(online) | set(present or ())))
+    if present is None:
+        present = possible
+    return CpuSets(possible=possible, present=present, online=online)
+
+
+def read_topology(
+    sysroot: SysRoot, cpuinfo: CpuInfo, architecture: str, online: Iterable[int]
+) -> Topology:
+    """Per-CPU facts, core types and lscpu's socket/core/thread counts."""
+    siblings = [_read_siblings(sysroot, cpu) for cpu in online]
+    groups = _group_by_core_type(sysroot, cpuinfo, architecture, siblings)
+    max_thread_id = _int_or_none(cpuinfo.first("max thread id"))
+    sw_cores_per_socket = _sysinfo_cores_per_socket(sysroot)
+    sockets_unstated = architecture == "aarch64" and not sysroot.exists(
+        "/sys/firmware/acpi/tables/PPTT"
+    )
+
+    core_types: list[CoreType] = []
+    type_of_cpu: dict[int, int] = {}
+    for index, (model_name, kind, members) in enumerate(groups):
+        counts = _count(members, max_thread_id, sw_cores_per_socket, sockets_unstated)
+        capacities = [m.capacity for m in members if m.capacity is not None]
+        core_types.append(
+            CoreType(
+                model_name=model_name,
+                cpus=format_cpu_list(m.cpu for m in members),
+                sockets=counts[0],
+                cores_per_socket=counts[1],
+                threads_per_core=counts[2],
+                capacity=max(capacities) if capacities else None,
+                kind=kind,
+            )
+        )
+        for member in members:
+            type_of_cpu[member.cpu] = index
+
+    cpus = [
+        LogicalCpu(
+            cpu=s.cpu,
+            online=True,
+            core_id=s.core_id,
+            package_id=s.package_id,
+            die_id=s.die_id,
+            cluster_id=s.cluster_id,
+            thread_siblings=format_cpu_list(s.threads) if s.threads else str(s.cpu),
+            core_type=type_of_cpu.get(s.cpu, 0),
+        )
+        for s in siblings
+    ]
+    return Topology(
+        vendor=_vendor(cpuinfo),
+        cpus=cpus,
+        core_types=core_types,
+        sockets=_collapse([t.sockets for t in core_types], none_if_all_none=True),
+        cores_per_socket=_collapse([t.cores_per_socket for t in core_types]),
+        threads_per_core=_collapse([t.threads_per_core for t in core_types]),
+    )
+
+
+# -- reading ---------------------------------------------------------------------
+
+
+def _read_siblings(sysroot: SysRoot, cpu: int) -> _Sibling:
+    base = f"{CPU_DIR}/cpu{cpu}/topology"
+
+    def ident(name: str) -> int | None:
+        value = sysroot.read_int(f"{base}/{name}")
+        # -1 is "not known"; x86 writes 65535 (BAD_APICID) for a missing cluster.
+        return None if value is None or value < 0 or value == 0xFFFF else value
+
+    def cpu_set(*names: str) -> frozenset[int] | None:
+        # Newer kernels add core_cpus/package_cpus beside the old names; the
+        # _list files are text, the plain ones hex masks.
+        for name in names:
+            cpus = sysroot.read_cpu_list(f"{base}/{name}_list")
+            if cpus is None:
+                cpus = sysroot.read_cpu_mask(f"{base}/{name}")
+            if cpus:
+                return frozenset(cpus)
+        return None
+
+    return _Sibling(
+        cpu=cpu,
+        core_id=ident("core_id"),
+        package_id=ident("physical_package_id"),
+        die_id=ident("die_id"),
+        cluster_id=ident("cluster_id"),
+        threads=cpu_set("thread_siblings", "core_cpus"),
+        package=cpu_set("core_siblings", "package_cpus"),
+        book=cpu_set("book_siblings"),
+        drawer=cpu_set("drawer_siblings"),
+        capacity=sysroot.read_int(f"{CPU_DIR}/cpu{cpu}/cpu_capacity"),
+    )
+
+
+def _sysinfo_cores_per_socket(sysroot: SysRoot) -> int | None:
+    """s390: the hypervisor states cores per socket; sysfs masks are virtual there."""
+    text = sysroot.read_text("/proc/sysinfo")
+    if not text:
+        return None
+    for line in text.splitlines():
+        match = _SYSINFO_SW_TOPOLOGY.match(line)
+        if match:
+            return int(match.group(6))
+    return None
+
+
+def _vendor(cpuinfo: CpuInfo) -> str | None:
+    vendor = cpuinfo.first("vendor_id") or cpuinfo.first("vendor")
+    if vendor:
+        return vendor
+    implementer = arm_ids.parse_id(cpuinfo.first("cpu implementer"))
+    if implementer is not None:
+        return arm_ids.implementer_name(implementer) or f"{implementer:#x}"
+    return cpuinfo.first("mvendorid")  # RISC-V: the JEDEC id, as lscpu prints it
+
+
+# -- core types ------------------------------------------------------------------
+
+
+def _group_by_core_type(
+    sysroot: SysRoot, cpuinfo: CpuInfo, architecture: str, siblings: list[_Sibling]
+) -> list[tuple[str, str | None, list[_Sibling]]]:
+    """[(model name, kind, member CPUs)] in lscpu's order (LITTLE before big)."""
+    if not siblings:
+        return []
+    hybrid = _intel_hybrid_kinds(sysroot)
+    keyed: dict[tuple, list[_Sibling]] = {}
+    names: dict[tuple, tuple[str, str | None]] = {}
+    for sibling in siblings:
+        key, name, kind = _core_type_of(cpuinfo, architecture, hybrid, sibling)
+        keyed.setdefault(key, []).append(sibling)
+        names.setdefault(key, (name, kind))
+    # Smallest cores first, then the key's rank; the sort is stable, so types
+    # of equal rank keep the order of their first CPU.
+    ordered = sorted(keyed, key=lambda k: (_min_capacity(keyed[k]), k[0]))
+    return [(names[k][0], names[k][1], keyed[k]) for k in ordered]
+
+
+def _intel_hybrid_kinds(sysroot: SysRoot) -> dict[int, tuple[int, str]]:
+    """CPU → (order, kind) on Intel hybrid parts; empty on uniform machines."""
+    kinds: dict[int, tuple[int, str]] = {}
+    for order, (pmu, kind) in enumerate(_INTEL_HYBRID_PMUS):
+        for cpu in sysroot.read_cpu_list(f"/sys/devices/{pmu}/cpus") or ():
+            kinds[cpu] = (order, kind)
+    return kinds if len({kind for _, kind in kinds.values()}) > 1 else {}
+
+
+def _core_type_of(
+    cpuinfo: CpuInfo,
+    architecture: str,
+    hybrid: dict[int, tuple[int, str]],
+    sibling: _Sibling,
+) -> tuple[tuple, str, str | None]:
+    """((rank, identity), model name, kind) of one CPU's core type."""
+    cpu = sibling.cpu
+    if cpu in hybrid:
+        order, kind = hybrid[cpu]
+        return ((order,), kind), _model_name(cpuinfo, cpu), kind
+    if architecture.startswith(("arm", "aarch64")):
+        # lscpu lists ARM types by implementer and part number.
+        implementer = arm_ids.parse_id(cpuinfo.get(cpu, "cpu implementer"))
+        part = arm_ids.parse_id(cpuinfo.get(cpu, "cpu part"))
+        name = arm_ids.part_name(implementer, part) or _model_name(cpuinfo, cpu)
+        rank = (implementer or 0, part or 0)
+        return (rank, rank), name, None
+    # Elsewhere one type per distinct model name (uniform machines: one type).
+    name = _model_name(cpuinfo, cpu)
+    return ((), name), name, None
+
+
+def _model_name(cpuinfo: CpuInfo, cpu: int) -> str:
+    # x86/loongarch "model name", ppc/sparc "cpu", RISC-V "uarch"; "-" as lscpu prints.
+    for key in ("model name", "cpu", "uarch"):
+        value = cpuinfo.get(cpu, key)
+        if value:
+            return value
+    return "-"
+
+
+def _min_capacity(members: list[_Sibling]) -> int:
+    capacities = [m.capacity for m in members if m.capacity is not None]
+    return min(capacities) if capacities else 0
+
+
+# -- counting --------------------------------------------------------------------
+
+
+def _count(
+    members: list[_Sibling],
+    max_thread_id: int | None,
+    sw_cores_per_socket: int | None,
+    sockets_unstated: bool,
+) -> tuple[int | None, int | None, int | None]:
+    """(sockets, cores per socket, threads per core) of one core type, lscpu's way."""
+    cores = {m.threads for m in members if m.threads}
+    packages = {m.package for m in members if m.package}
+    books = {m.book for m in members if m.book}
+    if not cores and not packages:
+        return None, None, None
+    threads = max((len(m.threads) for m in members if m.threads), default=1)
+    if max_thread_id is not None:
+        threads = max_thread_id + 1  # s390 states its SMT width
+    if sw_cores_per_socket is not None:
+        cores_per_socket: int | None = sw_cores_per_socket
+    else:
+        cores_per_socket = len(cores) // len(packages) if packages else None
+    # s390 counts books/drawers, not sockets; DT-based aarch64 calls clusters packages.
+    sockets = None if books or sockets_unstated or not packages else len(packages)
+    return sockets, cores_per_socket, threads
+
+
+def _collapse(
+    values: list[int | None], none_if_all_none: bool = False
+) -> int | list[int | None] | None:
+    """One value on uniform machines, a list (one per core type) on hybrid ones."""
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    if none_if_all_none and all(v is None for v in values):
+        return None
+    return values
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None

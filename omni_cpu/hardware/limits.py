@@ -1,0 +1,225 @@
+"""Container limits from the cgroup file system (v2 and v1), read under a root.
+
+The process's cgroup comes from /proc/self/cgroup; where its controllers are
+mounted from /proc/self/mountinfo (or, in dumps without one, the usual
+/sys/fs/cgroup layout). Quotas and memory limits bind at every level of the
+hierarchy, so the tightest value from the process's cgroup up to the mount
+point wins; the cpuset's effective list already folds in its ancestors.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
+from omni_cpu.errors import CpuListError
+from omni_cpu.hardware.facts import Limits
+from omni_cpu.hardware.sysroot import SysRoot
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+# cgroup v1 writes "no limit" as the largest page-aligned counter
+# (9223372036854771712 on 4 KiB pages); anything this large is no limit.
+_V1_UNLIMITED_BYTES = 1 << 62
+
+
+@dataclass(frozen=True)
+class _Mount:
+    mountpoint: str  # where the hierarchy is mounted, on the probed machine
+    root: str  # which cgroup of the hierarchy sits at the mount point
+
+
+def read_limits(sysroot: SysRoot) -> Limits:
+    """cgroup limits of the probing process (or of the dump's recorded process)."""
+    memberships = _parse_proc_cgroup(sysroot.read_text("/proc/self/cgroup"))
+    v1_mounts, v2_mount = _find_mounts(sysroot)
+    v1 = {
+        name: _cgroup_dirs(sysroot, v1_mounts[name], path)
+        for name, path in memberships.items()
+        if name in v1_mounts and name in ("cpuset", "cpu", "memory")
+    }
+    if v1:
+        return _read_v1(sysroot, v1)
+    if v2_mount is not None:
+        path = memberships.get("", "/")
+        return _read_v2(sysroot, _cgroup_dirs(sysroot, v2_mount, path))
+    return Limits()
+
+
+# -- v2 --------------------------------------------------------------------------
+
+
+def _read_v2(sysroot: SysRoot, dirs: list[str]) -> Limits:
+    cpuset = _first_cpu_list(sysroot, [f"{d}/cpuset.cpus.effective" for d in dirs])
+    quotas = [_parse_cpu_max(sysroot.read_line(f"{d}/cpu.max")) for d in dirs]
+    memory = [_parse_v2_bytes(sysroot.read_line(f"{d}/memory.max")) for d in dirs]
+    return Limits(
+        cgroup_version=2,
+        cpuset_cpus=cpuset,
+        cpu_quota_cores=_tightest(quotas),
+        memory_max_bytes=_tightest(memory),
+    )
+
+
+def _parse_cpu_max(line: str | None) -> float | None:
+    """`150000 100000` → 1.5 cores; `max 100000` → None (no quota)."""
+    if not line:
+        return None
+    fields = line.split()
+    try:
+        if fields[0] == "max":
+            return None
+        quota = int(fields[0])
+        period = int(fields[1]) if len(fields) > 1 else 100_000
+    except (ValueError, IndexError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _parse_v2_bytes(line: str | None) -> int | None:
+    if not line or line == "max":
+        return None
+    try:
+        value = int(line)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+# -- v1 --------------------------------------------------------------------------
+
+
+def _read_v1(sysroot: SysRoot, dirs: dict[str, list[str]]) -> Limits:
+    cpuset_dirs = dirs.get("cpuset", [])
+    cpuset = _first_cpu_list(
+        sysroot,
+        [f"{d}/{name}" for d in cpuset_dirs for name in ("cpuset.effective_cpus", "cpuset.cpus")],
+    )
+    quotas = [
+        _parse_cfs_quota(
+            sysroot.read_int(f"{d}/cpu.cfs_quota_us"), sysroot.read_int(f"{d}/cpu.cfs_period_us")
+        )
+        for d in dirs.get("cpu", [])
+    ]
+    memory = [
+        _parse_v1_bytes(sysroot.read_int(f"{d}/memory.limit_in_bytes"))
+        for d in dirs.get("memory", [])
+    ]
+    return Limits(
+        cgroup_version=1,
+        cpuset_cpus=cpuset,
+        cpu_quota_cores=_tightest(quotas),
+        memory_max_bytes=_tightest(memory),
+    )
+
+
+def _parse_cfs_quota(quota: int | None, period: int | None) -> float | None:
+    """cfs_quota_us / cfs_period_us as cores; -1 (or missing) is no quota."""
+    if quota is None or quota <= 0:
+        return None
+    return quota / (period if period and period > 0 else 100_000)
+
+
+def _parse_v1_bytes(value: int | None) -> int | None:
+    if value is None or value < 0 or value >= _V1_UNLIMITED_BYTES:
+        return None
+    return value
+
+
+# -- finding the process's cgroup directories -----------------------------------
+
+
+def _parse_proc_cgroup(text: str | None) -> dict[str, str]:
+    """Controller → cgroup path; the v2 (unified) entry is under "" ."""
+    memberships: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        if hierarchy == "0" and controllers == "":
+            memberships.setdefault("", path or "/")
+            continue
+        for controller in controllers.split(","):
+            # "cpu,cpuacct" lists both; "name=systemd" names no controller.
+            if controller and "=" not in controller:
+                memberships.setdefault(controller, path or "/")
+    return memberships
+
+
+def _find_mounts(sysroot: SysRoot) -> tuple[dict[str, _Mount], _Mount | None]:
+    """(v1 controller → mount, v2 mount) from mountinfo, else from the usual layout."""
+    v1: dict[str, _Mount] = {}
+    v2: _Mount | None = None
+    for line in (sysroot.read_text("/proc/self/mountinfo") or "").splitlines():
+        fields = line.split()
+        if "-" not in fields:
+            continue
+        sep = fields.index("-")
+        if sep < 5 or len(fields) < sep + 3:
+            continue
+        root, mountpoint = _unescape(fields[3]), _unescape(fields[4])
+        fstype, super_options = fields[sep + 1], fields[sep + 3].split(",")
+        if fstype == "cgroup2" and v2 is None:
+            v2 = _Mount(mountpoint, root)
+        elif fstype == "cgroup":
+            for option in super_options:
+                v1.setdefault(option, _Mount(mountpoint, root))
+    if v1 or v2:
+        return v1, v2
+    # Dumps and synthetic roots: /sys/fs/cgroup is v2 when it has cgroup.controllers,
+    # else v1 with one directory per controller group ("cpu,cpuacct").
+    if sysroot.exists(f"{CGROUP_ROOT}/cgroup.controllers"):
+        return {}, _Mount(CGROUP_ROOT, "/")
+    for name in sysroot.listdir(CGROUP_ROOT):
+        directory = f"{CGROUP_ROOT}/{name}"
+        if sysroot.is_dir(directory):
+            for controller in name.split(","):
+                v1.setdefault(controller, _Mount(directory, "/"))
+    unified = f"{CGROUP_ROOT}/unified"
+    if sysroot.exists(f"{unified}/cgroup.controllers"):
+        v2 = _Mount(unified, "/")
+    return v1, v2
+
+
+def _cgroup_dirs(sysroot: SysRoot, mount: _Mount, path: str) -> list[str]:
+    """The process's cgroup directory and its ancestors up to the mount point."""
+    relative = path
+    if mount.root != "/" and (path == mount.root or path.startswith(mount.root + "/")):
+        relative = path[len(mount.root) :] or "/"
+    leaf = posixpath.normpath(posixpath.join(mount.mountpoint, relative.lstrip("/")))
+    if not leaf.startswith(mount.mountpoint) or not sysroot.is_dir(leaf):
+        # A path from another cgroup namespace: what we can see is the mount.
+        leaf = mount.mountpoint
+    dirs = [leaf]
+    while dirs[-1] != mount.mountpoint and dirs[-1] != "/":
+        dirs.append(posixpath.dirname(dirs[-1]))
+    return dirs
+
+
+def _first_cpu_list(sysroot: SysRoot, files: list[str]) -> str | None:
+    for name in files:
+        line = sysroot.read_line(name)
+        if not line:
+            continue
+        try:
+            return format_cpu_list(parse_cpu_list(line))
+        except CpuListError:
+            continue
+    return None
+
+
+def _tightest(values: list[float | None] | list[int | None]) -> float | int | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def _unescape(text: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    return (
+        text.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+    )

@@ -1,0 +1,82 @@
+"""Read a machine (or its dump) into `Facts`: the one entry point of the probe.
+
+Raw facts are read once through one `SysRoot`, then derived. Each part degrades
+on its own: a dump without NUMA data still gets CPUs, one without topology
+still gets NUMA nodes. Live-only facts (affinity, libnuma, uname) are read only
+when the root is `/`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from omni_cpu.cpulist import format_cpu_list
+from omni_cpu.errors import SysrootError
+from omni_cpu.hardware.arch import read_architecture
+from omni_cpu.hardware.cpu import read_cpu_sets, read_topology
+from omni_cpu.hardware.cpuinfo import parse_cpuinfo
+from omni_cpu.hardware.facts import Facts
+from omni_cpu.hardware.isa import read_isa
+from omni_cpu.hardware.libnuma import read_libnuma
+from omni_cpu.hardware.limits import read_limits
+from omni_cpu.hardware.numa import node_of_cpus, parse_meminfo, read_numa_nodes
+from omni_cpu.hardware.sysroot import SysRoot
+
+
+def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
+    """Snapshot the machine at `root` ("/" = this machine, else a sysroot dump)."""
+    sysroot = SysRoot(root)
+    if not sysroot.is_dir("/"):
+        raise SysrootError(f"sysroot {os.fspath(root)!r} is not a directory", "pass a dump folder")
+    if not sysroot.exists("/proc") and not sysroot.exists("/sys"):
+        raise SysrootError(
+            f"sysroot {os.fspath(root)!r} has neither proc/ nor sys/",
+            "pass the folder that holds the dump's proc/ and sys/",
+        )
+
+    cpuinfo = parse_cpuinfo(sysroot.read_text("/proc/cpuinfo"))
+    architecture = read_architecture(sysroot, cpuinfo)
+    cpu_sets = read_cpu_sets(sysroot, cpuinfo)
+    topology = read_topology(sysroot, cpuinfo, architecture, cpu_sets.online)
+    meminfo = parse_meminfo(sysroot.read_text("/proc/meminfo"))
+    nodes, numa_stated = read_numa_nodes(
+        sysroot, cpu_sets.online, meminfo.get("MemTotal"), meminfo.get("MemFree")
+    )
+    owner = node_of_cpus(nodes)
+    cpus = [dataclasses.replace(cpu, node=owner.get(cpu.cpu)) for cpu in topology.cpus]
+
+    limits = read_limits(sysroot)
+    libnuma = None
+    if sysroot.is_live:
+        limits = dataclasses.replace(limits, affinity_cpus=_affinity())
+        libnuma = read_libnuma(nodes)
+
+    return Facts(
+        source="live" if sysroot.is_live else os.fspath(root),
+        architecture=architecture,
+        vendor=topology.vendor,
+        model_names=[t.model_name for t in topology.core_types],
+        possible_cpus=format_cpu_list(cpu_sets.possible),
+        online_cpus=format_cpu_list(cpu_sets.online),
+        offline_cpus=format_cpu_list(cpu_sets.offline),
+        sockets=topology.sockets,
+        cores_per_socket=topology.cores_per_socket,
+        threads_per_core=topology.threads_per_core,
+        core_types=topology.core_types,
+        cpus=cpus,
+        numa_nodes=nodes,
+        numa_stated=numa_stated,
+        isa=read_isa(cpuinfo, architecture),
+        memory_total_bytes=meminfo.get("MemTotal"),
+        memory_available_bytes=meminfo.get("MemAvailable"),
+        limits=limits,
+        libnuma=libnuma,
+    )
+
+
+def _affinity() -> str | None:
+    try:
+        return format_cpu_list(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None

@@ -1,0 +1,49 @@
+"""Shared fixtures: the real-machine dumps, unpacked once per test session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+try:  # tests/ as a package or as a plain folder on sys.path
+    from tests import sysroots
+except ImportError:  # pragma: no cover - depends on pytest's import mode
+    import sysroots  # type: ignore[no-redef]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize any test taking `dump` over every dump in the manifest."""
+    if "dump" not in metafunc.fixturenames:
+        return
+    dumps = sysroots.load_dumps()
+    if dumps:
+        metafunc.parametrize("dump", dumps, ids=[d.id for d in dumps])
+    else:
+        metafunc.parametrize(
+            "dump", [pytest.param(None, marks=pytest.mark.skip(reason=sysroots.MISSING_REASON))]
+        )
+
+
+class UnpackedDumps:
+    """Unpacks each dump on first use into one session temp folder."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.roots: dict[str, Path] = {}
+
+    def root(self, dump: sysroots.Dump) -> Path:
+        if dump.id not in self.roots:
+            self.roots[dump.id] = sysroots.unpack(dump.tarball, self.folder / dump.id)
+        return self.roots[dump.id]
+
+
+@pytest.fixture(scope="session")
+def unpacked_dumps(tmp_path_factory: pytest.TempPathFactory) -> UnpackedDumps:
+    return UnpackedDumps(tmp_path_factory.mktemp("sysroots"))
+
+
+@pytest.fixture
+def dump_root(dump: sysroots.Dump, unpacked_dumps: UnpackedDumps) -> Path:
+    """The unpacked sysroot folder of the parametrized dump."""
+    return unpacked_dumps.root(dump)
