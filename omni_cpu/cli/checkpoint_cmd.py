@@ -1,7 +1,102 @@
-"""Placeholder: filled in by its issue."""
+"""`omni-cpu make-checkpoint`: a random-weight Qwen3-TTS checkpoint in the real layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
+from omni_cpu.cli.common import console, err_console, print_json
+
+_HELP = """\
+Write a random-weight Qwen3-TTS-12Hz CustomVoice checkpoint in the real layout.
+
+For tests and benchmarks where the Hugging Face Hub is out of reach: the files,
+config values, tensor names, shapes and dtypes are exactly those of the published
+checkpoint (plus an offline-trained Qwen2-style text tokenizer with the real
+special-token ids), so `omni-cpu run --model DIR` loads it like a real one.
+Speed does not depend on weight values, so timings on it stand for the real
+model; the audio it makes is noise, not speech.
+
+Sizes: tiny (about 55 MB, seconds to load; for tests), 0.6b (2.5 GB),
+1.7b (4.5 GB).
+"""
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the app."""
+    """Add `make-checkpoint` to the app."""
+    app.command("make-checkpoint", help=_HELP)(make_checkpoint_command)
+
+
+def make_checkpoint_command(
+    size: str = typer.Option(
+        ..., "--size", help="Model size: tiny, 0.6b or 1.7b.", case_sensitive=False
+    ),
+    out: Path = typer.Option(..., "--out", help="Directory to write (must be empty or new)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed; the same seed writes the same bytes."),
+    force: bool = typer.Option(
+        False, "--force", help="Write into a non-empty directory, overwriting checkpoint files."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    # Imported here: numpy and tokenizers are not needed by the other commands.
+    from omni_cpu.checkpoint import configs
+    from omni_cpu.checkpoint.writer import make_checkpoint, plan_checkpoint, summarize
+    from omni_cpu.errors import ModelError
+
+    size = size.lower()
+    if size not in configs.SIZES:
+        raise ModelError(
+            f"unknown checkpoint size {size!r}", fix=f"use one of {', '.join(configs.SIZES)}"
+        )
+    plan = plan_checkpoint(size)
+    if as_json or size == "tiny":
+        directory = make_checkpoint(size, out, seed, force=force)
+    else:
+        directory = _with_progress(plan.tensor_bytes, size, out, seed, force)
+    summary = summarize(plan, directory)
+    if as_json:
+        print_json(summary)
+        return
+    _print_summary(summary)
+
+
+def _with_progress(total_bytes: int, size: str, out: Path, seed: int, force: bool) -> Path:
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    from omni_cpu.checkpoint.writer import make_checkpoint
+
+    columns = (
+        TextColumn("[bold]writing {task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=err_console, transient=True) as progress:
+        task = progress.add_task(f"{size} checkpoint", total=total_bytes)
+        return make_checkpoint(
+            size, out, seed, force=force, on_bytes=lambda n: progress.advance(task, n)
+        )
+
+
+def _print_summary(summary: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{summary['size']} checkpoint in {summary['out']}", title_justify="left")
+    table.add_column("file")
+    table.add_column("bytes", justify="right")
+    for entry in summary["files"]:
+        table.add_row(entry["path"], f"{entry['bytes']:,}")
+    console.print(table)
+    console.print(
+        f"{summary['params']:,} parameters, {summary['bytes'] / 1e9:.2f} GB in "
+        f"{len(summary['files'])} files"
+    )

@@ -1,0 +1,52 @@
+"""`omni-cpu make-checkpoint`: refuses to clobber, reports what it wrote."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from omni_cpu.cli import main
+
+
+def _run(monkeypatch, *args: str) -> int:
+    monkeypatch.setattr(sys, "argv", ["omni-cpu", "make-checkpoint", *args])
+    try:
+        main()
+    except SystemExit as done:
+        return int(done.code or 0)
+    return 0
+
+
+def test_non_empty_directory_is_a_one_line_error(monkeypatch, capsys, tmp_path):
+    (tmp_path / "model.safetensors").write_text("not mine")
+    code = _run(monkeypatch, "--size", "tiny", "--out", str(tmp_path))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "not empty" in err and "--force" in err
+    assert (tmp_path / "model.safetensors").read_text() == "not mine"
+
+
+def test_unknown_size_is_a_one_line_error(monkeypatch, capsys, tmp_path):
+    code = _run(monkeypatch, "--size", "7b", "--out", str(tmp_path / "x"))
+    assert code == 2
+    assert "unknown checkpoint size" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_json_summary_lists_files_params_and_bytes(monkeypatch, capsys, tmp_path):
+    out = tmp_path / "tiny"
+    code = _run(monkeypatch, "--size", "tiny", "--out", str(out), "--json")
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert set(summary) == {"size", "out", "files", "params", "params_by_file", "bytes"}
+    assert summary["size"] == "tiny" and summary["out"] == str(out)
+    assert {f["path"] for f in summary["files"]} >= {"config.json", "model.safetensors"}
+    assert summary["bytes"] == sum(f["bytes"] for f in summary["files"])
+    assert summary["params"] == sum(summary["params_by_file"].values()) > 0
+
+
+def test_force_overwrites_a_previous_checkpoint(monkeypatch, capsys, tmp_path):
+    assert _run(monkeypatch, "--size", "tiny", "--out", str(tmp_path), "--json") == 0
+    assert _run(monkeypatch, "--size", "tiny", "--out", str(tmp_path), "--json", "--force") == 0
+    capsys.readouterr()
+    assert not list(tmp_path.rglob("*.partial"))
