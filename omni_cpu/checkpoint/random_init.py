@@ -61,13 +61,27 @@ _TRANSPOSED_TAPS = (
 )
 
 
+# Each decoder block stacks 3 residual units: with unit-gain branches the signal
+# grows ~3x per block (80x over 4 blocks) and the clamped output is a square wave.
+# Quiet residual branches keep each block near unit gain, and a quiet last conv
+# puts the waveform at an audible, unclipped level (RMS ~0.1-0.2).
+_RESIDUAL_BRANCH_OUT = re.compile(r"^decoder\.decoder\.\d+\.block\.\d+\.conv2\.conv\.weight$")
+_RESIDUAL_BRANCH_GAIN = 0.1
+_WAVEFORM_OUT_GAIN = 0.15
+
+
 def _codec_weight_std(name: str, spec: TensorSpec) -> float:
     """1/sqrt(fan-in) for the codec's linear, conv and transposed-conv weights."""
     fan_in = math.prod(spec.shape[1:])
     for pattern, taps in _TRANSPOSED_TAPS:
         if pattern.match(name):
             fan_in = spec.shape[0] * taps
-    return 1.0 / math.sqrt(max(fan_in, 1))
+    gain = 1.0
+    if _RESIDUAL_BRANCH_OUT.match(name):
+        gain = _RESIDUAL_BRANCH_GAIN
+    elif name.startswith("decoder.decoder.") and spec.shape[0] == 1:  # the conv to 1 channel
+        gain = _WAVEFORM_OUT_GAIN
+    return gain / math.sqrt(max(fan_in, 1))
 
 
 def model_values(seed: int, name: str, spec: TensorSpec) -> Iterator[np.ndarray]:
