@@ -54,12 +54,23 @@ def probe(
         None, "--dtype", help="bfloat16 or float32 (default: bfloat16 where the CPU has bf16)."
     ),
 ) -> None:
-    from omni_cpu.plan.machine import plan_for_machine
+    from omni_cpu.hardware.probe import read_facts
+    from omni_cpu.plan import PlanError
+    from omni_cpu.plan.machine import plan_for_facts
     from omni_cpu.profile import save_profile
 
-    facts, profile = plan_for_machine(
-        model, sysroot, stages=stages, reserve=reserve, max_seqs=max_seqs, dtype=dtype
-    )
+    facts = read_facts(sysroot)
+    try:
+        profile = plan_for_facts(
+            facts, model, sysroot, stages=stages, reserve=reserve, max_seqs=max_seqs, dtype=dtype
+        )
+    except PlanError as error:
+        # The facts are still worth showing: they say why the plan failed.
+        if as_json:
+            print_json({"facts": facts.to_dict(), "profile": None, "error": error.one_line()})
+        else:
+            console.print(facts_table(facts))
+        raise
     if output is not None:
         save_profile(profile, output)
     if as_json:

@@ -11,7 +11,8 @@ from omni_cpu.plan.policy import PlanOptions, plan_profile
 from omni_cpu.profile.model import Profile
 
 
-def plan_for_machine(
+def plan_for_facts(
+    facts: Facts,
     model: str | None = None,
     root: str | os.PathLike[str] = "/",
     *,
@@ -19,11 +20,8 @@ def plan_for_machine(
     reserve: int | None = None,
     max_seqs: int | None = None,
     dtype: str | None = None,
-) -> tuple[Facts, Profile]:
-    """Facts of the machine at `root` and the profile planned for `model` on it."""
-    from omni_cpu.hardware.probe import read_facts
-
-    facts = read_facts(root)
+) -> Profile:
+    """The profile for `model` on the machine whose facts were read from `root`."""
     options = PlanOptions(
         stages=stages,
         reserve=reserve,
@@ -31,4 +29,16 @@ def plan_for_machine(
         dtype=dtype,
         preload_libraries=find_preload_libraries(root),
     )
-    return facts, plan_profile(facts, footprint_for_model(model), options)
+    return plan_profile(facts, footprint_for_model(model), options)
+
+
+def plan_for_machine(
+    model: str | None = None,
+    root: str | os.PathLike[str] = "/",
+    **options: int | str | None,
+) -> tuple[Facts, Profile]:
+    """Facts of the machine at `root` and the profile planned for `model` on it."""
+    from omni_cpu.hardware.probe import read_facts
+
+    facts = read_facts(root)
+    return facts, plan_for_facts(facts, model, root, **options)  # type: ignore[arg-type]

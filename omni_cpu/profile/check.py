@@ -33,6 +33,7 @@ def check_profile(
                 owner[cpu] = who
 
     for replica in profile.replicas:
+        claimed_by_replica: list[set[int]] = []
         for stage in replica.stages:
             who = f"replica {replica.index} {stage.name} (stage {stage.stage_id})"
             cpus = set(parse_cpu_list(stage.cpus))
@@ -55,7 +56,11 @@ def check_profile(
                 problems.append(
                     f"{who}: numa_node is {stage.numa_node} but its CPUs are on node {nodes.pop()}"
                 )
-            claim(cpus, who)
+            # Stages given the very same cores share them on purpose (--stages 1, or
+            # a one-core machine); a partial overlap is a mistake.
+            if cpus not in claimed_by_replica:
+                claim(cpus, who)
+                claimed_by_replica.append(cpus)
         frontend = set(parse_cpu_list(replica.frontend_cpus))
         claim(frontend, f"replica {replica.index} front end")
         if frontend - usable:

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 COMMENT_COLUMN = 44
+FLOW_LIST_MAX_WIDTH = 60
 
 
 def scalar(value: Any) -> str:
@@ -51,7 +52,11 @@ def emit_mapping(
                 lines.extend(_emit_list_item(item, comments, indent + 2, f"{here}[]"))
         elif isinstance(value, list):
             flow = "[" + ", ".join(scalar(item) for item in value) + "]"
-            lines.append(_with_comment(f"{pad}{key}: {flow}", comment))
+            if len(pad) + len(key) + len(flow) <= FLOW_LIST_MAX_WIDTH:
+                lines.append(_with_comment(f"{pad}{key}: {flow}", comment))
+            else:  # long strings (notes) read better one per line
+                lines.append(_with_comment(f"{pad}{key}:", comment))
+                lines.extend(f"{pad}  - {scalar(item)}" for item in value)
         elif isinstance(value, dict):
             lines.append(_with_comment(f"{pad}{key}: {{}}", comment))
         else:

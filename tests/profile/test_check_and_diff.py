@@ -50,7 +50,8 @@ def test_cpus_outside_the_cgroup_are_reported():
 
 
 def test_overlapping_stages_are_reported():
-    overlapping = with_stage_cpus(PROFILE, PROFILE.replicas[0].stage(0).cpus, stage_id=1)
+    both = f"{PROFILE.replicas[0].stage(0).cpus},{PROFILE.replicas[0].stage(1).cpus}"
+    overlapping = with_stage_cpus(PROFILE, both, stage_id=1)
     assert any("used by both" in p for p in check_profile(overlapping, BIG, FOOTPRINT))
 
 
@@ -85,3 +86,8 @@ def test_diff_shows_added_replicas():
     one_node = plan_profile(machine({0: list(range(8))}), FOOTPRINT)
     kinds = {change.kind for change in diff_profiles(one_node, PROFILE)}
     assert "added" in kinds
+
+
+def test_stages_sharing_the_same_cores_on_purpose_are_accepted():
+    shared = plan_profile(machine({0: [0, 1]}), FOOTPRINT, PlanOptions(stages=1))
+    assert check_profile(shared, machine({0: [0, 1]}), FOOTPRINT) == []

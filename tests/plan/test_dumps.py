@@ -1,0 +1,71 @@
+"""The planner on every real machine's dump, and the example profiles kept fresh."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.hardware.probe import read_facts
+from omni_cpu.plan import PlanError, choose_dtype, footprint_for_model, plan_profile
+from omni_cpu.profile import parse_profile
+from omni_cpu.profile.check import check_profile
+from tests import sysroots
+
+FOOTPRINT = footprint_for_model("0.6b")
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_example_profiles.py"
+
+
+def _examples_module():
+    spec = importlib.util.spec_from_file_location("make_example_profiles", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def plan_or_skip_small(facts):
+    """Plan; a machine too small for the model must say so, not crash."""
+    try:
+        return plan_profile(facts, FOOTPRINT)
+    except PlanError as error:
+        known = facts.memory_total_bytes or sum(n.memory_bytes or 0 for n in facts.numa_nodes)
+        assert 0 < known < 12 * 2**30, error
+        assert "GiB" in str(error) and error.fix
+        pytest.skip(f"machine too small for the 0.6B model: {error}")
+
+
+def test_every_dump_plans_the_expected_dtype(dump, dump_root):
+    assert choose_dtype(read_facts(dump_root)) == dump.expected["expected_dtype"]
+
+
+def test_every_dump_plan_fits_its_own_machine(dump, dump_root):
+    facts = read_facts(dump_root)
+    profile = plan_or_skip_small(facts)
+    assert check_profile(profile, facts, FOOTPRINT) == []
+    # Each stage binds one thread per physical core, never both SMT siblings.
+    for replica in profile.replicas:
+        for stage in replica.stages:
+            cpus = parse_cpu_list(stage.cpus)
+            for cpu in cpus if len(cpus) > 1 else ():
+                siblings = set(parse_cpu_list(facts.cpu(cpu).thread_siblings)) - {cpu}
+                assert not siblings & set(cpus), (stage, cpu)
+
+
+def test_multi_node_dump_gets_one_replica_per_node_with_cpus(dump, dump_root):
+    facts = read_facts(dump_root)
+    nodes_with_cpus = [n.id for n in facts.numa_nodes if parse_cpu_list(n.cpus)]
+    profile = plan_or_skip_small(facts)
+    assert [r.numa_node for r in profile.replicas] == nodes_with_cpus
+
+
+@pytest.mark.skipif(not sysroots.available(), reason=sysroots.MISSING_REASON)
+@pytest.mark.parametrize("dump_id", sorted(_examples_module().EXAMPLES))
+def test_example_profile_is_fresh(dump_id, unpacked_dumps):
+    examples = _examples_module()
+    dump = next(d for d in sysroots.load_dumps() if d.id == dump_id)
+    checked_in = examples.PROFILES_DIR / examples.EXAMPLES[dump_id]
+    expected = examples.example_profile_text(unpacked_dumps.root(dump))
+    assert checked_in.read_text() == expected, "stale: run `make profiles` and review the diff"
+    parse_profile(checked_in.read_text())  # and it loads strictly
