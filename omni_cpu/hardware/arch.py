@@ -19,7 +19,7 @@ _ARM32_SUFFIX = re.compile(r"\((v\d+\w*)\)\s*$")
 
 # Among 64-bit POWER, big-endian Linux is what POWER7 and earlier ran; POWER8
 # and later are in practice little-endian. cpuinfo cannot say which, so this
-# is a stated guess for dumps only.
+# is a stated guess for dumps without /sys/kernel/cpu_byteorder.
 _POWER_GENERATION = re.compile(r"POWER(\d+)", re.IGNORECASE)
 
 
@@ -30,7 +30,13 @@ def read_architecture(sysroot: SysRoot, cpuinfo: CpuInfo) -> str:
     stated = sysroot.read_line("/proc/sys/kernel/arch")
     if stated:
         return stated
-    return architecture_from_cpuinfo(cpuinfo)
+    architecture = architecture_from_cpuinfo(cpuinfo)
+    if architecture.startswith("ppc64"):
+        # The kernel states its byte order here (Linux 5.x+), which cpuinfo cannot.
+        byte_order = sysroot.read_line("/sys/kernel/cpu_byteorder")
+        if byte_order in ("little", "big"):
+            return "ppc64le" if byte_order == "little" else "ppc64"
+    return architecture
 
 
 def architecture_from_cpuinfo(info: CpuInfo) -> str:

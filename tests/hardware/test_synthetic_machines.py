@@ -92,6 +92,12 @@ def test_stated_architecture_file_wins_over_cpuinfo(machine):
     assert read_facts(machine.root).architecture == "ppc64le"
 
 
+def test_kernel_byte_order_decides_between_ppc64_and_ppc64le(machine):
+    machine.write("/proc/cpuinfo", "processor\t: 0\ncpu\t: POWER9 (raw)\nplatform\t: PowerNV\n")
+    machine.write("/sys/kernel/cpu_byteorder", "big")
+    assert read_facts(machine.root).architecture == "ppc64"
+
+
 def test_root_that_is_not_a_dump_is_a_sysroot_error(tmp_path):
     with pytest.raises(SysrootError, match="neither proc/ nor sys/"):
         read_facts(tmp_path)
