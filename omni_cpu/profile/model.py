@@ -95,4 +95,7 @@ class Profile:
         return self.replicas[0].stages
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        # `stages` (replica 0's) is part of the documented --json contract.
+        data["stages"] = [dataclasses.asdict(stage) for stage in self.stages]
+        return data

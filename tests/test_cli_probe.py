@@ -1,0 +1,105 @@
+"""`omni-cpu probe`, `validate` and `diff` as a user runs them (real processes, real dumps)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import sysroots
+
+OMNI_CPU = [sys.executable, "-m", "omni_cpu.cli"]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def omni_cpu(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*OMNI_CPU, *args], capture_output=True, text=True, cwd=REPO, timeout=120)
+
+
+def test_probe_json_on_this_machine_keeps_the_documented_contract():
+    done = omni_cpu("probe", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    facts, profile = data["facts"], data["profile"]
+    for key in ("architecture", "sockets", "cores_per_socket", "threads_per_core",
+                "online_cpus", "numa_nodes", "isa", "limits"):  # fmt: skip
+        assert key in facts
+    assert {"id", "cpus", "memory_bytes"} <= set(facts["numa_nodes"][0])
+    assert profile["dtype"] in ("bfloat16", "float32")
+    assert [stage["stage_id"] for stage in profile["stages"]] == [0, 1]
+
+
+def test_probe_puts_every_cpu_of_this_machine_to_work():
+    data = json.loads(omni_cpu("probe", "--json").stdout)
+    usable = data["profile"]["machine"]["usable_cpus"]
+    bound = ",".join(stage["cpus"] for stage in data["profile"]["stages"])
+    frontend = data["profile"]["replicas"][0]["frontend_cpus"]
+    from omni_cpu.cpulist import parse_cpu_list
+
+    assert set(parse_cpu_list(bound)) | set(parse_cpu_list(frontend)) == set(parse_cpu_list(usable))
+
+
+def test_probe_writes_a_profile_that_validates_here(tmp_path):
+    profile = tmp_path / "deploy.yaml"
+    assert omni_cpu("probe", "--output", str(profile)).returncode == 0
+    done = omni_cpu("validate", str(profile))
+    assert done.returncode == 0, done.stderr
+    assert "fits this machine" in done.stdout
+
+
+def test_validate_reports_cpus_this_machine_lacks_and_exits_1(tmp_path):
+    profile = tmp_path / "deploy.yaml"
+    omni_cpu("probe", "--output", str(profile))
+    text = (
+        profile.read_text()
+        .replace('cpus: "1"', 'cpus: "1,63"')
+        .replace('VLLM_CPU_OMP_THREADS_BIND: "1"', 'VLLM_CPU_OMP_THREADS_BIND: "1,63"')
+    )
+    profile.write_text(text)
+    done = omni_cpu("validate", str(profile))
+    assert done.returncode == 1
+    assert "63 do not exist here" in done.stderr
+
+
+def test_bad_profile_is_one_line_error_with_exit_2(tmp_path):
+    profile = tmp_path / "deploy.yaml"
+    profile.write_text("omni_cpu: {schema_version: 7}\n")
+    done = omni_cpu("validate", str(profile))
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "error:" in done.stderr
+
+
+def test_diff_of_two_plans_shows_changes_and_exits_1(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    omni_cpu("probe", "--output", str(a))
+    omni_cpu("probe", "--output", str(b), "--max-seqs", "2")
+    same = omni_cpu("diff", str(a), str(a))
+    assert same.returncode == 0 and "no differences" in same.stdout
+    done = omni_cpu("diff", str(a), str(b), "--json")
+    assert done.returncode == 1
+    keys = {change["key"] for change in json.loads(done.stdout)}
+    assert "stages[0].max_num_seqs" in keys
+
+
+@pytest.mark.skipif(not sysroots.available(), reason=sysroots.MISSING_REASON)
+def test_probe_reads_a_dump_with_sysroot(unpacked_dumps):
+    dump = next(d for d in sysroots.load_dumps() if d.id == "ul-x86_64-epyc_7451")
+    done = omni_cpu("probe", "--sysroot", str(unpacked_dumps.root(dump)), "--json")
+    data = json.loads(done.stdout)
+    assert data["facts"]["online_cpus"] == "0-95"
+    assert len(data["profile"]["replicas"]) == 8
+
+
+def test_help_teaches_with_examples():
+    for command in ("probe", "validate", "diff", "doctor"):
+        done = omni_cpu(command, "--help")
+        assert done.returncode == 0
+        assert "Example" in done.stdout, command
+
+
+def test_unknown_option_is_a_usage_error_with_exit_2():
+    assert omni_cpu("probe", "--no-such-option").returncode == 2
