@@ -106,3 +106,16 @@ def test_root_that_is_not_a_dump_is_a_sysroot_error(tmp_path):
 def test_missing_root_is_a_sysroot_error(tmp_path):
     with pytest.raises(SysrootError, match="not a directory"):
         read_facts(tmp_path / "absent")
+
+
+def test_junk_in_every_file_degrades_without_crashing(machine):
+    machine.cpus(online=[0, 1], present=[0, 1, 2]).node(0, "0-1")
+    machine.write("/proc/self/cgroup", "0::/app\n")
+    machine.write("/sys/fs/cgroup/cgroup.controllers", "cpu")
+    for name in ("cpu.max", "memory.max", "cpuset.cpus.effective"):
+        machine.write(f"/sys/fs/cgroup/app/{name}", "\x00\xff junk -1 : , -")
+    for path in sorted(p for p in machine.root.rglob("*") if p.is_file()):
+        path.write_bytes(b"\xff\xfe junk: 0x-1 , -3--\n\n: :")
+    facts = read_facts(machine.root)
+    assert facts.architecture == "unknown"
+    assert facts.limits.cpu_quota_cores is None
