@@ -7,6 +7,10 @@ from collections.abc import Iterable
 
 from omni_cpu.errors import CpuListError
 
+# Linux builds support at most 8192 CPUs (x86 MAXSMP); far larger ids are typos, and
+# expanding `0-9999999999` would hang the caller.
+MAX_CPU_ID = 1 << 16
+
 
 def parse_cpu_list(text: str) -> tuple[int, ...]:
     """Parse `0-3,8,10-14:2` into sorted unique CPU ids. Empty text is no CPUs."""
@@ -28,6 +32,10 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
             raise CpuListError(
                 f"{part!r} in CPU list {text!r} is not a CPU id or range", "write e.g. 0-3,8"
             ) from None
+        if last >= MAX_CPU_ID:
+            raise CpuListError(
+                f"CPU id {last} in {text!r} is beyond any machine (max {MAX_CPU_ID - 1})"
+            )
         if first < 0 or last < first or stride < 1 or (stride_text and not dash):
             raise CpuListError(f"bad range {part!r} in CPU list {text!r}", "write e.g. 0-3,8")
         cpus.update(range(first, last + 1, stride))

@@ -66,3 +66,8 @@ def test_any_text_raises_only_cpu_list_error(text):
     assume(small_numbers_only(text))
     with contextlib.suppress(CpuListError):
         parse_cpu_list(text)
+
+
+def test_absurd_cpu_ids_are_refused_instead_of_expanded():
+    with pytest.raises(CpuListError, match="beyond any machine"):
+        parse_cpu_list("0-9999999999")

@@ -11,7 +11,14 @@ import sys
 import typer
 
 from omni_cpu import __version__
-from omni_cpu.cli import checkpoint_cmd, doctor_cmd, probe_cmd, profile_cmd, run_cmd
+from omni_cpu.cli import (
+    checkpoint_cmd,
+    doctor_cmd,
+    export_cmd,
+    probe_cmd,
+    profile_cmd,
+    run_cmd,
+)
 from omni_cpu.cli.common import err_console, state
 from omni_cpu.errors import OmniCpuError
 
@@ -47,7 +54,7 @@ def _global_options(
     state.debug = debug
 
 
-for _module in (probe_cmd, profile_cmd, checkpoint_cmd, run_cmd, doctor_cmd):
+for _module in (probe_cmd, profile_cmd, checkpoint_cmd, run_cmd, doctor_cmd, export_cmd):
     _module.register(app)
 
 
