@@ -67,20 +67,20 @@ def check_transformers() -> Check:
 
 
 def check_cuda_companions() -> Check:
-    present = [
-        f"{name} {_version(name)}"
-        for name in pins.CUDA_ONLY_COMPANIONS
-        if _version(name) is not None and not str(_version(name)).endswith("+cpu")
-    ]
-    if present:
-        names = " ".join(entry.split()[0] for entry in present)
+    """torchvision/torchaudio/torchcodec: CUDA builds must be reduced to pure Python."""
+    from omni_cpu.platform import companions
+
+    found = [companions.inspect(name) for name in pins.CUDA_ONLY_COMPANIONS]
+    problems = companions.problems(found)
+    if problems:
         return Check(
             "CUDA-only companions",
             FAIL,
-            ", ".join(present) + " installed: they break `import vllm` beside a +cpu torch",
-            f"pip uninstall -y {names}",
+            "; ".join(problems) + " (they break `import vllm` beside a +cpu torch)",
+            f"{sys.executable} -m omni_cpu.platform.companions --fix",
         )
-    return Check("CUDA-only companions", OK, "no torchvision/torchaudio/torchcodec CUDA builds")
+    states = ", ".join(f"{c.name} {c.state}" for c in found)
+    return Check("CUDA-only companions", OK, states)
 
 
 _PROBE_RUNTIME = r"""
