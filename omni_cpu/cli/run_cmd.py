@@ -1,7 +1,123 @@
-"""Placeholder: filled in by its issue."""
+"""`omni-cpu run`: synthesize speech through the two-stage Qwen3-TTS pipeline on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
+from omni_cpu.cli.common import console, err_console, print_json, state
+
+_HELP = """\
+Synthesize speech with Qwen3-TTS on vLLM's CPU backend, one stage per core set.
+
+The deploy profile decides each stage's cores, memory node, KV cache bytes and
+batch limits: `auto` plans this machine now; a FILE is a checked-in profile
+(`omni-cpu probe --output FILE`), checked against this machine first.
+`--dry-run` prints each stage's environment and engine arguments and exits
+without starting anything.
+"""
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the app."""
+    """Add `run` to the app."""
+    app.command("run", help=_HELP)(run_command)
+
+
+def _out_paths(out: Path, count: int) -> list[Path]:
+    """One WAV per utterance: OUT itself for one, OUT-001.wav, OUT-002.wav... for several."""
+    if count == 1:
+        return [out]
+    return [
+        out.with_name(f"{out.stem}-{index:03d}{out.suffix or '.wav'}")
+        for index in range(1, count + 1)
+    ]
+
+
+def run_command(
+    model: str = typer.Option(..., "--model", help="Checkpoint directory or Hugging Face id."),
+    deploy_profile: str = typer.Option(
+        "auto", "--deploy-profile", help="`auto` (plan this machine) or a profile YAML file."
+    ),
+    text: str | None = typer.Option(None, "--text", help="What to say."),
+    text_file: Path | None = typer.Option(
+        None, "--text-file", help="A file with one utterance per line (one WAV each)."
+    ),
+    speaker: str = typer.Option("ryan", "--speaker", help="A speaker from the model's config."),
+    language: str = typer.Option("auto", "--language", help="auto, english, chinese, ..."),
+    instruct: str | None = typer.Option(
+        None, "--instruct", help="Style instruction (models that follow them, e.g. 1.7B)."
+    ),
+    out: Path = typer.Option(Path("out.wav"), "--out", help="WAV file to write (24 kHz mono)."),
+    stream: bool = typer.Option(
+        False, "--stream", help="Write audio as chunks arrive and report time to first audio."
+    ),
+    max_frames: int | None = typer.Option(
+        None, "--max-frames", help="Stop after this many codec frames (80 ms each)."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print per-stage env and engine args, start nothing."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print timings (or the dry run) as JSON."),
+) -> None:
+    from omni_cpu.launch.plan import make_launch_plan
+    from omni_cpu.launch.request import build_requests, read_model_info, read_texts
+
+    info = read_model_info(model)
+    texts = read_texts(text, text_file)
+    requests = build_requests(info, texts, speaker, language, instruct, max_frames)
+    plan = make_launch_plan(model, deploy_profile)
+
+    if dry_run:
+        description = plan.describe()
+        description["outputs"] = [str(path) for path in _out_paths(out, len(requests))]
+        if as_json:
+            print_json(description)
+        else:
+            _print_plan(description)
+        return
+    for warning in plan.problems:
+        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+
+    from omni_cpu.launch.pipeline import run_pipeline
+
+    def progress(message: str) -> None:
+        if not as_json:
+            err_console.print(f"[dim]…[/] {message}", highlight=False)
+
+    result = run_pipeline(
+        plan, requests, _out_paths(out, len(requests)), stream=stream, progress=progress
+    )
+    if as_json:
+        print_json(result.to_dict())
+        return
+    for utterance in result.utterances:
+        console.print(f"wrote {utterance.path} ({utterance.audio_s:.2f} s of audio)")
+    ttfa = f"{result.ttfa_s:.2f} s" if result.ttfa_s is not None else "n/a"
+    rtf = f"{result.rtf:.2f}" if result.rtf is not None else "n/a"
+    console.print(
+        f"TTFA {ttfa}{'' if stream else ' (sync: audio arrives at the end)'} · "
+        f"audio {result.audio_s:.2f} s · wall {result.wall_s:.2f} s · RTF {rtf} "
+        f"· load {result.load_s:.1f} s"
+    )
+    if state.debug:
+        console.print(f"observed OpenMP binding: {result.binding}")
+
+
+def _print_plan(description: dict) -> None:
+    console.print(
+        f"model {description['model']} · profile {description['deploy_profile']} · "
+        f"replica {description['replica']}"
+    )
+    for key, value in description["driver_env"].items():
+        console.print(f"  driver env {key}={value}")
+    for stage in description["stages"]:
+        console.print(f"[bold]stage {stage['stage_id']} ({stage['name']})[/]")
+        for key, value in stage["env"].items():
+            console.print(f"  env {key}={value}", highlight=False)
+        for key, value in stage["engine_args"].items():
+            if key != "stage_id":
+                console.print(f"  arg {key}: {value}", highlight=False)
+    for warning in description["warnings"]:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    console.print("outputs: " + ", ".join(description["outputs"]))

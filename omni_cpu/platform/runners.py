@@ -53,6 +53,28 @@ class _CPUOmniRunnerMixin:
             compilation_config.max_cudagraph_capture_size = 0
         super()._init_talker_mtp()  # type: ignore[misc]
 
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        super().load_model(*args, **kwargs)  # type: ignore[misc]
+        match_embedding_dtype(self.model, self.model_config.dtype)  # type: ignore[attr-defined]
+
+
+# vllm-omni 0.30.0's Qwen3-TTS talker and its prompt builder set
+# `_embedding_dtype = torch.bfloat16` whatever the model dtype, so a float32 talker
+# (the right choice on CPUs without native bf16) fails in `index_copy_` on the first
+# decode step. Give both the model's dtype.
+EMBEDDING_DTYPE_HOLDERS = ("", "_prompt_builder")
+
+
+def match_embedding_dtype(model: torch.nn.Module, dtype: torch.dtype) -> list[str]:
+    """Set `_embedding_dtype` to the model dtype where vLLM-Omni hard-codes bf16; what changed."""
+    changed = []
+    for path in EMBEDDING_DTYPE_HOLDERS:
+        holder = getattr(model, path, None) if path else model
+        if holder is not None and getattr(holder, "_embedding_dtype", dtype) != dtype:
+            holder._embedding_dtype = dtype
+            changed.append(path or "model")
+    return changed
+
 
 class CPUARModelRunner(_CPUOmniRunnerMixin, GPUARModelRunner, CPUModelRunner):
     """Autoregressive stage (Qwen3-TTS talker + code predictor) on CPU."""

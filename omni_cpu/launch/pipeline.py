@@ -1,0 +1,233 @@
+"""Start the two stage engines through vLLM-Omni's offline `Omni` API and write audio.
+
+Imports torch/vLLM only inside `run_pipeline`. Written against vllm-omni 0.30.0:
+`Omni(model, deploy_config=PATH)`, `generate(..., py_generator=True)` yielding
+`OmniRequestOutput`s whose `multimodal_output` carries `audio`/`sr`, and
+streaming through `output_kind=DELTA` on both stages.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omni_cpu.errors import RuntimeMissingError, StageError
+from omni_cpu.launch import processes
+from omni_cpu.launch.plan import DRIVER_ENV_DEFAULTS, LaunchPlan
+from omni_cpu.launch.request import SAMPLE_RATE, SpeechRequest
+
+STAGE_INIT_TIMEOUT_S = 900  # a 2-core box loads two engines in 1-3 minutes
+
+
+@dataclass
+class Utterance:
+    """One request's outcome."""
+
+    index: int
+    path: Path
+    samples: int = 0
+    chunks: int = 0
+    first_audio_s: float | None = None  # since generation started
+
+    @property
+    def audio_s(self) -> float:
+        return self.samples / SAMPLE_RATE
+
+
+@dataclass
+class RunResult:
+    """Timings and outputs of one `run`."""
+
+    load_s: float
+    wall_s: float  # generation only (after the engines are up)
+    stream: bool
+    utterances: list[Utterance]
+    binding: dict[str, list[int]] = field(default_factory=dict)  # observed OpenMP binding
+    stage_pids: list[int] = field(default_factory=list)
+
+    @property
+    def audio_s(self) -> float:
+        return sum(u.audio_s for u in self.utterances)
+
+    @property
+    def rtf(self) -> float | None:
+        """Wall seconds per audio second (below 1 is faster than real time)."""
+        return self.wall_s / self.audio_s if self.audio_s else None
+
+    @property
+    def ttfa_s(self) -> float | None:
+        """Time to the first audio of the first utterance."""
+        firsts = [u.first_audio_s for u in self.utterances if u.first_audio_s is not None]
+        return min(firsts) if firsts else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "load_s": round(self.load_s, 3),
+            "wall_s": round(self.wall_s, 3),
+            "audio_s": round(self.audio_s, 3),
+            "rtf": None if self.rtf is None else round(self.rtf, 3),
+            "ttfa_s": None if self.ttfa_s is None else round(self.ttfa_s, 3),
+            "stream": self.stream,
+            "sample_rate": SAMPLE_RATE,
+            "outputs": [
+                {
+                    "path": str(u.path),
+                    "audio_s": round(u.audio_s, 3),
+                    "samples": u.samples,
+                    "chunks": u.chunks,
+                    "first_audio_s": None if u.first_audio_s is None else round(u.first_audio_s, 3),
+                }
+                for u in self.utterances
+            ],
+            "binding": self.binding,
+        }
+
+
+def _audio_array(output: Any) -> Any:
+    """The float32 numpy audio an output carries (empty when none)."""
+    import numpy as np
+    import torch
+
+    payload = output.multimodal_output
+    audio = payload.get("audio") if payload is not None else None
+    if audio is None:
+        return np.zeros(0, dtype=np.float32)
+    if isinstance(audio, (list, tuple)):
+        parts = [a.reshape(-1) for a in audio if a is not None and a.numel()]
+        if not parts:
+            return np.zeros(0, dtype=np.float32)
+        audio = torch.cat(parts)
+    return audio.detach().reshape(-1).float().cpu().numpy()
+
+
+def _request_index(request_id: str) -> int:
+    # vllm-omni 0.30.0 names requests f"{index}_{uuid4}" in prompt order.
+    return int(request_id.split("_", 1)[0])
+
+
+class _PromptBuilder:
+    """Placeholder prompt ids of the length the talker will embed (vLLM-Omni's own estimate)."""
+
+    def __init__(self, model: str) -> None:
+        from transformers import AutoTokenizer
+
+        from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
+            Qwen3TTSConfig,
+        )
+
+        self._tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
+        self._talker_config = getattr(Qwen3TTSConfig.from_pretrained(model), "talker_config", None)
+
+    def prompt(self, request: SpeechRequest) -> dict[str, Any]:
+        from vllm_omni.model_executor.models.qwen3_tts.prompt_embeds_builder import (
+            Qwen3TTSPromptEmbedsBuilder,
+        )
+
+        info = request.additional_information()
+        length = Qwen3TTSPromptEmbedsBuilder.estimate_prompt_len_from_additional_information(
+            additional_information=info,
+            task_type="CustomVoice",
+            tokenize_prompt=lambda text: self._tokenizer(text, padding=False)["input_ids"],
+            codec_language_id=getattr(self._talker_config, "codec_language_id", None),
+            spk_is_dialect=getattr(self._talker_config, "spk_is_dialect", None),
+        )
+        return {"prompt_token_ids": [0] * length, "additional_information": info}
+
+
+def _sampling_params(omni: Any, requests: list[SpeechRequest], stream: bool) -> list[Any]:
+    from vllm.sampling_params import RequestOutputKind
+
+    params = [copy.deepcopy(p) for p in omni.default_sampling_params_list]
+    params[0].max_tokens = max(request.max_frames for request in requests)
+    if stream:
+        # Both stages must emit deltas, or vLLM-Omni holds audio until the end.
+        for p in params:
+            if hasattr(p, "output_kind"):
+                p.output_kind = RequestOutputKind.DELTA
+    return params
+
+
+def run_pipeline(
+    plan: LaunchPlan,
+    requests: list[SpeechRequest],
+    out_paths: list[Path],
+    *,
+    stream: bool = False,
+    progress: Callable[[str], None] = lambda message: None,
+) -> RunResult:
+    """Load both stages, synthesize every request into its WAV, stop every stage process."""
+    from omni_cpu.launch.wav import AtomicWavWriter
+
+    for key, value in DRIVER_ENV_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    try:
+        from vllm_omni.entrypoints.omni import Omni
+    except ImportError as error:
+        raise RuntimeMissingError(
+            f"the inference runtime does not import ({error})",
+            "run scripts/install-runtime.sh .venv, then omni-cpu doctor",
+        ) from None
+
+    writers = [AtomicWavWriter(path) for path in out_paths]
+    utterances = [Utterance(index, path) for index, path in enumerate(out_paths)]
+    omni = None
+    stage_pids: list[int] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="omni-cpu-") as tmp:
+            deploy_path = plan.write_deploy_config(Path(tmp))
+            progress("loading the talker and code2wav engines")
+            start = time.perf_counter()
+            omni = Omni(
+                model=plan.model,
+                deploy_config=str(deploy_path),
+                stage_init_timeout=STAGE_INIT_TIMEOUT_S,
+                log_stats=False,
+            )
+            load_s = time.perf_counter() - start
+        stage_pids = processes.descendant_pids()
+        binding = processes.observed_binding(stage_pids)
+        progress(f"engines up in {load_s:.1f} s; synthesizing {len(requests)} utterance(s)")
+        builder = _PromptBuilder(plan.model)
+        prompts = [builder.prompt(request) for request in requests]
+        params = _sampling_params(omni, requests, stream)
+        start = time.perf_counter()
+        outputs = omni.generate(prompts, params, py_generator=True, use_tqdm=False)
+        for output in outputs:
+            if getattr(output, "error", None):
+                raise StageError(f"a stage failed: {output.error}", "see the log above (--debug)")
+            index = _request_index(output.request_id)
+            audio = _audio_array(output)
+            if not stream and not output.finished:
+                continue
+            if audio.size:
+                utterance = utterances[index]
+                if utterance.first_audio_s is None:
+                    utterance.first_audio_s = time.perf_counter() - start
+                writers[index].append(audio)
+                utterance.samples += audio.size
+                utterance.chunks += 1
+        wall_s = time.perf_counter() - start
+        for writer in writers:
+            writer.commit()
+        return RunResult(load_s, wall_s, stream, utterances, binding, stage_pids)
+    except BaseException as error:
+        for writer in writers:
+            writer.abort()
+        if type(error).__name__ == "OmniEngineDeadError":
+            raise StageError(
+                "a pipeline stage died", "see its traceback above; rerun with --debug"
+            ) from error
+        raise
+    finally:
+        if omni is not None:
+            try:
+                omni.close()
+            except Exception:  # the stage may already be gone; the sweep below still runs
+                pass
+        processes.terminate(processes.descendant_pids())
