@@ -8,6 +8,7 @@ streaming through `output_kind=DELTA` on both stages.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import tempfile
@@ -116,7 +117,6 @@ class _PromptBuilder:
 
     def __init__(self, model: str) -> None:
         from transformers import AutoTokenizer
-
         from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
             Qwen3TTSConfig,
         )
@@ -226,8 +226,7 @@ def run_pipeline(
         raise
     finally:
         if omni is not None:
-            try:
+            # A dead stage can make close() raise; the sweep below still runs.
+            with contextlib.suppress(Exception):
                 omni.close()
-            except Exception:  # the stage may already be gone; the sweep below still runs
-                pass
         processes.terminate(processes.descendant_pids())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -84,10 +85,8 @@ def terminate(pids: list[int], timeout_s: float = 10.0) -> list[int]:
         return state != "Z"
 
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(alive(pid) for pid in pids):
         time.sleep(0.1)

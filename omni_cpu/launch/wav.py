@@ -29,7 +29,8 @@ class AtomicWavWriter:
         )
         os.close(handle)
         self._temp = Path(temp)
-        self._wave = wave.open(str(self._temp), "wb")
+        # Held open across appends (a context manager would close it): commit/abort close it.
+        self._wave = wave.open(str(self._temp), "wb")  # noqa: SIM115
         self._wave.setnchannels(1)
         self._wave.setsampwidth(2)
         self._wave.setframerate(sample_rate)

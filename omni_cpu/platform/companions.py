@@ -84,10 +84,7 @@ def inspect(name: str) -> Companion:
     except metadata.PackageNotFoundError:
         return Companion(name, None, ABSENT, ())
     files = _native_files(distribution)
-    if not files:
-        state = PURE_PYTHON
-    else:
-        state = NATIVE_OK if _native_loads(files) else NATIVE_BROKEN
+    state = PURE_PYTHON if not files else NATIVE_OK if _native_loads(files) else NATIVE_BROKEN
     return Companion(name, distribution.version, state, tuple(map(str, files)))
 
 

@@ -14,7 +14,6 @@ import torch
 from vllm.config import CUDAGraphMode, VllmConfig
 from vllm.logger import init_logger
 from vllm.platforms.cpu import CpuPlatform
-
 from vllm_omni.platforms.interface import OmniPlatform, OmniPlatformEnum
 
 from omni_cpu.platform import AR_WORKER_QUALNAME, GENERATION_WORKER_QUALNAME

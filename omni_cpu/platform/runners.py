@@ -22,7 +22,6 @@ from vllm.v1.worker.cpu_model_runner import (
     _set_torch_accelerator_to_noop,
     _torch_cuda_wrapper,
 )
-
 from vllm_omni.worker.gpu_ar_model_runner import GPUARModelRunner
 from vllm_omni.worker.gpu_generation_model_runner import GPUGenerationModelRunner
 

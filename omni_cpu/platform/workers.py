@@ -14,7 +14,6 @@ from typing import Any
 import torch
 from vllm.logger import init_logger
 from vllm.v1.worker.cpu_worker import CPUWorker
-
 from vllm_omni.diffusion.data import OmniACK, OmniSleepTask, OmniWakeTask
 from vllm_omni.worker.mixins import OmniWorkerMixin
 
