@@ -406,6 +406,7 @@ def compare_main(args: argparse.Namespace) -> int:
             "other work shares these CPUs, timings will be off",
             file=sys.stderr,
         )
+    (REPO / "out").mkdir(exist_ok=True)  # the profile and omni-cpu's WAV go there
     for name in ("make_checkpoint", "profile"):
         if name in planned:
             run_json(name, planned[name], expect_json=False)
