@@ -22,6 +22,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,7 @@ METRICS = (
     ("wall_seconds", "request wall time", "s"),
     ("rtf", "real-time factor (wall ÷ audio)", ""),
     ("startup_seconds", "start-up (imports, load; not in RTF)", "s"),
-    ("peak_rss_bytes", "peak RSS", "GiB"),
+    ("peak_rss_bytes", "peak RSS, all processes (sampled)", "GiB"),
 )
 
 
@@ -237,6 +238,78 @@ def commands(settings: Settings) -> dict[str, list[str]]:
     return found
 
 
+# `omni-cpu run --json` names (omni_cpu/launch/pipeline.py RunResult.to_dict) -> ours.
+OMNI_CPU_KEYS = {
+    "wall_s": "wall_seconds",
+    "audio_s": "audio_seconds",
+    "ttfa_s": "ttfa_seconds",
+    "load_s": "startup_seconds",
+}
+FRAME_RATE_HZ = 12.5  # one codec frame is 80 ms of audio
+
+
+def normalize_omni_cpu(result: dict[str, Any]) -> dict[str, Any]:
+    """`omni-cpu run --json` in this script's metric names, with frames from the audio."""
+    normalized = dict(result)
+    for theirs, ours in OMNI_CPU_KEYS.items():
+        if theirs in result and ours not in result:
+            normalized[ours] = result[theirs]
+    audio_seconds = normalized.get("audio_seconds")
+    if "frames" not in normalized and isinstance(audio_seconds, int | float):
+        normalized["frames"] = round(audio_seconds * FRAME_RATE_HZ)
+    return normalized
+
+
+class TreeRssSampler:
+    """Peak of the summed RSS of a process and all its descendants, sampled from /proc.
+
+    omni-cpu runs a driver plus an engine-core and a worker process per stage, so no
+    single process's peak says what the machine must hold; the reference is one
+    process. Sampling both sides the same way keeps the row comparable. Pages shared
+    between processes (mapped libraries) count once per process: an upper bound.
+    """
+
+    def __init__(self, pid: int, interval_s: float = 0.25) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._page_bytes = os.sysconf("SC_PAGE_SIZE")
+
+    def __enter__(self) -> TreeRssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.peak_bytes = max(self.peak_bytes, self.sample())
+
+    def sample(self) -> int:
+        """The summed RSS of the tree now (processes that vanish mid-read count 0)."""
+        children: dict[int, list[int]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                # The command name may hold spaces and parentheses: split after the last ')'.
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        total, todo = 0, [self.pid]
+        while todo:
+            pid = todo.pop()
+            todo.extend(children.get(pid, ()))
+            try:
+                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * self._page_bytes
+            except (OSError, IndexError, ValueError):
+                continue
+        return total
+
+
 def parse_json_output(stdout: str) -> dict[str, Any]:
     """The JSON document a command printed: all of stdout, else its last `{...}` line."""
     try:
@@ -253,13 +326,32 @@ def run_json(
 ) -> tuple[dict[str, Any], float]:
     """Run one command; its JSON result and the process's wall time (load included)."""
     print(f"compare: {name}: {shlex.join(command)}", file=sys.stderr, flush=True)
+    # Engines log a lot: keep each command's stderr in a file, quote its tail on failure.
+    log = REPO / "out" / f"compare-qwen-tts-{name.replace(' ', '-')}.log"
+    log.parent.mkdir(exist_ok=True)
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    with (
+        log.open("w") as stderr,
+        subprocess.Popen(
+            command, cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True
+        ) as process,
+        TreeRssSampler(process.pid) as rss,
+    ):
+        stdout, _ = process.communicate()
     seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        tail = " | ".join(done.stderr.strip().splitlines()[-5:])
-        raise StageError(f"{name} exited {done.returncode}: {tail}", fix="rerun its command above")
-    return (parse_json_output(done.stdout) if expect_json else {}), seconds
+    if process.returncode != 0:
+        tail = " | ".join(log.read_text().strip().splitlines()[-5:])
+        raise StageError(
+            f"{name} exited {process.returncode}: {tail}",
+            fix=f"see {log.relative_to(REPO)}, or rerun its command above",
+        )
+    if not expect_json:
+        return {}, seconds
+    result = parse_json_output(stdout)
+    if "peak_rss_bytes" in result:  # the process's own figure, kept beside the sampled one
+        result["peak_rss_bytes_reported"] = result["peak_rss_bytes"]
+    result["peak_rss_bytes"] = rss.peak_bytes
+    return result, seconds
 
 
 def median_result(results: list[tuple[dict[str, Any], float]]) -> dict[str, Any]:
@@ -406,13 +498,13 @@ def compare_main(args: argparse.Namespace) -> int:
             "other work shares these CPUs, timings will be off",
             file=sys.stderr,
         )
-    (REPO / "out").mkdir(exist_ok=True)  # the profile and omni-cpu's WAV go there
+    (REPO / "out").mkdir(exist_ok=True)  # logs, the profile and omni-cpu's WAV go there
     for name in ("make_checkpoint", "profile"):
         if name in planned:
             run_json(name, planned[name], expect_json=False)
     reference = median_result([run_json("reference", planned["reference"])])
     omni_runs = [run_json(f"omni-cpu {i + 1}", planned["omni_cpu"]) for i in range(args.runs)]
-    omni = median_result(omni_runs)
+    omni = median_result([(normalize_omni_cpu(r), seconds) for r, seconds in omni_runs])
     result = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "load_average": list(load_average),

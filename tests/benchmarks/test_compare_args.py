@@ -7,7 +7,9 @@ Nothing here needs the reference venv or starts a model: the probe is a fixed
 from __future__ import annotations
 
 import importlib.util
+import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -204,7 +206,7 @@ def test_results_section_table_has_both_sides_and_the_ratio() -> None:
     assert "| codec frames | 124 | 124 | 1.00× |" in section
     assert "| real-time factor (wall ÷ audio) | 8.700 | 2.900 | 3.00× |" in section
     assert "| time to first audio | 86.300 s | 0.500 s | 172.60× |" in section
-    assert "| peak RSS | 3.00 GiB | — | — |" in section
+    assert "| peak RSS, all processes (sampled) | 3.00 GiB | — | — |" in section
 
 
 def test_results_file_is_created_with_a_heading_and_appended_to(tmp_path: Path) -> None:
@@ -221,3 +223,29 @@ def test_reference_script_takes_dtype_aliases_and_rejects_zero_frames() -> None:
     assert (args.dtype, args.frames, args.runs, args.warmup) == ("bfloat16", 124, 3, 1)
     with pytest.raises(SystemExit):
         reference.parse_args(["--model", "m", "--threads", "2", "--frames", "0"])
+
+
+def test_omni_cpu_run_json_is_read_in_this_scripts_names_with_frames_from_audio() -> None:
+    run_json = {"load_s": 61.2, "wall_s": 2.5, "audio_s": 0.64, "rtf": 3.9, "ttfa_s": 0.7}
+    normalized = compare.normalize_omni_cpu(run_json)
+    assert normalized["startup_seconds"] == 61.2
+    assert normalized["wall_seconds"] == 2.5
+    assert normalized["audio_seconds"] == 0.64
+    assert normalized["ttfa_seconds"] == 0.7
+    assert normalized["frames"] == 8
+
+
+def test_rss_sampler_sums_a_process_and_its_children() -> None:
+    def rss(pid: int) -> int:
+        pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+
+    with subprocess.Popen(["sleep", "30"]) as child:
+        try:
+            assert compare.TreeRssSampler(child.pid).sample() == rss(child.pid)
+            assert (
+                compare.TreeRssSampler(os.getpid()).sample()
+                >= rss(child.pid) + rss(os.getpid()) // 2
+            )
+        finally:
+            child.kill()
