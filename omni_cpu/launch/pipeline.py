@@ -162,6 +162,8 @@ def run_pipeline(
     progress: Callable[[str], None] = lambda message: None,
 ) -> RunResult:
     """Load both stages, synthesize every request into its WAV, stop every stage process."""
+    import numpy as np
+
     from omni_cpu.launch.wav import AtomicWavWriter
 
     for key, value in DRIVER_ENV_DEFAULTS.items():
@@ -205,6 +207,11 @@ def run_pipeline(
             audio = _audio_array(output)
             if not stream and not output.finished:
                 continue
+            if audio.size and not np.isfinite(audio).all():
+                raise StageError(
+                    "code2wav produced non-finite audio (NaN/inf)",
+                    "check the checkpoint's speech_tokenizer weights and the stage dtype",
+                )
             if audio.size:
                 utterance = utterances[index]
                 if utterance.first_audio_s is None:

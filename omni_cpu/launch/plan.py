@@ -16,9 +16,14 @@ from omni_cpu.profile import Profile, deploy_config_dict, load_profile, stage_en
 # machine cannot give it: running anyway would bind threads to nothing.
 _CPU_PROBLEMS = ("do not exist here", "are offline", "outside this process's")
 
-# Set in the driver and inherited by every stage: vLLM's CPU platform is picked
-# explicitly, and vLLM/vLLM-Omni log only errors (set VLLM_LOGGING_LEVEL=INFO to see more).
-DRIVER_ENV_DEFAULTS = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR"}
+# Set in the driver (unless already set) and inherited by every stage: vLLM's CPU
+# platform is picked explicitly; vLLM/vLLM-Omni log only errors (VLLM_LOGGING_LEVEL=INFO
+# shows more), and to stderr, so stdout keeps only omni-cpu's own output (--json).
+DRIVER_ENV_DEFAULTS = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_LOGGING_LEVEL": "ERROR",
+    "VLLM_LOGGING_STREAM": "ext://sys.stderr",
+}
 
 
 @dataclass(frozen=True)

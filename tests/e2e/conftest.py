@@ -1,0 +1,139 @@
+"""End-to-end fixtures: a tiny checkpoint made once, and `omni-cpu` run as a user runs it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+OMNI_CPU = str(Path(sys.executable).with_name("omni-cpu"))
+RUNTIME_MISSING = importlib.util.find_spec("vllm_omni") is None
+needs_runtime = pytest.mark.skipif(
+    RUNTIME_MISSING, reason="the inference runtime is not installed (scripts/install-runtime.sh)"
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-weight tiny Qwen3-TTS checkpoint in the real layout (seconds to make)."""
+    pytest.importorskip("numpy", reason="making a checkpoint needs numpy (the runtime)")
+    from omni_cpu.checkpoint.writer import make_checkpoint
+
+    return Path(make_checkpoint("tiny", tmp_path_factory.mktemp("tiny") / "ckpt", seed=0))
+
+
+def _parent_of() -> dict[int, int]:
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(
+                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+                )
+            except (OSError, IndexError):
+                continue
+    return parents
+
+
+def descendants(pid: int) -> list[int]:
+    parents = _parent_of()
+    found, frontier = [], [pid]
+    while frontier:
+        current = frontier.pop()
+        children = [child for child, parent in parents.items() if parent == current]
+        found += children
+        frontier += children
+    return found
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(
+        item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item
+    )
+
+
+def thread_cpu_lists(pid: int) -> list[str]:
+    """Cpus_allowed_list of every thread of `pid`."""
+    lists = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            status = (task / "status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                lists.append(line.split(":", 1)[1].strip())
+    return lists
+
+
+def live_pids_with_token(token: str) -> list[int]:
+    """Processes (not zombies) whose environment carries `token`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and environ_of(int(entry.name)).get("OMNI_CPU_E2E_TOKEN") == token:
+            found.append(int(entry.name))
+    return found
+
+
+@dataclass
+class Run:
+    """A finished `omni-cpu` command and what was seen of its processes while it ran."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    token: str
+    # VLLM_CPU_OMP_THREADS_BIND of a stage process -> Cpus_allowed_list of its threads
+    thread_cpus_by_bind: dict[str, set[str]] = field(default_factory=dict)
+
+    def json(self) -> dict:
+        return json.loads(self.stdout)
+
+
+def run_omni_cpu(*args: str, timeout_s: float = 900) -> Run:
+    """Run `omni-cpu ARGS` to completion, sampling its stage processes' threads meanwhile."""
+    token = uuid.uuid4().hex
+    env = {**os.environ, "OMNI_CPU_E2E_TOKEN": token}
+    process = subprocess.Popen(
+        [OMNI_CPU, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    seen: dict[str, set[str]] = {}
+    deadline = time.monotonic() + timeout_s
+    import threading
+
+    out: dict[str, str] = {}
+
+    def drain() -> None:  # keep the pipes empty so the command never blocks on them
+        out["stdout"], out["stderr"] = process.communicate()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    while reader.is_alive() and time.monotonic() < deadline:
+        for pid in descendants(process.pid):
+            bind = environ_of(pid).get("VLLM_CPU_OMP_THREADS_BIND")
+            if bind is not None:
+                seen.setdefault(bind, set()).update(thread_cpu_lists(pid))
+        time.sleep(0.5)
+    if reader.is_alive():
+        process.kill()
+        reader.join()
+        pytest.fail(f"omni-cpu {' '.join(args)} ran over {timeout_s} s")
+    return Run(process.returncode, out["stdout"], out["stderr"], token, seen)

@@ -1,0 +1,199 @@
+"""`omni-cpu run` end to end on the tiny checkpoint: real engines, real WAV files, real processes.
+
+Two engine runs in all (sync, streaming; about two minutes each on 2 cores), each
+checked for its audio, its stage binding and its leftovers; the bad-input checks
+start no engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
+from tests.e2e.conftest import Run, live_pids_with_token, needs_runtime, run_omni_cpu
+
+FRAME = 1920  # samples per 12.5 Hz codec frame at 24 kHz
+MAX_FRAMES = "12"
+
+
+def read_wav(path: Path) -> tuple[int, int, np.ndarray]:
+    """(sample rate, channels, float samples) of a 16-bit PCM WAV."""
+    with wave.open(str(path), "rb") as handle:
+        assert handle.getsampwidth() == 2
+        data = handle.readframes(handle.getnframes())
+        rate, channels = handle.getframerate(), handle.getnchannels()
+    return rate, channels, np.frombuffer(data, dtype="<i2").astype(np.float32) / 32767.0
+
+
+@pytest.fixture(scope="module")
+def stage_cpus(tiny_checkpoint: Path) -> dict[int, str]:
+    """The CPUs `--deploy-profile auto` gives each stage here (from the dry run)."""
+    plan = run_omni_cpu(
+        "run", "--model", str(tiny_checkpoint), "--text", "Hi", "--dry-run", "--json"
+    ).json()
+    return {
+        stage["stage_id"]: stage["env"]["VLLM_CPU_OMP_THREADS_BIND"] for stage in plan["stages"]
+    }
+
+
+def _synthesize(checkpoint: Path, out: Path, *extra: str) -> Run:
+    run = run_omni_cpu(
+        "run",
+        "--model",
+        str(checkpoint),
+        "--deploy-profile",
+        "auto",
+        "--text",
+        "Hello from the CPU.",
+        "--speaker",
+        "vivian",
+        "--max-frames",
+        MAX_FRAMES,
+        "--out",
+        str(out),
+        "--json",
+        *extra,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run
+
+
+@pytest.fixture(scope="module")
+def sync_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
+    out = tmp_path_factory.mktemp("sync") / "hello.wav"
+    return _synthesize(tiny_checkpoint, out), out
+
+
+@pytest.fixture(scope="module")
+def stream_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
+    out = tmp_path_factory.mktemp("stream") / "hello.wav"
+    return _synthesize(tiny_checkpoint, out, "--stream"), out
+
+
+def _assert_speech_shaped_wav(path: Path) -> None:
+    rate, channels, samples = read_wav(path)
+    assert (rate, channels) == (24_000, 1)
+    assert samples.size > 0
+    assert samples.size % FRAME == 0
+    assert np.isfinite(samples).all()
+    assert np.abs(samples).max() > 0.0
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_sync_run_writes_24khz_mono_whole_frames_of_sound(sync_run: tuple[Run, Path]) -> None:
+    _assert_speech_shaped_wav(sync_run[1])
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_sync_run_reports_timings_for_the_audio_it_wrote(sync_run: tuple[Run, Path]) -> None:
+    run, path = sync_run
+    report = run.json()
+    _, _, samples = read_wav(path)
+    assert report["outputs"][0]["samples"] == samples.size
+    assert report["audio_s"] == pytest.approx(samples.size / 24_000, abs=1e-3)
+    assert report["rtf"] == pytest.approx(report["wall_s"] / report["audio_s"], rel=1e-2)
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_each_stage_worker_is_bound_to_its_profile_cpus(
+    sync_run: tuple[Run, Path], stage_cpus: dict[int, str]
+) -> None:
+    run, _ = sync_run
+    everything = set(os.sched_getaffinity(0))
+    for stage_id, cpus in stage_cpus.items():
+        wanted = set(parse_cpu_list(cpus))
+        seen = run.thread_cpus_by_bind.get(cpus)
+        assert seen, f"no process of stage {stage_id} (VLLM_CPU_OMP_THREADS_BIND={cpus}) was seen"
+        # vLLM's CPU worker pins each OpenMP thread to one listed CPU; other threads
+        # keep the whole mask.
+        bound = {cpu for text in seen for cpu in parse_cpu_list(text)} - (
+            set() if wanted == everything else everything - wanted
+        )
+        pinned = [text for text in seen if set(parse_cpu_list(text)) != everything]
+        if wanted != everything:
+            assert pinned, f"stage {stage_id}: no thread is pinned (saw {sorted(seen)})"
+        pinned_cpus = {cpu for text in pinned for cpu in parse_cpu_list(text)}
+        assert pinned_cpus <= wanted, f"stage {stage_id} threads on {format_cpu_list(pinned_cpus)}"
+        assert bound <= wanted | everything
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_no_stage_process_outlives_a_sync_run(sync_run: tuple[Run, Path]) -> None:
+    assert live_pids_with_token(sync_run[0].token) == []
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_stream_run_writes_24khz_mono_whole_frames_of_sound(stream_run: tuple[Run, Path]) -> None:
+    _assert_speech_shaped_wav(stream_run[1])
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_stream_run_reports_time_to_first_audio(stream_run: tuple[Run, Path]) -> None:
+    report = stream_run[0].json()
+    assert report["stream"] is True
+    assert report["outputs"][0]["chunks"] >= 1
+    assert 0 < report["ttfa_s"] <= report["wall_s"]
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_no_stage_process_outlives_a_stream_run(stream_run: tuple[Run, Path]) -> None:
+    assert live_pids_with_token(stream_run[0].token) == []
+
+
+# ---- bad input: one line, non-zero exit, no engine started -----------------------------
+
+
+def _refused(*args: str) -> str:
+    run = run_omni_cpu("run", *args, timeout_s=120)
+    assert run.returncode != 0
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_unknown_speaker_is_refused_with_the_speaker_list(tiny_checkpoint: Path, tmp_path) -> None:
+    line = _refused("--model", str(tiny_checkpoint), "--text", "Hi", "--speaker", "bob")
+    assert "unknown speaker 'bob'" in line
+    assert "aiden" in line and "vivian" in line and "ryan" in line
+
+
+def test_empty_text_is_refused(tiny_checkpoint: Path) -> None:
+    assert "text is empty" in _refused("--model", str(tiny_checkpoint), "--text", "   ")
+
+
+def test_missing_model_path_is_refused(tmp_path: Path) -> None:
+    line = _refused("--model", str(tmp_path / "no-such-model"), "--text", "Hi")
+    assert "does not exist" in line
+
+
+def test_profile_naming_cpus_this_machine_lacks_is_refused(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    from omni_cpu.plan import plan_for_machine
+    from omni_cpu.profile import save_profile
+
+    _, profile = plan_for_machine(str(tiny_checkpoint))
+    absent = str(max(os.cpu_count() or 1, 4095) + 1)
+    replica = profile.replicas[0]
+    stages = (dataclasses.replace(replica.stages[0], cpus=absent), *replica.stages[1:])
+    profile = dataclasses.replace(
+        profile, replicas=(dataclasses.replace(replica, stages=stages), *profile.replicas[1:])
+    )
+    path = tmp_path / "elsewhere.yaml"
+    save_profile(profile, path)
+    line = _refused("--model", str(tiny_checkpoint), "--deploy-profile", str(path), "--text", "Hi")
+    assert f"CPUs {absent} do not exist here" in line
