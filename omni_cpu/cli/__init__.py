@@ -18,6 +18,7 @@ from omni_cpu.cli import (
     probe_cmd,
     profile_cmd,
     run_cmd,
+    serve_cmd,
 )
 from omni_cpu.cli.common import err_console, state
 from omni_cpu.errors import OmniCpuError
@@ -54,7 +55,7 @@ def _global_options(
     state.debug = debug
 
 
-for _module in (probe_cmd, profile_cmd, checkpoint_cmd, run_cmd, doctor_cmd, export_cmd):
+for _module in (probe_cmd, profile_cmd, checkpoint_cmd, run_cmd, doctor_cmd, export_cmd, serve_cmd):
     _module.register(app)
 
 

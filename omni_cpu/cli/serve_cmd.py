@@ -1,0 +1,114 @@
+"""`omni-cpu serve`: run vLLM-Omni's OpenAI-compatible speech server with a profile applied."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from omni_cpu.cli.common import console, err_console, print_json
+
+SERVE_HELP = """Serve speech over HTTP with vLLM-Omni's own OpenAI-compatible server on CPU.
+
+Starts `vllm-omni serve MODEL --omni` with the CPU platform selected and one replica of
+the deploy profile applied: per-stage core binding, KV cache bytes, batch limits, chunk
+sizes, the replica's NUMA node, and the API server pinned to the reserved front-end
+CPUs. Endpoints: POST /v1/audio/speech, GET /v1/models, /health, /metrics.
+
+At most max_num_seqs + --max-waiting speech requests are admitted at once; more get
+429. SIGTERM (or Ctrl-C) drains: new requests and /health get 503, requests in flight
+finish (up to --drain-timeout), then every stage process is stopped.
+
+Examples:
+
+  omni-cpu serve --model checkpoints/0.6b --port 8000
+
+  omni-cpu serve --model DIR --deploy-profile deploy.yaml --replica 1 --port 8001
+
+  omni-cpu serve --model DIR --dry-run        # print the command, environment and config
+"""
+
+
+def serve(
+    model: str = typer.Option(..., "--model", help="Checkpoint folder or Hugging Face id."),
+    deploy_profile: str = typer.Option(
+        "auto", "--deploy-profile", help="'auto' (plan this machine now) or a profile YAML."
+    ),
+    replica: int = typer.Option(
+        0, "--replica", min=0, help="Which of the profile's replicas (one per NUMA node)."
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port to listen on."),
+    max_waiting: int | None = typer.Option(
+        None,
+        "--max-waiting",
+        min=0,
+        help="Speech requests admitted beyond the talker's max_num_seqs (default: max_num_seqs).",
+    ),
+    max_input_chars: int | None = typer.Option(
+        None,
+        "--max-input-chars",
+        min=0,
+        help="Longest input text (default: half the talker's max_model_len; 0: no limit).",
+    ),
+    max_frames: int | None = typer.Option(
+        None,
+        "--max-frames",
+        min=1,
+        help="Codec frames (80 ms each) for requests without max_new_tokens (default: profile).",
+    ),
+    served_model_name: str | None = typer.Option(
+        None, "--served-model-name", help="Model name clients send (default: --model)."
+    ),
+    drain_timeout: float = typer.Option(
+        30.0, "--drain-timeout", min=0, help="Seconds SIGTERM waits for requests in flight."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the command, environment and deploy config; start nothing."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
+) -> None:
+    from omni_cpu.serve.plan import build_serve_plan
+
+    if deploy_profile == "auto":
+        from omni_cpu.plan import plan_for_machine
+
+        _, profile = plan_for_machine(model)
+    else:
+        from omni_cpu.profile import load_profile
+
+        profile = load_profile(Path(deploy_profile))
+    plan = build_serve_plan(
+        model,
+        profile,
+        replica=replica,
+        host=host,
+        port=port,
+        max_waiting=max_waiting,
+        max_input_chars=max_input_chars,
+        max_frames=max_frames,
+        served_model_name=served_model_name,
+        drain_timeout_s=drain_timeout,
+    )
+    if dry_run:
+        if as_json:
+            print_json(plan.to_dict())
+            return
+        for note in plan.notes:
+            console.print(f"# {note}", highlight=False, markup=False)
+        console.print(plan.shell(), highlight=False, markup=False, soft_wrap=True)
+        console.print(f"\n# {plan.deploy_config_path}:", highlight=False, markup=False)
+        console.print(plan.deploy_config_yaml(), highlight=False, markup=False, soft_wrap=True)
+        return
+    if as_json:
+        err_console.print("--json only applies with --dry-run; starting the server")
+    from omni_cpu.serve.supervisor import serve as run_plan
+
+    code = run_plan(plan)
+    if code:
+        raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `serve` to the app."""
+    app.command("serve", help=SERVE_HELP)(serve)

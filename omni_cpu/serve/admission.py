@@ -1,0 +1,169 @@
+"""ASGI middleware vLLM-Omni's API server loads with `--middleware`: bounded speech admission.
+
+vLLM-Omni queues every request it is given, so under overload memory grows without
+end and latency with it. This middleware sits in front of `POST /v1/audio/speech`:
+
+* more than `max_in_flight` speech requests at once (the talker's `max_num_seqs`
+  plus a waiting cap): answer 429 with a JSON error and `Retry-After`;
+* `input` longer than `max_input_chars`: 400 (vLLM-Omni itself checks empty input,
+  unknown voices and formats, but not length);
+* while the supervisor drains (its drain file exists): 503 for new speech requests
+  and for `/health`, so load balancers stop sending traffic.
+
+It keeps `omni_cpu_speech_requests_in_flight` in vLLM's Prometheus registry, which
+`/metrics` serves and the supervisor reads while draining.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from omni_cpu.serve.knobs import IN_FLIGHT_METRIC, REJECTED_METRIC, AdmissionLimits
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+SPEECH_PATH = "/v1/audio/speech"
+HEALTH_PATH = "/health"
+
+IN_FLIGHT = Gauge(IN_FLIGHT_METRIC, "Speech requests admitted and not yet answered in full.")
+REJECTED = Counter(REJECTED_METRIC, "Speech requests turned away.", ["reason"])
+
+
+def error_body(message: str, error_type: str, code: int, param: str | None = None) -> bytes:
+    """vLLM's JSON error shape, so OpenAI clients raise the matching exception."""
+    error = {"message": message, "type": error_type, "param": param, "code": code}
+    return json.dumps({"error": error}).encode()
+
+
+async def send_json(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """Answer a request with a complete JSON response."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(receive: Receive) -> tuple[bytes, bool]:
+    """The whole request body, and whether the client went away while sending it."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(chunks), True
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks), False
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands the already-read body to the app, then defers to the client."""
+    sent = False
+
+    async def receive_again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return receive_again
+
+
+def input_length(body: bytes) -> int | None:
+    """Characters in the request's `input`, or None when the body is not what we can judge."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None  # vLLM answers malformed JSON itself
+    text = data.get("input") if isinstance(data, dict) else None
+    return len(text) if isinstance(text, str) else None
+
+
+class SpeechAdmission:
+    """Bounds concurrent speech requests, input length, and refuses work while draining."""
+
+    def __init__(self, app: ASGIApp, limits: AdmissionLimits | None = None) -> None:
+        self.app = app
+        self.limits = limits if limits is not None else AdmissionLimits.from_env()
+        self.in_flight = 0
+
+    def draining(self) -> bool:
+        return bool(self.limits.drain_file) and os.path.exists(self.limits.drain_file)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if path == HEALTH_PATH and self.draining():
+            body = error_body("server is draining", "ServiceUnavailableError", 503)
+            await send_json(send, 503, body, [])
+            return
+        if path != SPEECH_PATH or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        await self._speech(scope, receive, send)
+
+    async def _speech(self, scope: Scope, receive: Receive, send: Send) -> None:
+        limits = self.limits
+        if self.draining():
+            REJECTED.labels("draining").inc()
+            body = error_body(
+                "server is shutting down; retry on another replica", "ServiceUnavailableError", 503
+            )
+            await send_json(send, 503, body, [(b"retry-after", b"1")])
+            return
+        if limits.max_in_flight and self.in_flight >= limits.max_in_flight:
+            REJECTED.labels("overloaded").inc()
+            body = error_body(
+                f"server is at capacity ({limits.max_in_flight} speech requests in flight); "
+                "retry later",
+                "RateLimitError",
+                429,
+            )
+            await send_json(send, 429, body, [(b"retry-after", b"1")])
+            return
+        # Count before reading the body: a request is admitted from the moment it is let in,
+        # and no await separates the check from the increment.
+        self.in_flight += 1
+        IN_FLIGHT.inc()
+        try:
+            if limits.max_input_chars:
+                body, gone = await read_body(receive)
+                if gone:
+                    return
+                length = input_length(body)
+                if length is not None and length > limits.max_input_chars:
+                    REJECTED.labels("input_too_long").inc()
+                    message = (
+                        f"input is {length} characters; this server accepts at most "
+                        f"{limits.max_input_chars} (split the text into several requests)"
+                    )
+                    await send_json(
+                        send, 400, error_body(message, "BadRequestError", 400, "input"), []
+                    )
+                    return
+                receive = replay(body, receive)
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+            IN_FLIGHT.dec()

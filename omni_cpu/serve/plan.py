@@ -1,0 +1,171 @@
+"""The serve plan: the exact command, environment and deploy config `omni-cpu serve` launches.
+
+Pure: a profile and options in, a `ServePlan` out. `--dry-run` prints it; the
+supervisor runs it. Nothing here imports torch or vLLM.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.errors import InputError
+from omni_cpu.profile import Profile, deploy_config_dict
+from omni_cpu.serve.knobs import MIDDLEWARE_PATH, AdmissionLimits
+
+TALKER_STAGE = 0
+# vLLM-Omni's own CLI (the `vllm-omni` console script): `serve MODEL --omni` starts its
+# OpenAI-compatible server; run as a module so it is the venv's, whatever PATH says.
+SERVER_MODULE = "vllm_omni.entrypoints.cli.main"
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """One replica's API server: what to run, with what, and how to bound and stop it."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]  # set on top of the inherited environment
+    deploy_config: dict[str, Any]  # written to deploy_config_path before the start
+    deploy_config_path: str
+    workdir: str  # holds the deploy config and the drain flag; removed at exit
+    frontend_cpus: tuple[int, ...]  # the API server's affinity; () = inherited
+    limits: AdmissionLimits
+    host: str
+    port: int
+    replica: int
+    drain_timeout_s: float
+    stop_timeout_s: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def shell(self) -> str:
+        """The plan as one shell command line (what `--dry-run` prints), one option a line."""
+        lines: list[list[str]] = []
+        if self.frontend_cpus:
+            lines.append(["taskset", "-c", ",".join(map(str, self.frontend_cpus))])
+        lines.append(["env"])
+        lines += [[f"{key}={value}"] for key, value in self.env.items()]
+        lines.append([])
+        for word in self.argv:
+            if word.startswith("--") and lines[-1]:
+                lines.append([])
+            lines[-1].append(word)
+        return " \\\n  ".join(" ".join(shlex.quote(word) for word in line) for line in lines)
+
+    def deploy_config_yaml(self) -> str:
+        return yaml.safe_dump(self.deploy_config, sort_keys=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["argv"] = list(self.argv)
+        data["frontend_cpus"] = list(self.frontend_cpus)
+        data["notes"] = list(self.notes)
+        return data
+
+
+def default_workdir(port: int) -> Path:
+    """Per-port folder for the deploy config and drain flag (one server per port)."""
+    return Path(tempfile.gettempdir()) / f"omni-cpu-serve-{port}"
+
+
+def build_serve_plan(
+    model: str,
+    profile: Profile,
+    *,
+    replica: int = 0,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workdir: Path | None = None,
+    max_waiting: int | None = None,
+    max_input_chars: int | None = None,
+    max_frames: int | None = None,
+    served_model_name: str | None = None,
+    drain_timeout_s: float = 30.0,
+    stop_timeout_s: float = 15.0,
+    python: str = sys.executable,
+) -> ServePlan:
+    """The plan that serves `model` with replica `replica` of `profile` on host:port."""
+    if not 0 <= replica < len(profile.replicas):
+        raise InputError(
+            f"--replica {replica}: the profile has {len(profile.replicas)} replica(s)",
+            f"use --replica 0..{len(profile.replicas) - 1} (one per NUMA node)",
+        )
+    chosen = profile.replicas[replica]
+    talker = chosen.stage(TALKER_STAGE)
+    folder = workdir if workdir is not None else default_workdir(port)
+    deploy_path = folder / f"deploy-replica{replica}.yaml"
+
+    deploy = deploy_config_dict(profile, replica)
+    notes: list[str] = []
+    if max_frames is not None:
+        if max_frames < 1:
+            raise InputError(f"--max-frames {max_frames}", "give at least 1 frame")
+        # The talker's default max_tokens is the frame cap of a request that sets none.
+        for stage in deploy["stages"]:
+            if stage["stage_id"] == TALKER_STAGE:
+                stage.setdefault("default_sampling_params", {})["max_tokens"] = max_frames
+        notes.append(f"requests without max_new_tokens stop after {max_frames} codec frames")
+
+    waiting = talker.max_num_seqs if max_waiting is None else max_waiting
+    if waiting < 0:
+        raise InputError(f"--max-waiting {waiting}", "give 0 or more")
+    # Text tokens never outnumber characters; half the talker's context stays for frames.
+    chars = talker.max_model_len // 2 if max_input_chars is None else max_input_chars
+    limits = AdmissionLimits(
+        max_in_flight=talker.max_num_seqs + waiting,
+        max_input_chars=max(0, chars),
+        drain_file=str(folder / "draining"),
+    )
+    notes.append(
+        f"at most {limits.max_in_flight} speech requests at once "
+        f"({talker.max_num_seqs} running + {waiting} waiting); more get 429"
+    )
+
+    env = {
+        "VLLM_TARGET_DEVICE": "cpu",
+        "CPU_VISIBLE_MEMORY_NODES": str(chosen.numa_node),
+        **profile.env,
+        **limits.to_env(),
+    }
+    argv = [
+        python,
+        "-m",
+        SERVER_MODULE,
+        "serve",
+        model,
+        "--omni",
+        "--deploy-config",
+        str(deploy_path),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--middleware",
+        MIDDLEWARE_PATH,
+    ]
+    if served_model_name:
+        argv += ["--served-model-name", served_model_name]
+    frontend = parse_cpu_list(chosen.frontend_cpus) if chosen.frontend_cpus else ()
+    if frontend:
+        notes.append(f"API server and engine cores pinned to CPUs {chosen.frontend_cpus}")
+    return ServePlan(
+        argv=tuple(argv),
+        env=env,
+        deploy_config=deploy,
+        deploy_config_path=str(deploy_path),
+        workdir=str(folder),
+        frontend_cpus=tuple(frontend),
+        limits=limits,
+        host=host,
+        port=port,
+        replica=replica,
+        drain_timeout_s=drain_timeout_s,
+        stop_timeout_s=stop_timeout_s,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,123 @@
+"""Process-tree helpers: find, signal and reap everything a server started.
+
+vLLM-Omni's API server spawns an engine-core process per stage, which spawn
+workers. If the API server dies first, those are re-parented; as a child
+subreaper the supervisor becomes their parent instead of init, so it can still
+see them (by parent links in /proc), stop them and reap them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import time
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, value: int) -> bool:
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return False
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    return libc.prctl(option, value, 0, 0, 0) == 0
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants re-parent to this process (Linux ≥ 3.4); False where unsupported."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> bool:
+    """In a child (e.g. preexec_fn): get `sig` when the parent dies, so a killed supervisor
+    does not leave a server behind."""
+    return _prctl(PR_SET_PDEATHSIG, int(sig))
+
+
+def _stat_fields(pid: int, proc: Path) -> tuple[str, int] | None:
+    """(state, ppid) of a process, or None when it is gone."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself contain spaces or ')'.
+    rest = text[text.rfind(")") + 2 :].split()
+    try:
+        return rest[0], int(rest[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def descendants(root: int, proc: Path = Path("/proc")) -> list[int]:
+    """Every live descendant of `root` (not `root` itself), parents before children."""
+    children: dict[int, list[int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name), proc)
+        if fields is not None:
+            children.setdefault(fields[1], []).append(int(entry.name))
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        pid = frontier.pop(0)
+        for child in sorted(children.get(pid, [])):
+            found.append(child)
+            frontier.append(child)
+    return found
+
+
+def is_running(pid: int, proc: Path = Path("/proc")) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    fields = _stat_fields(pid, proc)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    """Send `sig` to each pid that still exists."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def reap_children() -> None:
+    """Collect exit statuses of any finished children (re-parented ones included)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def wait_gone(pids: list[int], timeout_s: float, poll_s: float = 0.1) -> list[int]:
+    """Wait until none of `pids` runs (reaping as we go); the ones still running after."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reap_children()
+        alive = [pid for pid in pids if is_running(pid)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(poll_s)
+
+
+def stop_tree(root: int, timeout_s: float) -> list[int]:
+    """SIGTERM `root` and its descendants, SIGKILL what is left after `timeout_s`.
+
+    Returns the pids that still ran after SIGKILL (empty when the tree is gone).
+    """
+    tree = [root, *descendants(root)]
+    signal_all([root], signal.SIGTERM)
+    alive = wait_gone(tree, timeout_s)
+    # Children started during shutdown, or re-parented to us, count too.
+    alive = sorted(set(alive) | {pid for pid in descendants(os.getpid()) if is_running(pid)})
+    if alive:
+        signal_all(alive, signal.SIGKILL)
+        alive = wait_gone(alive, 5.0)
+    return alive

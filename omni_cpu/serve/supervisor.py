@@ -1,0 +1,178 @@
+"""Run a serve plan: start vLLM-Omni's API server, watch it, drain and stop it on SIGTERM.
+
+vLLM-Omni 0.30.0 stops its stage engines as soon as its API server gets SIGTERM,
+so requests in flight never finish (their connections hang until the client gives
+up). The supervisor stands in front of that: on SIGTERM or Ctrl-C it raises the
+drain flag (the admission middleware then turns new speech requests and /health
+away with 503), waits up to `drain_timeout_s` for the in-flight gauge on /metrics
+to reach 0, then stops the server and every process under it. A second signal
+skips the wait.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from omni_cpu.errors import InputError, StageError
+from omni_cpu.serve import proctree
+from omni_cpu.serve.knobs import IN_FLIGHT_METRIC
+from omni_cpu.serve.plan import ServePlan
+
+POLL_S = 0.25
+
+
+def local_url(host: str, port: int, path: str) -> str:
+    """A loopback URL for the server, whatever address it listens on."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}{path}"
+
+
+def http_status(url: str, timeout_s: float = 2.0) -> int | None:
+    """The status code of GET url, or None when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except (OSError, ValueError):
+        return None
+
+
+def in_flight(host: str, port: int, timeout_s: float = 2.0) -> int | None:
+    """Speech requests in flight per the middleware's gauge, or None when /metrics is silent."""
+    try:
+        with urllib.request.urlopen(local_url(host, port, "/metrics"), timeout=timeout_s) as reply:
+            text = reply.read().decode(errors="replace")
+    except (OSError, ValueError):
+        return None
+    for line in text.splitlines():
+        if line.startswith(IN_FLIGHT_METRIC + " "):
+            return int(float(line.split()[1]))
+    return None
+
+
+def prepare_workdir(plan: ServePlan) -> None:
+    """Write the deploy config; clear a drain flag left by an earlier run on this port."""
+    folder = Path(plan.workdir)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if folder.stat().st_uid != os.getuid():
+        raise InputError(
+            f"{folder} belongs to another user", "remove it or serve on another --port"
+        )
+    Path(plan.deploy_config_path).write_text(plan.deploy_config_yaml())
+    Path(plan.limits.drain_file).unlink(missing_ok=True)
+
+
+def _child_setup(frontend_cpus: tuple[int, ...]) -> Callable[[], None]:
+    def setup() -> None:
+        proctree.die_with_parent(signal.SIGTERM)
+        if frontend_cpus:
+            # Stage workers bind their own OpenMP threads (VLLM_CPU_OMP_THREADS_BIND);
+            # the API server and engine cores stay on the reserved front-end CPUs.
+            os.sched_setaffinity(0, frontend_cpus)
+
+    return setup
+
+
+class Supervisor:
+    """Owns one API server process and everything it starts."""
+
+    def __init__(self, plan: ServePlan, log: TextIO = sys.stderr) -> None:
+        self.plan = plan
+        self.log = log
+        self.stop_requests = 0
+        self.child: subprocess.Popen[bytes] | None = None
+
+    def say(self, text: str) -> None:
+        print(f"omni-cpu serve: {text}", file=self.log, flush=True)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_requests += 1
+
+    def run(self) -> int:
+        """Serve until the server exits or a stop is requested; the exit code."""
+        plan = self.plan
+        prepare_workdir(plan)
+        proctree.become_subreaper()
+        previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            self.child = subprocess.Popen(
+                list(plan.argv),
+                env={**os.environ, **plan.env},
+                start_new_session=True,  # a terminal's Ctrl-C reaches only us; we drain first
+                preexec_fn=_child_setup(plan.frontend_cpus),
+            )
+            self.say(
+                f"replica {plan.replica}: vLLM-Omni API server pid {self.child.pid}, "
+                f"{local_url(plan.host, plan.port, '')} (deploy config {plan.deploy_config_path})"
+            )
+            return self._watch()
+        finally:
+            if self.child is not None:
+                left = proctree.stop_tree(self.child.pid, plan.stop_timeout_s)
+                if left:
+                    self.say(f"processes still running after SIGKILL: {left}")
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            shutil.rmtree(plan.workdir, ignore_errors=True)
+
+    def _watch(self) -> int:
+        assert self.child is not None
+        ready = False
+        last_probe = 0.0
+        while self.stop_requests == 0:
+            code = self.child.poll()
+            if code is not None:
+                raise StageError(
+                    f"the vLLM-Omni API server exited with code {code}",
+                    "see its log above; `omni-cpu doctor` checks the runtime",
+                )
+            now = time.monotonic()
+            if not ready and now - last_probe >= 2.0:
+                last_probe = now
+                if http_status(local_url(self.plan.host, self.plan.port, "/health")) == 200:
+                    ready = True
+                    self.say("ready")
+            time.sleep(POLL_S)
+        self._drain()
+        return 0
+
+    def _drain(self) -> None:
+        """Refuse new work, then wait (bounded) for admitted requests to finish."""
+        assert self.child is not None
+        plan = self.plan
+        Path(plan.limits.drain_file).touch()
+        deadline = time.monotonic() + plan.drain_timeout_s
+        self.say(f"draining (up to {plan.drain_timeout_s:g} s; signal again to stop now)")
+        while self.stop_requests < 2 and self.child.poll() is None:
+            count = in_flight(plan.host, plan.port)
+            if not count:  # 0, or no server answering: nothing to wait for
+                break
+            if time.monotonic() >= deadline:
+                self.say(f"drain timeout with {count} request(s) still in flight")
+                break
+            time.sleep(POLL_S)
+        self.say("stopping the server and its stage processes")
+
+
+def serve(plan: ServePlan, log: TextIO = sys.stderr) -> int:
+    """Run `plan` in the foreground until stopped; the exit code."""
+    return Supervisor(plan, log).run()
