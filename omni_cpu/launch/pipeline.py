@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -180,6 +182,7 @@ def run_pipeline(
     utterances = [Utterance(index, path) for index, path in enumerate(out_paths)]
     omni = None
     stage_pids: list[int] = []
+    previous_sigterm = _sigterm_as_interrupt()
     try:
         with tempfile.TemporaryDirectory(prefix="omni-cpu-") as tmp:
             deploy_path = plan.write_deploy_config(Path(tmp))
@@ -237,3 +240,16 @@ def run_pipeline(
             with contextlib.suppress(Exception):
                 omni.close()
         processes.terminate(processes.descendant_pids())
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _sigterm_as_interrupt() -> Any:
+    """Make `kill` clean up like Ctrl-C (stages stopped, no partial WAV); the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_interrupt)
