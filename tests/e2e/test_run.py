@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
+import time
 import wave
 from pathlib import Path
 
@@ -16,7 +18,13 @@ import numpy as np
 import pytest
 
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
-from tests.e2e.conftest import Run, live_pids_with_token, needs_runtime, run_omni_cpu
+from tests.e2e.conftest import (
+    Run,
+    interrupt_omni_cpu,
+    live_pids_with_token,
+    needs_runtime,
+    run_omni_cpu,
+)
 
 FRAME = 1920  # samples per 12.5 Hz codec frame at 24 kHz
 MAX_FRAMES = "12"
@@ -151,6 +159,19 @@ def test_stream_run_reports_time_to_first_audio(stream_run: tuple[Run, Path]) ->
 @needs_runtime
 def test_no_stage_process_outlives_a_stream_run(stream_run: tuple[Run, Path]) -> None:
     assert live_pids_with_token(stream_run[0].token) == []
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_ctrl_c_ends_every_stage_and_leaves_no_wav(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "never.wav"
+    run = interrupt_omni_cpu(
+        "run", "--model", str(tiny_checkpoint), "--text", "Hi", "--out", str(out), sig=signal.SIGINT
+    )
+    assert run.returncode == 130
+    assert list(tmp_path.iterdir()) == []  # neither the WAV nor its partial file
+    time.sleep(1)  # a killed child may take a moment to be reaped by init
+    assert live_pids_with_token(run.token) == []
 
 
 # ---- bad input: one line, non-zero exit, no engine started -----------------------------
