@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omni_cpu.errors import RuntimeMissingError, StageError
+from omni_cpu.errors import OmniCpuError, RuntimeMissingError, StageError
 from omni_cpu.launch import processes
 from omni_cpu.launch.plan import DRIVER_ENV_DEFAULTS, LaunchPlan
 from omni_cpu.launch.request import SAMPLE_RATE, SpeechRequest
@@ -229,11 +229,17 @@ def run_pipeline(
     except BaseException as error:
         for writer in writers:
             writer.abort()
-        if type(error).__name__ == "OmniEngineDeadError":
-            raise StageError(
-                "a pipeline stage died", "see its traceback above; rerun with --debug"
-            ) from error
-        raise
+        if isinstance(error, (OmniCpuError, KeyboardInterrupt, SystemExit)):
+            raise
+        # Anything else came out of vLLM-Omni: a stage failed to start or died. Its own
+        # traceback is already in the log above; say which phase in one line.
+        phase = "starting the stage engines" if omni is None else "synthesis"
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise StageError(
+            f"{phase} failed: {reason}",
+            "the stage's own error is in the log above (memory: lower kv_cache_memory_bytes "
+            "in the profile or free memory; --debug shows the driver traceback)",
+        ) from error
     finally:
         if omni is not None:
             # A dead stage can make close() raise; the sweep below still runs.
