@@ -310,15 +310,25 @@ class TreeRssSampler:
         return total
 
 
-def parse_json_output(stdout: str) -> dict[str, Any]:
-    """The JSON document a command printed: all of stdout, else its last `{...}` line."""
-    try:
-        return json.loads(stdout)
-    except json.JSONDecodeError:
-        for line in reversed(stdout.splitlines()):
-            if line.startswith("{"):
-                return json.loads(line)
-        raise
+def parse_json_output(stdout: str) -> dict[str, Any] | None:
+    """The last top-level JSON object a command printed among other chatter, if any.
+
+    Engines and libraries log on stdout too (before and after the result), and the
+    result may be indented over many lines: an object starts at a line's first column.
+    """
+    decoder = json.JSONDecoder()
+    found, position = None, 0
+    starts = [0] + [i + 1 for i, c in enumerate(stdout) if c == "\n"]
+    for start in starts:
+        if start < position or not stdout.startswith("{", start):
+            continue
+        try:
+            value, position = decoder.raw_decode(stdout, start)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            found = value
+    return found
 
 
 def run_json(
@@ -348,6 +358,12 @@ def run_json(
     if not expect_json:
         return {}, seconds
     result = parse_json_output(stdout)
+    if result is None:
+        kept = log.with_suffix(".stdout")
+        kept.write_text(stdout)
+        raise StageError(
+            f"{name} printed no JSON result", fix=f"see {kept.relative_to(REPO)} and {log.name}"
+        )
     if "peak_rss_bytes" in result:  # the process's own figure, kept beside the sampled one
         result["peak_rss_bytes_reported"] = result["peak_rss_bytes"]
     result["peak_rss_bytes"] = rss.peak_bytes

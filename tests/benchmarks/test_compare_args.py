@@ -139,6 +139,12 @@ def test_json_output_is_read_after_any_chatter_on_stdout() -> None:
     assert compare.parse_json_output('{\n  "rtf": 1.5\n}\n') == {"rtf": 1.5}
 
 
+def test_an_indented_json_result_is_found_between_log_lines() -> None:
+    stdout = "INFO {'a': 1} started\n{'not': json}\n{\n  \"rtf\": 1.5,\n  \"x\": {}\n}\nbye\n"
+    assert compare.parse_json_output(stdout) == {"rtf": 1.5, "x": {}}
+    assert compare.parse_json_output("no result here\n") is None
+
+
 def test_a_side_without_startup_gets_process_wall_minus_request_wall() -> None:
     runs = [({"wall_seconds": 4.0, "rtf": 0.4}, 30.0), ({"wall_seconds": 6.0, "rtf": 0.6}, 40.0)]
     merged = compare.median_result(runs)
