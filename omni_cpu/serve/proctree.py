@@ -85,38 +85,43 @@ def signal_all(pids: list[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
-def reap_children() -> None:
-    """Collect exit statuses of any finished children (re-parented ones included)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+def reap(pids: list[int]) -> None:
+    """Collect the exit status of any of `pids` that are finished children of this process."""
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 def wait_gone(pids: list[int], timeout_s: float, poll_s: float = 0.1) -> list[int]:
-    """Wait until none of `pids` runs (reaping as we go); the ones still running after."""
+    """Wait until none of `pids` runs (reaping our own); the ones still running after."""
     deadline = time.monotonic() + timeout_s
     while True:
-        reap_children()
+        reap(pids)
         alive = [pid for pid in pids if is_running(pid)]
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(poll_s)
 
 
-def stop_tree(root: int, timeout_s: float) -> list[int]:
-    """SIGTERM `root` and its descendants, SIGKILL what is left after `timeout_s`.
+def stop_tree(root: int, timeout_s: float, *, include_adopted: bool = False) -> list[int]:
+    """SIGTERM `root`, then SIGKILL whatever of its tree is left after `timeout_s`.
 
-    Returns the pids that still ran after SIGKILL (empty when the tree is gone).
+    The tree is snapshotted before the signal, so processes re-parented when their
+    parent dies stay tracked. `include_adopted`: also stop every descendant of this
+    process (right for a supervisor whose only child is `root`, as a subreaper).
+    Returns the pids still running after SIGKILL (empty when the tree is gone).
     """
-    tree = [root, *descendants(root)]
+    tree = set([root, *descendants(root)])
     signal_all([root], signal.SIGTERM)
-    alive = wait_gone(tree, timeout_s)
-    # Children started during shutdown, or re-parented to us, count too.
-    alive = sorted(set(alive) | {pid for pid in descendants(os.getpid()) if is_running(pid)})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        tree |= set(descendants(root))  # children started during shutdown count too
+        if include_adopted:
+            tree |= set(descendants(os.getpid()))
+        alive = wait_gone(sorted(tree), 0.0)
+        if not alive or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
     if alive:
         signal_all(alive, signal.SIGKILL)
         alive = wait_gone(alive, 5.0)

@@ -127,7 +127,7 @@ class Supervisor:
             return self._watch()
         finally:
             if self.child is not None:
-                left = proctree.stop_tree(self.child.pid, plan.stop_timeout_s)
+                left = proctree.stop_tree(self.child.pid, plan.stop_timeout_s, include_adopted=True)
                 if left:
                     self.say(f"processes still running after SIGKILL: {left}")
             for sig, handler in previous.items():

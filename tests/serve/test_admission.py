@@ -1,0 +1,136 @@
+"""The admission middleware: bounded speech requests, input length, draining, as ASGI sees them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from omni_cpu.serve.admission import SpeechAdmission
+from omni_cpu.serve.knobs import AdmissionLimits
+
+SPEECH = {"model": "m", "input": "Hello there.", "voice": "ryan"}
+
+
+class SlowApp:
+    """Stands in for vLLM-Omni: answers 200 with the body it was given, once released."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.started = 0
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        self.started += 1
+        message = await receive()
+        self.bodies.append(message.get("body", b""))
+        await self.release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"audio"})
+
+
+async def call(
+    app: Any, path: str, body: dict | None = None, method: str = "POST"
+) -> tuple[int, bytes]:
+    """One request through `app`; its status and body."""
+    raw = json.dumps(body).encode() if body is not None else b""
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "path": path, "method": method, "headers": []}
+    await app(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout=10))
+
+
+def test_requests_past_the_limit_get_429_with_a_json_error():
+    async def scenario() -> list[tuple[int, bytes]]:
+        inner = SlowApp()
+        app = SpeechAdmission(inner, AdmissionLimits(max_in_flight=2))
+        tasks = [asyncio.create_task(call(app, "/v1/audio/speech", SPEECH)) for _ in range(5)]
+        while inner.started < 2:
+            await asyncio.sleep(0)
+        done, _ = await asyncio.wait(tasks, timeout=0.2)
+        refused = [task.result() for task in done]
+        inner.release.set()
+        admitted = [await task for task in tasks if task not in done]
+        return refused + admitted
+
+    results = run(scenario())
+    statuses = sorted(status for status, _ in results)
+    assert statuses == [200, 200, 429, 429, 429]
+    error = json.loads(next(body for status, body in results if status == 429))["error"]
+    assert error["code"] == 429 and "capacity" in error["message"]
+
+
+def test_a_finished_request_frees_its_slot():
+    async def scenario() -> list[int]:
+        inner = SlowApp()
+        inner.release.set()
+        app = SpeechAdmission(inner, AdmissionLimits(max_in_flight=1))
+        first = await call(app, "/v1/audio/speech", SPEECH)
+        second = await call(app, "/v1/audio/speech", SPEECH)
+        assert app.in_flight == 0
+        return [first[0], second[0]]
+
+    assert run(scenario()) == [200, 200]
+
+
+def test_over_long_input_gets_400_naming_the_limit():
+    inner = SlowApp()
+    app = SpeechAdmission(inner, AdmissionLimits(max_input_chars=10))
+    status, body = run(call(app, "/v1/audio/speech", {**SPEECH, "input": "x" * 11}))
+    assert status == 400
+    error = json.loads(body)["error"]
+    assert error["param"] == "input" and "at most 10" in error["message"]
+    assert inner.started == 0
+
+
+def test_admitted_request_reaches_the_server_with_its_body_intact():
+    inner = SlowApp()
+    inner.release.set()
+    app = SpeechAdmission(inner, AdmissionLimits(max_input_chars=100))
+    status, _ = run(call(app, "/v1/audio/speech", SPEECH))
+    assert status == 200
+    assert json.loads(inner.bodies[0]) == SPEECH
+
+
+def test_draining_refuses_new_speech_and_fails_health(tmp_path: Path):
+    flag = tmp_path / "draining"
+    inner = SlowApp()
+    inner.release.set()
+    app = SpeechAdmission(inner, AdmissionLimits(drain_file=str(flag)))
+    assert run(call(app, "/health", method="GET"))[0] == 200
+    flag.touch()
+    assert run(call(app, "/v1/audio/speech", SPEECH))[0] == 503
+    assert run(call(app, "/health", method="GET"))[0] == 503
+
+
+def test_other_endpoints_are_not_counted_or_limited():
+    inner = SlowApp()
+    inner.release.set()
+    app = SpeechAdmission(inner, AdmissionLimits(max_in_flight=1, max_input_chars=1))
+    app.in_flight = 1  # full
+    assert run(call(app, "/v1/models", method="GET"))[0] == 200
+    assert run(call(app, "/v1/chat/completions", SPEECH))[0] == 200
+
+
+def test_limits_come_from_the_environment():
+    limits = AdmissionLimits.from_env(
+        {
+            "OMNI_CPU_SERVE_MAX_IN_FLIGHT": "12",
+            "OMNI_CPU_SERVE_MAX_INPUT_CHARS": "oops",
+            "OMNI_CPU_SERVE_DRAIN_FILE": "/x/draining",
+        }
+    )
+    assert limits == AdmissionLimits(max_in_flight=12, max_input_chars=0, drain_file="/x/draining")

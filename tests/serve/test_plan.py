@@ -1,0 +1,155 @@
+"""The serve plan and `serve --dry-run`: the command, environment and config, nothing started."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.errors import InputError
+from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
+from omni_cpu.profile import load_profile, save_profile
+from omni_cpu.serve import build_serve_plan
+from omni_cpu.serve.knobs import (
+    DRAIN_FILE_ENV,
+    MAX_IN_FLIGHT_ENV,
+    MAX_INPUT_CHARS_ENV,
+    MIDDLEWARE_PATH,
+)
+
+from ..plan.machines import machine
+
+REPO = Path(__file__).resolve().parents[2]
+EIGHT_NODES = REPO / "profiles" / "epyc-7451-2s-8node.yaml"
+
+
+@pytest.fixture(scope="module")
+def two_node_profile():
+    """Two NUMA nodes of 12 cores: each replica reserves a front-end CPU."""
+    big = machine({0: list(range(12)), 1: list(range(12, 24))}, smt=2)
+    return plan_profile(big, footprint_for_model("0.6b"), PlanOptions(reserve=1))
+
+
+def option(argv: tuple[str, ...], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_replica_n_binds_its_stages_and_memory_to_node_n():
+    profile = load_profile(EIGHT_NODES)
+    plan = build_serve_plan("ckpt", profile, replica=5, port=8005)
+    assert plan.env["CPU_VISIBLE_MEMORY_NODES"] == "5"
+    cpu_env = {s["stage_id"]: s["env"] for s in plan.deploy_config["platforms"]["cpu"]["stages"]}
+    for stage in profile.replicas[5].stages:
+        assert cpu_env[stage.stage_id]["VLLM_CPU_OMP_THREADS_BIND"] == stage.cpus
+        assert cpu_env[stage.stage_id]["CPU_VISIBLE_MEMORY_NODES"] == "5"
+
+
+def test_deploy_config_carries_the_replicas_kv_bytes_and_batch_limits():
+    profile = load_profile(EIGHT_NODES)
+    plan = build_serve_plan("ckpt", profile, replica=2)
+    stages = {s["stage_id"]: s for s in plan.deploy_config["stages"]}
+    for stage in profile.replicas[2].stages:
+        assert stages[stage.stage_id]["kv_cache_memory_bytes"] == stage.kv_cache_memory_bytes
+        assert stages[stage.stage_id]["max_num_seqs"] == stage.max_num_seqs
+    extra = plan.deploy_config["connectors"]["connector_of_shared_memory"]["extra"]
+    assert extra["codec_chunk_frames"] == profile.streaming.codec_chunk_frames
+
+
+def test_command_is_vllm_omnis_own_server_with_the_cpu_platform_and_middleware():
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), host="127.0.0.1", port=8123)
+    assert plan.argv[1:6] == ("-m", "vllm_omni.entrypoints.cli.main", "serve", "ckpt", "--omni")
+    assert option(plan.argv, "--deploy-config") == plan.deploy_config_path
+    assert option(plan.argv, "--port") == "8123"
+    assert option(plan.argv, "--middleware") == MIDDLEWARE_PATH
+    assert plan.env["VLLM_TARGET_DEVICE"] == "cpu"
+
+
+def test_queue_limit_is_max_num_seqs_plus_the_waiting_cap():
+    profile = load_profile(EIGHT_NODES)
+    seqs = profile.replicas[0].stage(0).max_num_seqs
+    assert build_serve_plan("m", profile).limits.max_in_flight == 2 * seqs
+    plan = build_serve_plan("m", profile, max_waiting=3)
+    assert plan.env[MAX_IN_FLIGHT_ENV] == str(seqs + 3)
+
+
+def test_input_limit_defaults_to_half_the_talker_context():
+    profile = load_profile(EIGHT_NODES)
+    plan = build_serve_plan("m", profile)
+    assert plan.env[MAX_INPUT_CHARS_ENV] == str(profile.replicas[0].stage(0).max_model_len // 2)
+
+
+def test_drain_flag_lives_in_the_per_port_workdir():
+    plan = build_serve_plan("m", load_profile(EIGHT_NODES), port=8077)
+    assert plan.env[DRAIN_FILE_ENV] == str(Path(plan.workdir) / "draining")
+    assert Path(plan.deploy_config_path).parent == Path(plan.workdir)
+    assert plan.workdir.endswith("omni-cpu-serve-8077")
+
+
+def test_max_frames_caps_the_talkers_default_max_tokens():
+    plan = build_serve_plan("m", load_profile(EIGHT_NODES), max_frames=48)
+    talker = next(s for s in plan.deploy_config["stages"] if s["stage_id"] == 0)
+    assert talker["default_sampling_params"]["max_tokens"] == 48
+
+
+def test_reserved_frontend_cpus_pin_the_api_server(two_node_profile):
+    plan = build_serve_plan("m", two_node_profile, replica=1)
+    reserved = two_node_profile.replicas[1].frontend_cpus
+    assert reserved
+    assert plan.frontend_cpus == parse_cpu_list(reserved)
+    assert plan.shell().startswith(f"taskset -c {','.join(map(str, plan.frontend_cpus))}")
+
+
+def test_replica_past_the_profile_is_a_user_error():
+    with pytest.raises(InputError, match="8 replica"):
+        build_serve_plan("m", load_profile(EIGHT_NODES), replica=8)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a fresh interpreter that reports whether torch or vLLM got imported."""
+    code = (
+        "import sys\n"
+        "from omni_cpu.cli import app\n"
+        "try:\n"
+        f"    app({list(args)!r}, standalone_mode=False)\n"
+        "finally:\n"
+        "    heavy = sorted(m for m in ('torch', 'vllm', 'vllm_omni') if m in sys.modules)\n"
+        "    print('HEAVY=' + ','.join(heavy), file=sys.stderr)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+
+
+def test_dry_run_prints_command_env_and_config_without_importing_torch_or_vllm(tmp_path):
+    profile = plan_profile(machine({0: [0, 1]}), footprint_for_model("tiny"), PlanOptions())
+    save_profile(profile, tmp_path / "deploy.yaml")
+    done = run_cli(
+        "serve", "--model", "ckpt", "--deploy-profile", str(tmp_path / "deploy.yaml"),
+        "--port", "8099", "--dry-run",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "HEAVY=\n" in done.stderr
+    assert "VLLM_TARGET_DEVICE=cpu" in done.stdout
+    assert "vllm_omni.entrypoints.cli.main serve ckpt" in done.stdout
+    assert "--deploy-config /" in done.stdout
+    config_text = done.stdout.split("deploy-replica0.yaml:\n", 1)[1]
+    assert yaml.safe_load(config_text)["stages"][0]["stage_id"] == 0
+
+
+def test_dry_run_json_is_the_plan(tmp_path):
+    profile = plan_profile(machine({0: [0, 1]}), footprint_for_model("tiny"), PlanOptions())
+    save_profile(profile, tmp_path / "deploy.yaml")
+    done = run_cli(
+        "serve", "--model", "ckpt", "--deploy-profile", str(tmp_path / "deploy.yaml"),
+        "--dry-run", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["argv"][3:5] == ["serve", "ckpt"]
+    assert plan["env"]["CPU_VISIBLE_MEMORY_NODES"] == "0"
+    assert plan["limits"]["max_in_flight"] > 0

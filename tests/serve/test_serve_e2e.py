@@ -1,0 +1,277 @@
+"""`omni-cpu serve` end to end: one real server (tiny checkpoint), the official `openai` client.
+
+One server start for the whole module (two engines load on 2 cores: minutes). The
+SIGTERM test runs last and stops it; the fixture's teardown stops it otherwise.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from omni_cpu.serve import proctree
+
+pytestmark = pytest.mark.e2e
+
+openai = pytest.importorskip("openai")
+soundfile = pytest.importorskip("soundfile")
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_RATE = 24_000
+FRAME_SAMPLES = 1920  # one 12.5 Hz codec frame at 24 kHz
+START_TIMEOUT_S = 900
+MAX_FRAMES = 24  # random talker weights rarely emit EOS: bound every request
+MAX_SEQS = 2
+MAX_WAITING = 1  # 3 admitted at once: 8 concurrent requests overflow
+REQUEST_TIMEOUT_S = 300
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    port: int
+    model: str
+    log: Path
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(
+            base_url=self.url("/v1"), api_key="none", max_retries=0, timeout=REQUEST_TIMEOUT_S
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def post_json(url: str, body: dict, timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[int, bytes]:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    from omni_cpu.checkpoint.writer import make_checkpoint
+    from omni_cpu.plan import plan_for_machine
+    from omni_cpu.profile import save_profile
+
+    folder = tmp_path_factory.mktemp("serve")
+    model = folder / "tiny"
+    make_checkpoint("tiny", model)
+    _, profile = plan_for_machine(str(model), max_seqs=MAX_SEQS)
+    save_profile(profile, folder / "deploy.yaml")
+    port = free_port()
+    log = folder / "serve.log"
+    command = [
+        sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(model),
+        "--deploy-profile", str(folder / "deploy.yaml"), "--host", "127.0.0.1",
+        "--port", str(port), "--max-frames", str(MAX_FRAMES),
+        "--max-waiting", str(MAX_WAITING), "--drain-timeout", "120",
+    ]  # fmt: skip
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
+    running = Server(process, port, str(model), log)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    try:
+        while get_status(running.url("/health")) != 200:
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"server did not come up; log tail:\n{log.read_text()[-4000:]}")
+            time.sleep(2)
+        yield running
+    finally:
+        if process.poll() is None:
+            proctree.stop_tree(process.pid, 60)
+
+
+def get_status(url: str) -> int | None:
+    try:
+        return get(url, 2.0)[0]
+    except OSError:
+        return None
+
+
+def pcm_samples(data: bytes) -> int:
+    assert len(data) % 2 == 0
+    return len(data) // 2
+
+
+def test_models_lists_the_checkpoint(server: Server):
+    models = server.client().models.list()
+    assert [m.id for m in models.data] == [server.model]
+
+
+def test_wav_speech_decodes_as_24khz_whole_frames(server: Server):
+    reply = server.client().audio.speech.create(
+        model=server.model, input="Hello there.", voice="ryan", response_format="wav"
+    )
+    audio, rate = soundfile.read(io.BytesIO(reply.content), dtype="int16")
+    assert rate == SAMPLE_RATE
+    assert len(audio) > 0 and len(audio) % FRAME_SAMPLES == 0
+
+
+def test_pcm_speech_is_whole_frames_of_int16(server: Server):
+    reply = server.client().audio.speech.create(
+        model=server.model,
+        input="Hello there.",
+        voice="ryan",
+        response_format="pcm",
+        extra_body={"max_new_tokens": 12},
+    )
+    samples = pcm_samples(reply.content)
+    assert samples > 0 and samples % FRAME_SAMPLES == 0
+
+
+def test_streamed_pcm_arrives_as_whole_frames(server: Server):
+    with server.client().audio.speech.with_streaming_response.create(
+        model=server.model,
+        input="Hello there.",
+        voice="ryan",
+        response_format="pcm",
+        extra_body={"stream": True, "stream_format": "audio", "max_new_tokens": 20},
+    ) as reply:
+        assert reply.status_code == 200
+        data = b"".join(reply.iter_bytes())
+    samples = pcm_samples(data)
+    assert samples > 0 and samples % FRAME_SAMPLES == 0
+
+
+def test_unknown_voice_is_400_listing_the_voices(server: Server):
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().audio.speech.create(model=server.model, input="Hi.", voice="nobody")
+    assert "ryan" in str(caught.value) and "vivian" in str(caught.value)
+
+
+def test_empty_input_is_400(server: Server):
+    status, body = post_json(
+        server.url("/v1/audio/speech"), {"model": server.model, "input": " ", "voice": "ryan"}
+    )
+    assert status == 400
+    assert "empty" in json.loads(body)["error"]["message"]
+
+
+def test_over_long_input_is_400(server: Server):
+    body = {"model": server.model, "input": "word " * 5000, "voice": "ryan"}
+    status, reply = post_json(server.url("/v1/audio/speech"), body)
+    assert status == 400
+    assert json.loads(reply)["error"]["param"] == "input"
+
+
+def test_unsupported_format_is_400(server: Server):
+    body = {"model": server.model, "input": "Hi.", "voice": "ryan", "response_format": "ogg"}
+    status, reply = post_json(server.url("/v1/audio/speech"), body)
+    assert status == 400
+    assert "response_format" in json.loads(reply)["error"]["message"]
+
+
+def test_eight_concurrent_requests_succeed_or_get_429(server: Server):
+    body = {
+        "model": server.model,
+        "input": "Hello there.",
+        "voice": "ryan",
+        "response_format": "pcm",
+    }
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(post_json, server.url("/v1/audio/speech"), body) for _ in range(8)]
+        results = [future.result(timeout=REQUEST_TIMEOUT_S + 10) for future in futures]
+    statuses = [status for status, _ in results]
+    assert set(statuses) <= {200, 429}
+    assert 200 in statuses
+    for status, data in results:
+        if status == 200:
+            assert pcm_samples(data) % FRAME_SAMPLES == 0
+        else:
+            assert json.loads(data)["error"]["code"] == 429
+
+
+def test_metrics_and_health_are_served(server: Server):
+    assert get(server.url("/health"))[0] == 200
+    status, text = get(server.url("/metrics"))
+    assert status == 200
+    assert "omni_cpu_speech_requests_in_flight 0.0" in text
+
+
+def stage_processes(pids: list[int]) -> list[int]:
+    def name(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            return ""
+
+    return [pid for pid in pids if "StageEngineCoreProc" in name(pid) or "Worker" in name(pid)]
+
+
+def test_sigterm_drains_in_flight_requests_and_leaves_no_stage_process(server: Server):
+    """Runs last: it stops the module's server."""
+    tree = proctree.descendants(server.process.pid)
+    assert len(stage_processes(tree)) >= 2  # engine cores / workers of both stages
+    streamed = bytearray()
+    first_chunk = threading.Event()
+    outcome: dict[str, object] = {}
+
+    def long_request() -> None:
+        try:
+            with server.client().audio.speech.with_streaming_response.create(
+                model=server.model,
+                input="Hello there.",
+                voice="ryan",
+                response_format="pcm",
+                extra_body={"stream": True, "stream_format": "audio", "max_new_tokens": 120},
+            ) as reply:
+                outcome["status"] = reply.status_code
+                for chunk in reply.iter_bytes():
+                    streamed.extend(chunk)
+                    first_chunk.set()
+        except Exception as error:  # reported below, not swallowed
+            outcome["error"] = error
+        finally:
+            first_chunk.set()
+
+    worker = threading.Thread(target=long_request)
+    worker.start()
+    assert first_chunk.wait(REQUEST_TIMEOUT_S)
+    os.kill(server.process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while get_status(server.url("/health")) != 503 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    late = {"model": server.model, "input": "Too late.", "voice": "ryan"}
+    assert post_json(server.url("/v1/audio/speech"), late, 30)[0] == 503
+    worker.join(REQUEST_TIMEOUT_S)
+    assert not worker.is_alive()
+    assert "error" not in outcome, outcome
+    assert outcome["status"] == 200
+    assert len(streamed) > 0 and pcm_samples(bytes(streamed)) % FRAME_SAMPLES == 0
+    assert server.process.wait(timeout=180) == 0
+    assert [pid for pid in tree if proctree.is_running(pid)] == []
