@@ -65,7 +65,7 @@ class Settings:
     planned_dtype: str
     cpus: str | None  # a taskset list when --threads is below the usable CPUs
     omni_cpu: str = ".venv/bin/omni-cpu"
-    profile: str = "auto"  # or a profile file written with the requested dtype
+    profile: str = "auto"  # or a profile file (--deploy-profile, or one with --dtype's dtype)
     need_checkpoint: bool = False
     machine: dict[str, Any] = field(default_factory=dict)
 
@@ -82,6 +82,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, help="default: all usable CPUs")
     parser.add_argument(
         "--dtype", choices=("bfloat16", "float32"), help="default: what omni-cpu probe plans"
+    )
+    parser.add_argument(
+        "--deploy-profile",
+        default="auto",
+        help="omni-cpu's profile: auto (plan this machine) or a profile YAML; its dtype is used",
     )
     parser.add_argument("--runs", type=int, default=3, help="timed requests per side")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -146,19 +151,35 @@ def resolve(args: argparse.Namespace, probe: dict[str, Any]) -> Settings:
     if threads < len(usable):
         cpus = format_cpu_list(usable[:threads])
     model = _repo_relative(args.model)
+    profile, profile_dtype = "auto", machine["planned_dtype"]
+    if args.deploy_profile != "auto":
+        profile, profile_dtype = _profile_dtype(Path(args.deploy_profile))
+        if args.dtype not in (None, profile_dtype):
+            raise InputError(
+                f"--dtype {args.dtype} differs from {profile}'s dtype {profile_dtype}",
+                fix="drop --dtype, or give a profile with that dtype",
+            )
     return Settings(
         model=model,
         frames=args.frames,
         text=args.text,
         speaker=args.speaker,
         threads=threads,
-        dtype=args.dtype or machine["planned_dtype"],
+        dtype=args.dtype or profile_dtype,
         runs=args.runs,
-        planned_dtype=machine["planned_dtype"],
+        planned_dtype=profile_dtype,
+        profile=profile,
         cpus=cpus,
         need_checkpoint=not (REPO / model).joinpath("config.json").exists(),
         machine=machine,
     )
+
+
+def _profile_dtype(path: Path) -> tuple[str, str]:
+    """A profile file as the commands name it, and the dtype its stages run in."""
+    from omni_cpu.profile import load_profile
+
+    return str(_repo_relative(path)), load_profile(path).dtype
 
 
 def _repo_relative(path: Path) -> Path:
@@ -350,7 +371,10 @@ def run_json(
         stdout, _ = process.communicate()
     seconds = time.perf_counter() - started
     if process.returncode != 0:
-        tail = " | ".join(log.read_text().strip().splitlines()[-5:])
+        lines = log.read_text().strip().splitlines()
+        # omni-cpu ends with one `error: ... (fix)` line; anything else, quote its last lines.
+        errors = [line for line in lines if line.startswith("error: ")]
+        tail = errors[-1].removeprefix("error: ") if errors else " | ".join(lines[-5:])
         raise StageError(
             f"{name} exited {process.returncode}: {tail}",
             fix=f"see {log.relative_to(REPO)}, or rerun its command above",
@@ -432,7 +456,8 @@ def results_section(result: dict[str, Any]) -> str:
         f"({machine['usable_cpus']}), {machine['numa_nodes']} NUMA node(s), "
         f"ISA {' '.join(machine['isa']) or 'baseline'}.",
         f"- Both sides: {settings['threads']} threads, {settings['dtype']} "
-        f"(omni-cpu's plan: {machine['planned_dtype']}), text {settings['text']!r}, speaker "
+        f"(omni-cpu's plan: {machine['planned_dtype']}; its profile: "
+        f"{settings.get('deploy_profile', 'auto')}), text {settings['text']!r}, speaker "
         f"{settings['speaker']}, median of {settings['runs']} run(s).",
     ]
     if load is not None:
@@ -534,6 +559,7 @@ def compare_main(args: argparse.Namespace) -> int:
             "dtype": settings.dtype,
             "runs": settings.runs,
             "cpus": settings.cpus,
+            "deploy_profile": settings.profile,
         },
         "commands": {"probe": probe, **planned},
         "reference": reference,

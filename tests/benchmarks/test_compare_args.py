@@ -193,7 +193,9 @@ def test_results_section_names_date_machine_load_and_settings() -> None:
         "## 2026-01-02 03:04 UTC: qwen-tts 0.1.1 reference vs omni-cpu, 124 frames\n"
     )
     assert "x86_64, AMD EPYC, 4 usable CPUs (0-3), 1 NUMA node(s), ISA avx avx2 fma." in section
-    assert "- Both sides: 4 threads, float32 (omni-cpu's plan: float32)" in section
+    assert (
+        "- Both sides: 4 threads, float32 (omni-cpu's plan: float32; its profile: auto)" in section
+    )
     assert "- Load average before the run: 0.12 0.30 0.41." in section
 
 
@@ -255,3 +257,19 @@ def test_rss_sampler_sums_a_process_and_its_children() -> None:
             )
         finally:
             child.kill()
+
+
+def test_a_profile_file_runs_omni_cpu_on_it_and_the_reference_in_its_dtype() -> None:
+    planned = _planned("--deploy-profile", str(REPO / "profiles" / "zen5-kvm-2core.yaml"))
+    omni, ref = planned["omni_cpu"], planned["reference"]
+    assert omni[omni.index("--deploy-profile") + 1] == "profiles/zen5-kvm-2core.yaml"
+    assert ref[ref.index("--dtype") + 1] == "bfloat16"
+    assert "profile" not in planned
+
+
+def test_a_dtype_that_contradicts_the_profile_file_is_refused() -> None:
+    args = compare.parse_args(
+        ["--deploy-profile", str(REPO / "profiles" / "zen5-kvm-2core.yaml"), "--dtype", "float32"]
+    )
+    with pytest.raises(compare.InputError, match="differs from"):
+        compare.resolve(args, PROBE)
