@@ -1,0 +1,125 @@
+"""The parts of `omni-cpu run` that need no engine: texts, requests, the WAV writer, the dry run."""
+
+from __future__ import annotations
+
+import json
+import wave
+from pathlib import Path
+
+import pytest
+
+from omni_cpu.errors import InputError, ModelError
+from omni_cpu.launch.request import ModelInfo, build_requests, read_model_info, read_texts
+from tests.e2e.conftest import run_omni_cpu
+
+INFO = ModelInfo(Path("m"), ("ryan", "vivian"), ("chinese", "english"), "0b6")
+
+
+def test_text_file_gives_one_utterance_per_non_empty_line(tmp_path: Path) -> None:
+    lines = tmp_path / "lines.txt"
+    lines.write_text("Hello.\n\n  Second line  \n")
+    assert read_texts(None, lines) == ["Hello.", "Second line"]
+
+
+def test_text_and_text_file_together_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError):
+        read_texts("Hi", tmp_path / "x.txt")
+
+
+def test_requests_carry_vllm_omni_additional_information() -> None:
+    (request,) = build_requests(INFO, ["Hi"], "Ryan", "english", None, 12)
+    assert request.additional_information() == {
+        "task_type": ["CustomVoice"],
+        "text": ["Hi"],
+        "speaker": ["ryan"],
+        "language": ["English"],
+        "instruct": [""],
+        "max_new_tokens": [12],
+    }
+
+
+def test_unknown_language_lists_the_languages() -> None:
+    with pytest.raises(InputError) as refused:
+        build_requests(INFO, ["Hi"], "ryan", "klingon")
+    assert refused.value.fix == "use auto or one of: chinese, english"
+
+
+def test_instruct_is_refused_by_the_06b_model() -> None:
+    with pytest.raises(InputError, match=r"0\.6B"):
+        build_requests(INFO, ["Hi"], "ryan", instruct="Cheerfully.")
+
+
+def test_a_directory_without_config_is_not_a_model(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match=r"no config\.json"):
+        read_model_info(str(tmp_path))
+
+
+def test_a_hub_id_passes_unchecked() -> None:
+    assert read_model_info("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice").path is None
+
+
+def test_wav_appears_only_on_commit(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    from omni_cpu.launch.wav import AtomicWavWriter
+
+    writer = AtomicWavWriter(tmp_path / "a.wav")
+    writer.append(np.full(1920, 0.5, dtype=np.float32))
+    assert not (tmp_path / "a.wav").exists()
+    writer.append(np.zeros(1920, dtype=np.float32))
+    writer.commit()
+    with wave.open(str(tmp_path / "a.wav")) as handle:
+        assert (handle.getframerate(), handle.getnchannels(), handle.getnframes()) == (
+            24000,
+            1,
+            3840,
+        )
+    assert [p.name for p in tmp_path.iterdir()] == ["a.wav"]
+
+
+def test_aborted_wav_leaves_nothing(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    from omni_cpu.launch.wav import AtomicWavWriter
+
+    writer = AtomicWavWriter(tmp_path / "a.wav")
+    writer.append(np.ones(1920, dtype=np.float32))
+    writer.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dry_run_prints_each_stage_env_and_engine_args_without_torch(
+    tiny_checkpoint: Path,
+) -> None:
+    run = run_omni_cpu(
+        "run",
+        "--model",
+        str(tiny_checkpoint),
+        "--text",
+        "Hi",
+        "--dry-run",
+        "--json",
+        timeout_s=120,
+    )
+    assert run.returncode == 0, run.stderr
+    plan = json.loads(run.stdout)
+    assert [stage["stage_id"] for stage in plan["stages"]] == [0, 1]
+    for stage in plan["stages"]:
+        assert "VLLM_CPU_OMP_THREADS_BIND" in stage["env"]
+        assert stage["engine_args"]["kv_cache_memory_bytes"] > 0
+        assert stage["engine_args"]["async_scheduling"] is False
+
+
+def test_dry_run_imports_neither_torch_nor_vllm(tiny_checkpoint: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from omni_cpu.cli import app\n"
+        f"app(['run', '--model', {str(tiny_checkpoint)!r}, '--text', 'Hi', '--dry-run', "
+        "'--json'], standalone_mode=False)\n"
+        "heavy = {'torch', 'vllm', 'vllm_omni'}\n"
+        "print('HEAVY', sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "HEAVY []"
