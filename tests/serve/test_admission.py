@@ -7,8 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omni_cpu.serve.admission import SpeechAdmission
+import pytest
+
 from omni_cpu.serve.knobs import AdmissionLimits
+
+# The middleware runs inside vLLM's server and uses its Prometheus client.
+pytest.importorskip("prometheus_client")
+from omni_cpu.serve.admission import SpeechAdmission
 
 SPEECH = {"model": "m", "input": "Hello there.", "voice": "ryan"}
 
