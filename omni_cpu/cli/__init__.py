@@ -12,6 +12,7 @@ import typer
 
 from omni_cpu import __version__
 from omni_cpu.cli import (
+    bench_cmd,
     checkpoint_cmd,
     doctor_cmd,
     export_cmd,
@@ -19,6 +20,7 @@ from omni_cpu.cli import (
     profile_cmd,
     run_cmd,
     serve_cmd,
+    tune_cmd,
 )
 from omni_cpu.cli.common import err_console, state
 from omni_cpu.errors import OmniCpuError
@@ -55,7 +57,17 @@ def _global_options(
     state.debug = debug
 
 
-for _module in (probe_cmd, profile_cmd, checkpoint_cmd, run_cmd, doctor_cmd, export_cmd, serve_cmd):
+for _module in (
+    probe_cmd,
+    profile_cmd,
+    checkpoint_cmd,
+    run_cmd,
+    doctor_cmd,
+    export_cmd,
+    serve_cmd,
+    bench_cmd,
+    tune_cmd,
+):
     _module.register(app)
 
 

@@ -1,0 +1,94 @@
+"""Memory bandwidth: a STREAM-like triad, and the talker's weight streaming as a share of it.
+
+numpy's `a = b + s*c` is run as two passes over preallocated arrays
+(`a = s*c`, then `a += b`): five array sweeps (read c, write a, read a, read b,
+write a) per iteration, and those are the bytes counted. One thread per slice,
+since numpy releases the GIL in large element-wise loops and one core alone
+cannot draw the machine's bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+SWEEPS_PER_TRIAD = 5  # see the module docstring
+DEFAULT_ARRAY_BYTES = 256 << 20  # per array: far beyond any last-level cache we plan for
+
+
+@dataclass(frozen=True)
+class Triad:
+    """The best triad pass: bytes/s, with how it was taken."""
+
+    bytes_per_s: float
+    array_bytes: int
+    threads: int
+    repeats: int
+
+    def to_dict(self) -> dict[str, float | int | str]:
+        return {
+            "bytes_per_s": round(self.bytes_per_s),
+            "gb_per_s": round(self.bytes_per_s / 1e9, 2),
+            "array_bytes": self.array_bytes,
+            "threads": self.threads,
+            "repeats": self.repeats,
+            "method": "numpy a=s*c; a+=b, float64, best of repeats, 5 sweeps counted",
+        }
+
+
+def triad_bandwidth(
+    array_bytes: int = DEFAULT_ARRAY_BYTES, repeats: int = 5, threads: int | None = None
+) -> Triad:
+    """Best-of-`repeats` triad bandwidth over three float64 arrays of `array_bytes` each."""
+    import numpy as np
+
+    if array_bytes < 8 or repeats < 1:
+        raise ValueError("the triad needs at least one element and one repeat")
+    threads = threads or len(os.sched_getaffinity(0))
+    elements = array_bytes // 8
+    a = np.empty(elements)
+    b = np.full(elements, 1.0)
+    c = np.full(elements, 2.0)
+    scalar = 3.0
+    step = math.ceil(elements / threads)
+    slices = [slice(start, min(start + step, elements)) for start in range(0, elements, step)]
+
+    def triad(part: slice) -> None:
+        np.multiply(c[part], scalar, out=a[part])
+        np.add(a[part], b[part], out=a[part])
+
+    best = math.inf
+    with ThreadPoolExecutor(max_workers=len(slices)) as pool:
+        for part in slices:  # first touch: fault the pages in before timing
+            a[part] = 0.0
+        for _ in range(repeats):
+            start = time.perf_counter()
+            list(pool.map(triad, slices))
+            best = min(best, time.perf_counter() - start)
+    moved = SWEEPS_PER_TRIAD * elements * 8
+    return Triad(moved / best, elements * 8, len(slices), repeats)
+
+
+def weight_streaming(
+    talker_weight_bytes: int, talker_ms_per_frame: float | None, triad: Triad
+) -> dict[str, float | int | str | None]:
+    """The talker's weight bytes per second at batch 1, and its share of the triad's.
+
+    One frame is one talker step plus the code predictor's 15 steps; the talker
+    stage's weights are counted once per frame, so this is a lower bound on what
+    the stage actually streams.
+    """
+    rate = None
+    if talker_ms_per_frame:
+        rate = talker_weight_bytes / (talker_ms_per_frame / 1000)
+    return {
+        "talker_weight_bytes": talker_weight_bytes,
+        "talker_ms_per_frame": talker_ms_per_frame,
+        "bytes_per_s": None if rate is None else round(rate),
+        "fraction_of_triad": None if rate is None else round(rate / triad.bytes_per_s, 3),
+        "method": "talker weight bytes (footprint, stage dtype) / talker ms per frame "
+        "at concurrency 1; weights counted once per frame",
+    }

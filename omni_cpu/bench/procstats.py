@@ -1,0 +1,60 @@
+"""Per-stage CPU time and peak memory from /proc, for the processes of each stage.
+
+A process belongs to a stage when its environment carries that stage's
+`VLLM_CPU_OMP_THREADS_BIND` (vLLM-Omni starts each stage with its platform env,
+and the stage's engine core and worker inherit it). Stages that share one CPU
+list cannot be told apart; they are reported together under a joined name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from omni_cpu.launch import processes
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of `pid` (all its threads); 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    # After the comm field: state is fields[0], utime fields[11], stime fields[12].
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """VmHWM of `pid`: its resident-memory high-water mark since it started."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def stage_groups(pids: Iterable[int], stage_cpus: Mapping[str, str]) -> dict[str, list[int]]:
+    """Stage name -> its processes, matching each process's bind list to the stages'."""
+    names_by_cpus: dict[str, list[str]] = {}
+    for name, cpus in stage_cpus.items():
+        names_by_cpus.setdefault(cpus, []).append(name)
+    groups: dict[str, list[int]] = {"+".join(names): [] for names in names_by_cpus.values()}
+    for pid in pids:
+        bind = processes.process_env(pid).get("VLLM_CPU_OMP_THREADS_BIND")
+        if bind in names_by_cpus:
+            groups["+".join(names_by_cpus[bind])].append(pid)
+    return groups
+
+
+def group_cpu_seconds(groups: Mapping[str, list[int]]) -> dict[str, float]:
+    return {name: sum(cpu_seconds(pid) for pid in pids) for name, pids in groups.items()}
+
+
+def group_peak_rss_bytes(groups: Mapping[str, list[int]]) -> dict[str, int]:
+    """Sum of each process's own peak: an upper bound of the group's simultaneous peak."""
+    return {name: sum(peak_rss_bytes(pid) for pid in pids) for name, pids in groups.items()}

@@ -1,0 +1,104 @@
+"""Render bench results: a rich table, and RTF/TTFA against concurrency as a PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from omni_cpu.errors import InputError
+
+GIB = 1 << 30
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def print_bench(console: Console, data: dict[str, Any]) -> None:
+    """The table of levels, then bandwidth, weight streaming and how each column is derived."""
+    table = Table(title=f"omni-cpu bench · {data['model']} · {data['frames']} frames/request")
+    for column in (
+        "streams",
+        "reqs",
+        "TTFA p50 s",
+        "TTFA p95 s",
+        "RTF p50",
+        "RTF p95",
+        "audio-s/wall-s",
+        "talker ms/frame",
+        "code2wav ms/frame ≤",
+        "peak RSS GiB",
+    ):
+        table.add_column(column, justify="right")
+    for level in data["levels"]:
+        rss = ", ".join(f"{k} {v / GIB:.2f}" for k, v in level["peak_rss_bytes"].items())
+        table.add_row(
+            str(level["concurrency"]),
+            str(level["requests"]),
+            _num(level["ttfa_p50_s"]),
+            _num(level["ttfa_p95_s"]),
+            _num(level["rtf_p50"]),
+            _num(level["rtf_p95"]),
+            _num(level["audio_s_per_wall_s"]),
+            _num(level["talker_ms_per_frame"], 1),
+            _num(level["code2wav_ms_per_frame"], 1),
+            rss,
+        )
+    console.print(table)
+    bandwidth = data["memory_bandwidth"]
+    streaming = data["weight_streaming"]
+    fraction = streaming["fraction_of_triad"]
+    console.print(
+        f"memory bandwidth (triad, {bandwidth['threads']} threads): "
+        f"{bandwidth['gb_per_s']:.1f} GB/s · talker weight streaming at 1 stream: "
+        + (
+            "n/a"
+            if fraction is None
+            else f"{streaming['bytes_per_s'] / 1e9:.1f} GB/s = {fraction:.0%} of the triad"
+        )
+        + f" · engines loaded in {data['load_s']:.1f} s",
+        highlight=False,
+    )
+    for key, text in data["derivations"].items():
+        console.print(f"[dim]{key}: {text}[/]", highlight=False)
+
+
+def require_matplotlib() -> None:
+    """Fail before any engine starts when --plot cannot be honoured."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InputError(
+            "--plot needs matplotlib, which is not installed", "pip install matplotlib"
+        ) from None
+
+
+def write_plot(data: dict[str, Any], path: Path) -> None:
+    """RTF p50/p95 and TTFA p50/p95 against concurrency, side by side."""
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = data["levels"]
+    x = [level["concurrency"] for level in levels]
+    figure, (rtf_axes, ttfa_axes) = plt.subplots(1, 2, figsize=(10, 4))
+    for key, label in (("rtf_p50", "p50"), ("rtf_p95", "p95")):
+        rtf_axes.plot(x, [level[key] for level in levels], marker="o", label=label)
+    rtf_axes.axhline(1.0, color="grey", linestyle=":", label="real time")
+    rtf_axes.set(xlabel="concurrent streams", ylabel="RTF (wall / audio)", title="RTF")
+    for key, label in (("ttfa_p50_s", "p50"), ("ttfa_p95_s", "p95")):
+        ttfa_axes.plot(x, [level[key] for level in levels], marker="o", label=label)
+    ttfa_axes.set(xlabel="concurrent streams", ylabel="seconds", title="time to first audio")
+    for axes in (rtf_axes, ttfa_axes):
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(x, [str(value) for value in x])
+        axes.legend()
+    figure.suptitle(f"{data['model']} · {data['frames']} frames/request")
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)

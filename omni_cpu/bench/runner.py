@@ -1,0 +1,203 @@
+"""`omni-cpu bench`: the triad, then one engine start, then each concurrency level in turn."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from omni_cpu.bench import procstats
+from omni_cpu.bench.bandwidth import Triad, triad_bandwidth, weight_streaming
+from omni_cpu.bench.session import EngineSession
+from omni_cpu.bench.stats import StreamTrace, summarize_streams
+from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.errors import InputError
+from omni_cpu.launch.plan import LaunchPlan
+from omni_cpu.launch.request import FRAME_SAMPLES, SpeechRequest
+
+QUERY_TYPES = ("CustomVoice",)
+
+# How each reported number is obtained (printed under the table and put in --json).
+DERIVATIONS = {
+    "ttfa": "submission of the batch to the request's first audio chunk at the driver",
+    "rtf": "per request: submission to its last chunk / its audio seconds",
+    "audio_s_per_wall_s": "all audio of the level / the level's wall time "
+    "(its batches back to back)",
+    "talker_ms_per_frame": "median over requests of (last - first chunk arrival) / frames after "
+    "the first chunk: the talker's time per frame while code2wav keeps up",
+    "code2wav_ms_per_frame": "code2wav stage CPU time (utime+stime of its processes in /proc) "
+    "during the level / frames of the level / its cores: an upper bound, since idle vLLM "
+    "workers spin (see busy_fraction)",
+    "busy_fraction": "stage CPU seconds / (level wall seconds x stage cores); near 1 means "
+    "spinning or fully busy, so CPU time cannot separate work from waiting",
+    "peak_rss_bytes": "sum of VmHWM of each stage's processes (each its own peak since start)",
+}
+
+
+def parse_concurrency(text: str) -> tuple[int, ...]:
+    """`1,2,4,8` -> (1, 2, 4, 8): positive, distinct, in the order given."""
+    levels: list[int] = []
+    for item in text.split(","):
+        try:
+            level = int(item.strip())
+        except ValueError:
+            level = 0
+        if level < 1:
+            raise InputError(
+                f"--concurrency {text!r}: {item.strip()!r} is not a positive integer",
+                "give a comma-separated list like 1,2,4,8",
+            )
+        if level not in levels:
+            levels.append(level)
+    return tuple(levels)
+
+
+def check_query_type(query_type: str) -> str:
+    """The query type, if the bench knows how to build it."""
+    for known in QUERY_TYPES:
+        if query_type.lower() == known.lower():
+            return known
+    raise InputError(
+        f"unknown --query-type {query_type!r}", f"use one of: {', '.join(QUERY_TYPES)}"
+    )
+
+
+@dataclass
+class Level:
+    """One concurrency level's results."""
+
+    concurrency: int
+    summary: dict[str, Any]
+    code2wav_ms_per_frame: float | None
+    busy_fraction: dict[str, float]
+    stage_cpu_s: dict[str, float]
+    peak_rss_bytes: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            **self.summary,
+            "code2wav_ms_per_frame": self.code2wav_ms_per_frame,
+            "busy_fraction": self.busy_fraction,
+            "stage_cpu_s": self.stage_cpu_s,
+            "peak_rss_bytes": self.peak_rss_bytes,
+        }
+
+
+@dataclass
+class BenchResult:
+    """Everything `omni-cpu bench` measured."""
+
+    model: str
+    deploy_profile: str
+    query_type: str
+    frames: int
+    warmup: int
+    stage_cpus: dict[str, str]
+    triad: Triad
+    talker_weight_bytes: int
+    load_s: float = 0.0
+    levels: list[Level] = field(default_factory=list)
+
+    def weight_streaming(self) -> dict[str, Any]:
+        single = next((lv for lv in self.levels if lv.concurrency == 1), None)
+        ms = single.summary["talker_ms_per_frame"] if single else None
+        return weight_streaming(self.talker_weight_bytes, ms, self.triad)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "deploy_profile": self.deploy_profile,
+            "query_type": self.query_type,
+            "frames": self.frames,
+            "warmup": self.warmup,
+            "load_s": round(self.load_s, 3),
+            "stage_cpus": self.stage_cpus,
+            "memory_bandwidth": self.triad.to_dict(),
+            "weight_streaming": self.weight_streaming(),
+            "levels": [level.to_dict() for level in self.levels],
+            "derivations": DERIVATIONS,
+        }
+
+
+def stage_cpus_of(plan: LaunchPlan) -> dict[str, str]:
+    """Stage name -> its CPU list, for the replica the plan runs."""
+    replica = plan.profile.replicas[plan.replica]
+    return {stage.name: stage.cpus for stage in replica.stages}
+
+
+def _level(
+    session: EngineSession,
+    concurrency: int,
+    requests: list[SpeechRequest],
+    groups: dict[str, list[int]],
+    stage_cpus: dict[str, str],
+) -> Level:
+    before = procstats.group_cpu_seconds(groups)
+    traces: list[StreamTrace] = []
+    wall_s = 0.0
+    for start in range(0, len(requests), concurrency):
+        batch, batch_wall = session.stream_batch(requests[start : start + concurrency])
+        traces += batch
+        wall_s += batch_wall
+    after = procstats.group_cpu_seconds(groups)
+    cpu_s = {name: round(after[name] - before[name], 3) for name in groups}
+    frames = sum(t.samples for t in traces) / FRAME_SAMPLES
+    busy: dict[str, float] = {}
+    code2wav_ms = None
+    for name, seconds in cpu_s.items():
+        cores = len(parse_cpu_list(stage_cpus[name.split("+")[0]]))
+        busy[name] = round(seconds / (wall_s * cores), 3) if wall_s > 0 else 0.0
+        if name == "code2wav" and frames:
+            code2wav_ms = round(seconds * 1000 / frames / cores, 1)
+    rss = procstats.group_peak_rss_bytes(groups)
+    rss["driver"] = procstats.peak_rss_bytes(os.getpid())
+    return Level(concurrency, summarize_streams(traces, wall_s), code2wav_ms, busy, cpu_s, rss)
+
+
+def run_bench(
+    plan: LaunchPlan,
+    make_requests: Callable[[int], list[SpeechRequest]],
+    levels: tuple[int, ...],
+    requests_per_level: int | None,
+    *,
+    query_type: str,
+    frames: int,
+    warmup: int,
+    triad_bytes: int | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+) -> BenchResult:
+    """Measure the triad, start the engines once, run warm-up then every level."""
+    from omni_cpu.plan.footprint import footprint_for_model
+
+    stage_cpus = stage_cpus_of(plan)
+    talker_dtype = plan.profile.replicas[plan.replica].stage(0).dtype
+    weight_bytes = footprint_for_model(plan.model).talker_weight_bytes(talker_dtype)
+    progress("measuring memory bandwidth (triad) before the engines start")
+    triad = triad_bandwidth(triad_bytes) if triad_bytes else triad_bandwidth()
+    result = BenchResult(
+        plan.model,
+        plan.profile_source,
+        query_type,
+        frames,
+        warmup,
+        stage_cpus,
+        triad,
+        weight_bytes,
+    )
+    progress("loading the talker and code2wav engines")
+    with EngineSession(plan) as session:
+        result.load_s = session.load_s
+        groups = procstats.stage_groups(session.stage_pids, stage_cpus)
+        progress(f"engines up in {session.load_s:.1f} s")
+        for index in range(warmup):
+            progress(f"warm-up request {index + 1}/{warmup}")
+            session.stream_batch(make_requests(1))
+        for concurrency in levels:
+            count = requests_per_level or concurrency
+            progress(f"concurrency {concurrency}: {count} request(s)")
+            result.levels.append(
+                _level(session, concurrency, make_requests(count), groups, stage_cpus)
+            )
+    return result

@@ -1,0 +1,175 @@
+"""`omni-cpu tune`: a bounded grid around the planner's choices, each point benchmarked.
+
+Each point is the auto profile with some choices replaced (talker/code2wav core
+split, codec chunk size, max_num_seqs, dtype), built with `dataclasses.replace`
+since PlanOptions cannot yet express a fixed split or chunk size. Points that
+change one choice come first, so a small --max-points still probes every choice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
+from omni_cpu.launch.plan import LaunchPlan
+from omni_cpu.launch.request import SpeechRequest
+from omni_cpu.plan import costs
+from omni_cpu.profile import Profile, deploy_config_dict
+
+SHARED = 0  # talker_cores value meaning: both stages on all compute cores
+THROUGHPUT_STREAMS = 4
+TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One combination of the planner's choices."""
+
+    talker_cores: int  # SHARED: both stages share every compute core
+    chunk_frames: int
+    max_num_seqs: int
+    dtype: str
+
+    def label(self) -> str:
+        split = "shared" if self.talker_cores == SHARED else f"talker {self.talker_cores}"
+        return f"{split} · chunk {self.chunk_frames} · seqs {self.max_num_seqs} · {self.dtype}"
+
+
+def _compute_cpus(profile: Profile) -> tuple[int, ...]:
+    return tuple(sorted({cpu for s in profile.stages for cpu in parse_cpu_list(s.cpus)}))
+
+
+def auto_point(profile: Profile) -> GridPoint:
+    """The point the planner chose."""
+    talker, code2wav = profile.stages[0], profile.stages[1]
+    shared = talker.cpus == code2wav.cpus
+    return GridPoint(
+        SHARED if shared else len(parse_cpu_list(talker.cpus)),
+        profile.streaming.codec_chunk_frames,
+        talker.max_num_seqs,
+        talker.dtype,
+    )
+
+
+def grid_points(profile: Profile, dtypes: tuple[str, ...], max_points: int) -> list[GridPoint]:
+    """The auto point, then single-choice changes, then combinations; at most `max_points`."""
+    auto = auto_point(profile)
+    cores = len(_compute_cpus(profile))
+    splits = [SHARED, *range(1, cores)] if cores >= 2 else [SHARED]
+    # Beyond the neighbours of the auto split, more split points add little per engine start.
+    if auto.talker_cores != SHARED:
+        near = {auto.talker_cores - 1, auto.talker_cores, auto.talker_cores + 1}
+        splits = [s for s in splits if s == SHARED or s in near]
+    choices = {
+        "talker_cores": splits,
+        "chunk_frames": sorted({*costs.CODEC_CHUNK_FRAMES_CHOICES[:2], auto.chunk_frames}),
+        "max_num_seqs": sorted({THROUGHPUT_STREAMS, auto.max_num_seqs}),
+        "dtype": list(dict.fromkeys((auto.dtype, *dtypes))),
+    }
+    points = [auto]
+    for name, values in choices.items():
+        points += [dataclasses.replace(auto, **{name: v}) for v in values]
+    points += [GridPoint(*combo) for combo in itertools.product(*choices.values())]
+    return list(dict.fromkeys(points))[:max_points]
+
+
+def variant_profile(profile: Profile, point: GridPoint) -> Profile:
+    """The auto profile with the point's choices in replica 0 (KV bytes scaled to the batch)."""
+    talker, code2wav = profile.stages[0], profile.stages[1]
+    compute = _compute_cpus(profile)
+    if point.talker_cores == SHARED:
+        talker_cpus = code2wav_cpus = format_cpu_list(compute)
+    else:
+        talker_cpus = format_cpu_list(compute[: point.talker_cores])
+        code2wav_cpus = format_cpu_list(compute[point.talker_cores :])
+    kv_per_seq = talker.kv_cache_memory_bytes // max(1, talker.max_num_seqs)
+    if point.dtype != talker.dtype:  # KV entries are stored in the model dtype
+        kv_per_seq = (
+            kv_per_seq
+            * (4 if point.dtype == "float32" else 1)
+            // (4 if talker.dtype == "float32" else 1)
+        )
+    stages = (
+        dataclasses.replace(
+            talker,
+            cpus=talker_cpus,
+            max_num_seqs=point.max_num_seqs,
+            kv_cache_memory_bytes=kv_per_seq * point.max_num_seqs,
+            dtype=point.dtype,
+        ),
+        dataclasses.replace(
+            code2wav, cpus=code2wav_cpus, max_num_seqs=point.max_num_seqs, dtype=point.dtype
+        ),
+    )
+    replica = dataclasses.replace(profile.replicas[0], stages=stages)
+    return dataclasses.replace(
+        profile,
+        dtype=point.dtype,
+        streaming=dataclasses.replace(profile.streaming, codec_chunk_frames=point.chunk_frames),
+        replicas=(replica, *profile.replicas[1:]),
+        notes=(*profile.notes, f"omni-cpu tune point: {point.label()}"),
+    )
+
+
+def launch_plan_for(model: str, profile: Profile, source: str) -> LaunchPlan:
+    """A launch plan for a profile that exists only in memory (replica 0)."""
+    return LaunchPlan(model, profile, source, 0, deploy_config_dict(profile, 0), ())
+
+
+def measure_point(
+    model: str, profile: Profile, make_requests: Callable[[int], list[SpeechRequest]]
+) -> dict[str, Any]:
+    """One engine start: single-stream RTF, then 4-stream audio-seconds per wall-second."""
+    from omni_cpu.bench.session import EngineSession
+    from omni_cpu.bench.stats import summarize_streams
+
+    with EngineSession(launch_plan_for(model, profile, "tune")) as session:
+        session.stream_batch(make_requests(1))  # warm-up
+        single = summarize_streams(*session.stream_batch(make_requests(1)))
+        multi = summarize_streams(*session.stream_batch(make_requests(THROUGHPUT_STREAMS)))
+        load_s = session.load_s
+    return {
+        "rtf_1": single["rtf_p50"],
+        "ttfa_1_s": single["ttfa_p50_s"],
+        "throughput_4": multi["audio_s_per_wall_s"],
+        "load_s": round(load_s, 1),
+    }
+
+
+def verdict(rows: list[dict[str, Any]], tolerance: float = TOLERANCE) -> dict[str, Any]:
+    """Best point per metric, and whether auto is within `tolerance` of it on both."""
+    measured = [r for r in rows if r.get("error") is None and r.get("rtf_1") is not None]
+    auto = next((r for r in measured if r["auto"]), None)
+    if not measured or auto is None:
+        return {"auto_within_tolerance": None, "tolerance": tolerance}
+    best_rtf = min(measured, key=lambda r: r["rtf_1"])
+    with_tp = [r for r in measured if r.get("throughput_4")]
+    best_tp = max(with_tp, key=lambda r: r["throughput_4"]) if with_tp else None
+    rtf_ok = auto["rtf_1"] <= best_rtf["rtf_1"] * (1 + tolerance)
+    tp_ok = best_tp is None or (
+        auto.get("throughput_4") is not None
+        and auto["throughput_4"] >= best_tp["throughput_4"] * (1 - tolerance)
+    )
+    return {
+        "tolerance": tolerance,
+        "best_rtf_1": best_rtf["point"],
+        "best_throughput_4": None if best_tp is None else best_tp["point"],
+        "auto_rtf_1_ok": rtf_ok,
+        "auto_throughput_4_ok": tp_ok,
+        "auto_within_tolerance": rtf_ok and tp_ok,
+    }
+
+
+def best_point(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The point to write as best.yaml: highest 4-stream throughput among those whose
+    single-stream RTF is within the tolerance of the best RTF (single stream first)."""
+    measured = [r for r in rows if r.get("error") is None and r.get("rtf_1") is not None]
+    if not measured:
+        return None
+    floor = min(r["rtf_1"] for r in measured) * (1 + TOLERANCE)
+    fast = [r for r in measured if r["rtf_1"] <= floor]
+    return max(fast, key=lambda r: r.get("throughput_4") or 0.0)

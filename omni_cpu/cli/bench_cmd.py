@@ -1,0 +1,91 @@
+"""`omni-cpu bench`: streaming latency and throughput per concurrency level, on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from omni_cpu.cli.common import console, err_console, print_json
+
+_HELP = """\
+Measure the pipeline the way its users judge it: time to first audio (TTFA),
+real-time factor (RTF) and total throughput per concurrency level, with the
+talker's time per frame, each stage's peak memory and the machine's memory
+bandwidth (a STREAM-like triad taken before the engines start).
+
+The engines start once; each level then submits its requests as concurrent
+streams. Every request generates exactly --frames codec frames (80 ms each),
+since random weights rarely stop on their own.
+"""
+
+BENCH_TEXT = "The quick brown fox jumps over the lazy dog, and the CPU keeps up with speech."
+
+
+def register(app: typer.Typer) -> None:
+    """Add `bench` to the app."""
+    app.command("bench", help=_HELP)(bench_command)
+
+
+def bench_command(
+    model: str = typer.Option(..., "--model", help="Checkpoint directory or Hugging Face id."),
+    query_type: str = typer.Option(
+        "CustomVoice", "--query-type", help="Request kind (only CustomVoice for now)."
+    ),
+    deploy_profile: str = typer.Option(
+        "auto", "--deploy-profile", help="`auto` (plan this machine) or a profile YAML file."
+    ),
+    concurrency: str = typer.Option(
+        "1,2,4,8", "--concurrency", help="Comma-separated concurrent stream counts."
+    ),
+    requests: int | None = typer.Option(
+        None, "--requests", min=1, help="Requests per level (default: the level's concurrency)."
+    ),
+    frames: int = typer.Option(
+        50, "--frames", min=2, help="Codec frames per request (80 ms of audio each)."
+    ),
+    warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured requests before level 1."),
+    speaker: str | None = typer.Option(None, "--speaker", help="Default: the model's first."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write RTF/TTFA vs concurrency PNG."),
+) -> None:
+    from omni_cpu.bench.report import print_bench, require_matplotlib, write_plot
+    from omni_cpu.bench.runner import check_query_type, parse_concurrency, run_bench
+    from omni_cpu.launch.plan import make_launch_plan
+    from omni_cpu.launch.request import build_requests, read_model_info
+
+    kind = check_query_type(query_type)
+    levels = parse_concurrency(concurrency)
+    if plot is not None:
+        require_matplotlib()
+    info = read_model_info(model)
+    chosen_speaker = speaker or (info.speakers[0] if info.speakers else "ryan")
+    build_requests(info, [BENCH_TEXT], chosen_speaker, max_frames=frames)  # checks, once
+    plan = make_launch_plan(model, deploy_profile)
+    for warning in plan.problems:
+        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+
+    def make_requests(count: int):
+        return build_requests(info, [BENCH_TEXT] * count, chosen_speaker, max_frames=frames)
+
+    def progress(message: str) -> None:
+        err_console.print(f"[dim]…[/] {message}", highlight=False)
+
+    result = run_bench(
+        plan,
+        make_requests,
+        levels,
+        requests,
+        query_type=kind,
+        frames=frames,
+        warmup=warmup,
+        progress=progress,
+    )
+    data = result.to_dict()
+    if plot is not None:
+        write_plot(data, plot)
+        err_console.print(f"wrote {plot}", highlight=False)
+    if as_json:
+        print_json(data)
+    else:
+        print_bench(console, data)

@@ -1,0 +1,123 @@
+"""`omni-cpu tune`: benchmark a bounded grid around the auto profile; write the best."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from omni_cpu.cli.common import console, err_console, print_json
+
+_HELP = """\
+Check the planner against measurements on this machine: start the pipeline once
+per grid point (core split between the stages, codec chunk size, max_num_seqs,
+dtype where the CPU has native bf16), measure single-stream RTF and 4-stream
+throughput with a few frames, print every run with the auto profile's marked,
+and say whether auto is within 10 % of the best point on both.
+
+Each point is one engine start (one to three minutes on a small box).
+"""
+
+
+def register(app: typer.Typer) -> None:
+    """Add `tune` to the app."""
+    app.command("tune", help=_HELP)(tune_command)
+
+
+def tune_command(
+    model: str = typer.Option(..., "--model", help="Checkpoint directory or Hugging Face id."),
+    max_points: int = typer.Option(6, "--max-points", min=1, help="Grid points to run at most."),
+    frames: int = typer.Option(25, "--frames", min=2, help="Codec frames per request."),
+    output: Path | None = typer.Option(None, "--output", help="Write the best profile here."),
+    table: Path | None = typer.Option(None, "--table", help="Write all runs as JSON here."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the grid points, run nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
+) -> None:
+    from omni_cpu.bench.tune import (
+        auto_point,
+        best_point,
+        grid_points,
+        measure_point,
+        variant_profile,
+        verdict,
+    )
+    from omni_cpu.cli.bench_cmd import BENCH_TEXT
+    from omni_cpu.errors import OmniCpuError
+    from omni_cpu.launch.plan import resolve_profile
+    from omni_cpu.launch.request import build_requests, read_model_info
+    from omni_cpu.plan import choose_dtype
+    from omni_cpu.profile import save_profile
+
+    info = read_model_info(model)
+    speaker = info.speakers[0] if info.speakers else "ryan"
+    build_requests(info, [BENCH_TEXT], speaker, max_frames=frames)
+    profile, _problems = resolve_profile("auto", model)
+    from omni_cpu.hardware.probe import read_facts
+
+    dtypes = ("bfloat16", "float32") if choose_dtype(read_facts("/")) == "bfloat16" else ()
+    points = grid_points(profile, dtypes, max_points)
+    auto = auto_point(profile)
+    rows: list[dict[str, Any]] = []
+    for index, point in enumerate(points, 1):
+        row: dict[str, Any] = {"point": point.label(), "auto": point == auto, "error": None}
+        rows.append(row)
+        if dry_run:
+            continue
+        err_console.print(f"[dim]…[/] point {index}/{len(points)}: {point.label()}")
+
+        def make_requests(count: int):
+            return build_requests(info, [BENCH_TEXT] * count, speaker, max_frames=frames)
+
+        try:
+            row.update(measure_point(model, variant_profile(profile, point), make_requests))
+        except OmniCpuError as error:  # one failing point (e.g. float32) must not end the sweep
+            row["error"] = error.one_line()
+            err_console.print(f"[yellow]point failed:[/] {row['error']}", highlight=False)
+    result = {"model": model, "frames": frames, "runs": rows, "verdict": verdict(rows)}
+    best = None if dry_run else best_point(rows)
+    if best is not None and output is not None:
+        chosen = points[[row["point"] for row in rows].index(best["point"])]
+        save_profile(variant_profile(profile, chosen), output)
+        result["best_profile"] = str(output)
+    if table is not None:
+        table.write_text(json.dumps(result, indent=2) + "\n")
+    if as_json:
+        print_json(result)
+        return
+    _print_runs(result)
+
+
+def _print_runs(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    def cell(value: Any) -> str:
+        return "–" if value is None else str(value)
+
+    out = Table(title=f"omni-cpu tune · {result['model']} · {result['frames']} frames")
+    for column in ("", "point", "RTF 1 stream", "TTFA 1 s", "audio-s/wall-s 4 streams", "error"):
+        out.add_column(column)
+    for row in result["runs"]:
+        out.add_row(
+            "auto" if row["auto"] else "",
+            row["point"],
+            cell(row.get("rtf_1")),
+            cell(row.get("ttfa_1_s")),
+            cell(row.get("throughput_4")),
+            cell(row["error"]),
+        )
+    console.print(out)
+    verdict = result["verdict"]
+    if verdict.get("auto_within_tolerance") is None:
+        console.print("no verdict: the auto point was not measured")
+    else:
+        console.print(
+            f"auto within {verdict['tolerance']:.0%} of the best: "
+            f"single-stream RTF {'yes' if verdict['auto_rtf_1_ok'] else 'NO'} "
+            f"(best {verdict['best_rtf_1']}), 4-stream throughput "
+            f"{'yes' if verdict['auto_throughput_4_ok'] else 'NO'} "
+            f"(best {verdict['best_throughput_4']})"
+        )
+    if "best_profile" in result:
+        console.print(f"wrote {result['best_profile']}")
