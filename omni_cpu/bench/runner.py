@@ -176,6 +176,7 @@ def run_bench(
     weight_bytes = footprint_for_model(plan.model).talker_weight_bytes(talker_dtype)
     progress("measuring memory bandwidth (triad) before the engines start")
     triad = triad_bandwidth(triad_bytes) if triad_bytes else triad_bandwidth()
+    procstats.reset_peak_rss()
     result = BenchResult(
         plan.model,
         plan.profile_source,

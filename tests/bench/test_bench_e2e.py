@@ -1,0 +1,75 @@
+"""One real `omni-cpu bench` on the tiny checkpoint: the --json result format (one engine start)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import needs_runtime, run_omni_cpu, tiny_checkpoint  # noqa: F401
+
+pytestmark = [pytest.mark.e2e, needs_runtime]
+
+LEVEL_KEYS = {
+    "concurrency",
+    "requests",
+    "audio_s",
+    "wall_s",
+    "ttfa_p50_s",
+    "ttfa_p95_s",
+    "rtf_p50",
+    "rtf_p95",
+    "audio_s_per_wall_s",
+    "talker_ms_per_frame",
+    "code2wav_ms_per_frame",
+    "frames_per_request_p50",
+    "busy_fraction",
+    "stage_cpu_s",
+    "peak_rss_bytes",
+}
+
+
+@pytest.fixture(scope="module")
+def bench(tiny_checkpoint: Path) -> dict:  # noqa: F811 - the imported fixture
+    run = run_omni_cpu(
+        "bench",
+        "--model",
+        str(tiny_checkpoint),
+        "--concurrency",
+        "1,2",
+        "--frames",
+        "4",
+        "--warmup",
+        "0",
+        "--json",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.json()
+
+
+def test_bench_json_has_one_entry_per_level_in_order(bench: dict) -> None:
+    assert [level["concurrency"] for level in bench["levels"]] == [1, 2]
+    assert [level["requests"] for level in bench["levels"]] == [1, 2]
+
+
+def test_every_level_reports_every_metric(bench: dict) -> None:
+    for level in bench["levels"]:
+        assert set(level) == LEVEL_KEYS
+
+
+def test_every_request_made_exactly_the_fixed_frame_count(bench: dict) -> None:
+    for level in bench["levels"]:
+        assert level["frames_per_request_p50"] == 4.0
+        assert level["audio_s"] == pytest.approx(level["requests"] * 4 * 0.08)
+
+
+def test_peak_rss_is_reported_per_stage_and_for_the_driver(bench: dict) -> None:
+    for level in bench["levels"]:
+        assert set(level["peak_rss_bytes"]) == {*bench["stage_cpus"], "driver"}
+        assert all(value > 0 for value in level["peak_rss_bytes"].values())
+
+
+def test_bandwidth_and_weight_streaming_are_reported(bench: dict) -> None:
+    assert bench["memory_bandwidth"]["bytes_per_s"] > 0
+    assert bench["weight_streaming"]["talker_weight_bytes"] > 0
+    assert set(bench["derivations"]) >= {"ttfa", "rtf", "talker_ms_per_frame"}

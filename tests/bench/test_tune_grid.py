@@ -1,0 +1,106 @@
+"""The tune grid and its variant profiles, on planned profiles of hand-built machines."""
+
+from __future__ import annotations
+
+from omni_cpu.bench.tune import (
+    SHARED,
+    auto_point,
+    best_point,
+    grid_points,
+    variant_profile,
+    verdict,
+)
+from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
+from omni_cpu.profile import Profile, dump_profile, parse_profile
+from tests.plan.machines import machine
+
+
+def _profile(cores: int) -> Profile:
+    return plan_profile(
+        machine({0: list(range(cores))}), footprint_for_model("0.6b"), PlanOptions()
+    )
+
+
+def test_grid_starts_with_the_auto_point() -> None:
+    profile = _profile(2)
+    assert grid_points(profile, ("bfloat16", "float32"), 5)[0] == auto_point(profile)
+
+
+def test_grid_respects_max_points_and_has_no_duplicates() -> None:
+    points = grid_points(_profile(8), ("bfloat16", "float32"), 7)
+    assert len(points) == 7
+    assert len(set(points)) == 7
+
+
+def test_single_choice_changes_come_before_combinations() -> None:
+    profile = _profile(2)
+    auto = auto_point(profile)
+    for point in grid_points(profile, ("bfloat16", "float32"), 5):
+        changed = [
+            name
+            for name in ("talker_cores", "chunk_frames", "max_num_seqs", "dtype")
+            if getattr(point, name) != getattr(auto, name)
+        ]
+        assert len(changed) <= 1, point
+
+
+def test_only_the_planned_dtype_without_native_bf16() -> None:
+    points = grid_points(_profile(4), (), 100)
+    assert {point.dtype for point in points} == {auto_point(_profile(4)).dtype}
+
+
+def test_variant_of_the_auto_point_keeps_the_plan() -> None:
+    profile = _profile(4)
+    variant = variant_profile(profile, auto_point(profile))
+    assert variant.stages == profile.stages
+    assert variant.streaming == profile.streaming
+
+
+def test_shared_variant_puts_both_stages_on_every_compute_core() -> None:
+    profile = _profile(4)
+    point = grid_points(profile, (), 100)[1]
+    assert point.talker_cores == SHARED
+    variant = variant_profile(profile, point)
+    assert variant.stages[0].cpus == variant.stages[1].cpus == "0-3"
+
+
+def test_variant_scales_talker_kv_bytes_with_max_num_seqs() -> None:
+    profile = _profile(2)
+    auto = auto_point(profile)
+    half = variant_profile(
+        profile, auto.__class__(auto.talker_cores, 25, auto.max_num_seqs // 2, auto.dtype)
+    )
+    assert half.stages[0].kv_cache_memory_bytes * 2 == profile.stages[0].kv_cache_memory_bytes
+
+
+def test_variant_profile_round_trips_through_yaml() -> None:
+    profile = _profile(4)
+    variant = variant_profile(profile, grid_points(profile, ("bfloat16", "float32"), 100)[-1])
+    assert parse_profile(dump_profile(variant)).stages == variant.stages
+
+
+def _row(point: str, rtf: float, throughput: float, auto: bool = False) -> dict:
+    return {"point": point, "auto": auto, "error": None, "rtf_1": rtf, "throughput_4": throughput}
+
+
+def test_verdict_accepts_auto_within_ten_percent_on_both() -> None:
+    rows = [_row("a", 2.1, 0.95, auto=True), _row("b", 2.0, 1.0)]
+    assert verdict(rows)["auto_within_tolerance"] is True
+
+
+def test_verdict_rejects_auto_that_is_slower_than_the_best_by_more_than_ten_percent() -> None:
+    rows = [_row("a", 2.5, 1.0, auto=True), _row("b", 2.0, 1.0)]
+    result = verdict(rows)
+    assert result["auto_rtf_1_ok"] is False
+    assert result["best_rtf_1"] == "b"
+
+
+def test_failed_points_are_ignored_by_the_verdict_and_the_best() -> None:
+    rows = [_row("a", 2.0, 1.0, auto=True), {"point": "b", "auto": False, "error": "boom"}]
+    assert verdict(rows)["auto_within_tolerance"] is True
+    assert best_point(rows)["point"] == "a"
+
+
+def test_best_point_prefers_throughput_among_the_fast_single_streams() -> None:
+    rows = [_row("a", 2.0, 1.0), _row("b", 2.1, 1.5), _row("c", 3.0, 3.0)]
+    assert best_point(rows)["point"] == "b"
