@@ -443,6 +443,17 @@ def _cell(value: float | int | None, unit: str) -> str:
     return f"{value:.3f}{' ' + unit if unit else ''}"
 
 
+def frames_mismatch(rows: list[dict[str, Any]]) -> str | None:
+    """A warning when the two sides emitted different frame counts, else None."""
+    for row in rows:
+        if row["metric"] == "frames" and row["reference"] != row["omni_cpu"]:
+            return (
+                f"The sides emitted different frame counts (qwen-tts {row['reference']}, "
+                f"omni-cpu {row['omni_cpu']}): compare RTF (per audio second), not wall times."
+            )
+    return None
+
+
 def results_section(result: dict[str, Any]) -> str:
     """The dated Markdown section appended to RESULTS.md for one comparison."""
     machine, settings = result["machine"], result["settings"]
@@ -462,6 +473,9 @@ def results_section(result: dict[str, Any]) -> str:
     ]
     if load is not None:
         lines.append(f"- Load average before the run: {' '.join(f'{x:.2f}' for x in load)}.")
+    mismatch = frames_mismatch(result["rows"])
+    if mismatch:
+        lines.append(f"- **{mismatch}**")
     lines += ["", "Commands (from the repo root):", "", "```sh"]
     lines += [shlex.join(command) for command in result["commands"].values()]
     lines += [
@@ -566,6 +580,9 @@ def compare_main(args: argparse.Namespace) -> int:
         "omni_cpu": omni,
         "rows": compare(reference, omni),
     }
+    mismatch = frames_mismatch(result["rows"])
+    if mismatch:
+        print(f"compare: warning: {mismatch}", file=sys.stderr)
     if not args.no_record:
         append_results(results_section(result), REPO / RESULTS_FILE)
     if args.json:

@@ -273,3 +273,10 @@ def test_a_dtype_that_contradicts_the_profile_file_is_refused() -> None:
     )
     with pytest.raises(compare.InputError, match="differs from"):
         compare.resolve(args, PROBE)
+
+
+def test_results_section_flags_sides_that_emitted_different_frame_counts() -> None:
+    rows = compare.compare({"frames": 8, "rtf": 9.2}, {"frames": 7, "rtf": 3.0})
+    section = compare.results_section({**RESULT, "rows": rows})
+    assert "- **The sides emitted different frame counts (qwen-tts 8, omni-cpu 7)" in section
+    assert "different frame counts" not in compare.results_section(RESULT)
