@@ -20,6 +20,7 @@ def plan_for_facts(
     reserve: int | None = None,
     max_seqs: int | None = None,
     dtype: str | None = None,
+    fit_available_memory: bool = False,
 ) -> Profile:
     """The profile for `model` on the machine whose facts were read from `root`."""
     options = PlanOptions(
@@ -28,6 +29,7 @@ def plan_for_facts(
         max_seqs=max_seqs,
         dtype=dtype,
         preload_libraries=find_preload_libraries(root),
+        fit_available_memory=fit_available_memory,
     )
     return plan_profile(facts, footprint_for_model(model), options)
 

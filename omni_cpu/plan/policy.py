@@ -36,6 +36,9 @@ class PlanOptions:
     max_seqs: int | None = None
     dtype: str | None = None
     preload_libraries: tuple[str, ...] = ()  # found on the live machine (iomp, tcmalloc)
+    # Size for the memory free right now (`--deploy-profile auto` starting engines on a
+    # busy machine) rather than for the machine's capacity (a checked-in profile).
+    fit_available_memory: bool = False
 
 
 def choose_dtype(facts: Facts) -> str:
@@ -153,7 +156,7 @@ def node_memory_bytes(facts: Facts, node_memory: int | None, notes: list[str]) -
 
 
 def _replica_memory_budget(
-    facts: Facts, node: NodeCores, replica_count: int, notes: list[str]
+    facts: Facts, node: NodeCores, replica_count: int, notes: list[str], fit_available: bool
 ) -> int | None:
     """Bytes one replica may use: its node's memory, or its share of a cgroup limit."""
     candidates = []
@@ -164,6 +167,8 @@ def _replica_memory_budget(
         candidates.append(facts.memory_total_bytes // max(1, len(facts.numa_nodes)))
     if facts.limits.memory_max_bytes is not None:
         candidates.append(facts.limits.memory_max_bytes // replica_count)
+    if fit_available and facts.memory_available_bytes:
+        candidates.append(facts.memory_available_bytes // replica_count)
     if not candidates:
         return None
     budget = min(candidates)
@@ -230,7 +235,7 @@ def _replica(
             talker_cores = code2wav_cores = compute
         else:
             talker_cores, code2wav_cores = compute[:talker_n], compute[talker_n:]
-    budget = _replica_memory_budget(facts, node, replica_count, notes)
+    budget = _replica_memory_budget(facts, node, replica_count, notes, options.fit_available_memory)
     seqs, talker_kv = _talker_batch(
         footprint, dtype, len(talker_cores), options.max_seqs, budget, notes
     )
