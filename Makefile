@@ -14,7 +14,7 @@ demo: setup
 	[ -f $(TINY)/config.json ] || $(BIN)/omni-cpu make-checkpoint --size tiny --out $(TINY)
 	mkdir -p out
 	$(BIN)/omni-cpu run --model $(TINY) --deploy-profile auto \
-		--text "Hello from omni-cpu." --speaker ryan --out out/hello.wav
+		--text "Hello from omni-cpu." --speaker ryan --max-frames 50 --out out/hello.wav
 
 # Set up, then run the whole test suite (what CI runs).
 test: setup

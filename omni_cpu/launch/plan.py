@@ -88,7 +88,10 @@ def resolve_profile(spec: str, model: str) -> tuple[Profile, tuple[str, ...]]:
     if spec == "auto":
         from omni_cpu.plan import plan_for_machine
 
-        facts, profile = plan_for_machine(model if Path(model).exists() else None)
+        # Engines start now, on this machine as it is: size for the memory free now.
+        facts, profile = plan_for_machine(
+            model if Path(model).exists() else None, fit_available_memory=True
+        )
     else:
         profile = load_profile(spec)
         facts = read_facts("/")

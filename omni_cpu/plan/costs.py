@@ -55,12 +55,17 @@ CODE2WAV_KV_CACHE_BYTES = 256 * MIB
 # --- Batching -------------------------------------------------------------------
 # Concurrent streams per talker core: batching raises total throughput on CPU
 # (measured: 16 streams ~5x real time in total on 2 cores) without helping a
-# single stream; 8 per core keeps per-stream latency bounded.
-STREAMS_PER_TALKER_CORE = 8
+# single stream; 4 per core keeps per-stream latency bounded and, with float32 on a
+# small box, the KV cache a few GiB (8 per core asked 7 GiB on a 24 GiB 2-core box).
+STREAMS_PER_TALKER_CORE = 4
 MAX_NUM_SEQS_CAP = 64  # vLLM-Omni's own deploy default for Qwen3-TTS
 # vLLM-Omni deploy defaults for Qwen3-TTS (deploy/qwen3_tts.yaml, 0.30.0).
 TALKER_MAX_NUM_BATCHED_TOKENS = 512  # small prefill steps keep first-chunk latency low
-TALKER_MAX_MODEL_LEN = 4096
+# Prompt (text tokens + ~10 control tokens) plus frames: room for `run`'s 2048-frame
+# cap (164 s of audio) and a 256-token prompt. vLLM-Omni's GPU default is 4096, which
+# doubles the KV cache every stream reserves for audio longer than anyone requests.
+TALKER_MAX_FRAMES = 2048  # the talker's default max_tokens (vLLM-Omni's max_new_tokens)
+TALKER_MAX_MODEL_LEN = TALKER_MAX_FRAMES + 256
 # Code2wav prefill is num_code_groups * frames tokens (16 * 2148 = 34368): > 32k.
 CODE2WAV_MAX_NUM_BATCHED_TOKENS = 65536
 CODE2WAV_MAX_MODEL_LEN = 65536

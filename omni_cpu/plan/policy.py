@@ -253,7 +253,7 @@ def _replica(
             max_num_batched_tokens=costs.TALKER_MAX_NUM_BATCHED_TOKENS,
             max_model_len=costs.TALKER_MAX_MODEL_LEN,
             dtype=dtype,
-            settings=default_stage_settings(0),
+            settings=talker_settings(),
         ),
         StagePlan(
             stage_id=1,
@@ -271,6 +271,13 @@ def _replica(
         index=index, numa_node=node.node, frontend_cpus=cpu_list(frontend), stages=stages
     )
     return replica, chunk
+
+
+def talker_settings() -> dict:
+    """vLLM-Omni's talker settings, with max_tokens inside the planned max_model_len."""
+    settings = default_stage_settings(0)
+    settings["default_sampling_params"]["max_tokens"] = costs.TALKER_MAX_FRAMES
+    return settings
 
 
 def preload_env(libraries: tuple[str, ...]) -> dict[str, str]:

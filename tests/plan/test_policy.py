@@ -191,7 +191,9 @@ def test_node_meminfo_that_cannot_be_right_is_scaled_to_memtotal():
 def test_auto_on_a_busy_machine_fits_the_memory_free_now():
     from dataclasses import replace
 
-    busy = replace(machine({0: [0, 1]}, memory_per_node=24 * GIB), memory_available_bytes=12 * GIB)
+    busy = replace(
+        machine({0: [0, 1]}, memory_per_node=24 * GIB), memory_available_bytes=int(9.5 * GIB)
+    )
     capacity = plan_profile(busy, FOOTPRINT)
     now = plan_profile(busy, FOOTPRINT, PlanOptions(fit_available_memory=True))
     assert now.stages[0].kv_cache_memory_bytes < capacity.stages[0].kv_cache_memory_bytes
