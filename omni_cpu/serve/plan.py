@@ -35,7 +35,8 @@ class ServePlan:
     deploy_config: dict[str, Any]  # written to deploy_config_path before the start
     deploy_config_path: str
     workdir: str  # holds the deploy config and the drain flag; removed at exit
-    frontend_cpus: tuple[int, ...]  # the API server's affinity; () = inherited
+    frontend_cpus: tuple[int, ...]  # API server + engine cores once ready; () = not pinned
+    replica_cpus: tuple[int, ...]  # affinity the server starts with (front end + stages)
     limits: AdmissionLimits
     host: str
     port: int
@@ -47,8 +48,8 @@ class ServePlan:
     def shell(self) -> str:
         """The plan as one shell command line (what `--dry-run` prints), one option a line."""
         lines: list[list[str]] = []
-        if self.frontend_cpus:
-            lines.append(["taskset", "-c", ",".join(map(str, self.frontend_cpus))])
+        if self.replica_cpus:
+            lines.append(["taskset", "-c", ",".join(map(str, self.replica_cpus))])
         lines.append(["env"])
         lines += [[f"{key}={value}"] for key, value in self.env.items()]
         lines.append([])
@@ -65,6 +66,7 @@ class ServePlan:
         data = asdict(self)
         data["argv"] = list(self.argv)
         data["frontend_cpus"] = list(self.frontend_cpus)
+        data["replica_cpus"] = list(self.replica_cpus)
         data["notes"] = list(self.notes)
         return data
 
@@ -152,8 +154,13 @@ def build_serve_plan(
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
     frontend = parse_cpu_list(chosen.frontend_cpus) if chosen.frontend_cpus else ()
+    replica_cpus = set(frontend)
+    for stage in chosen.stages:
+        replica_cpus |= set(parse_cpu_list(stage.cpus))
     if frontend:
-        notes.append(f"API server and engine cores pinned to CPUs {chosen.frontend_cpus}")
+        notes.append(
+            f"once ready, the API server and engine cores move to CPUs {chosen.frontend_cpus}"
+        )
     return ServePlan(
         argv=tuple(argv),
         env=env,
@@ -161,6 +168,7 @@ def build_serve_plan(
         deploy_config_path=str(deploy_path),
         workdir=str(folder),
         frontend_cpus=tuple(frontend),
+        replica_cpus=tuple(sorted(replica_cpus)),
         limits=limits,
         host=host,
         port=port,

@@ -126,3 +126,27 @@ def stop_tree(root: int, timeout_s: float, *, include_adopted: bool = False) -> 
         signal_all(alive, signal.SIGKILL)
         alive = wait_gone(alive, 5.0)
     return alive
+
+
+def command_line(pid: int, proc: Path = Path("/proc")) -> str:
+    """A process's command line (as set by setproctitle too), or "" when it is gone."""
+    try:
+        return (
+            (proc / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return ""
+
+
+def pin_threads(pid: int, cpus: tuple[int, ...], proc: Path = Path("/proc")) -> bool:
+    """Set the affinity of every thread of `pid` (taskset -a -p); False if it could not."""
+    try:
+        tids = [int(task.name) for task in (proc / str(pid) / "task").iterdir()]
+    except OSError:
+        return False
+    done = False
+    for tid in tids:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(tid, cpus)
+            done = True
+    return done

@@ -11,6 +11,7 @@ skips the wait.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -79,15 +80,28 @@ def prepare_workdir(plan: ServePlan) -> None:
     Path(plan.limits.drain_file).unlink(missing_ok=True)
 
 
-def _child_setup(frontend_cpus: tuple[int, ...]) -> Callable[[], None]:
+def _child_setup(replica_cpus: tuple[int, ...]) -> Callable[[], None]:
     def setup() -> None:
         proctree.die_with_parent(signal.SIGTERM)
-        if frontend_cpus:
-            # Stage workers bind their own OpenMP threads (VLLM_CPU_OMP_THREADS_BIND);
-            # the API server and engine cores stay on the reserved front-end CPUs.
-            os.sched_setaffinity(0, frontend_cpus)
+        if replica_cpus:
+            # The server and the stages it spawns stay on this replica's CPUs. Not narrower:
+            # stage workers inherit this mask, and Intel OpenMP binds only inside it.
+            with contextlib.suppress(OSError):  # CPU ids from another machine's profile
+                os.sched_setaffinity(0, replica_cpus)
 
     return setup
+
+
+def pin_frontend(root: int, cpus: tuple[int, ...]) -> list[int]:
+    """Move the API server and the stage engine cores (not the workers) onto `cpus`.
+
+    Done once the server is ready: the workers have bound their OpenMP threads by
+    then, so narrowing their parents no longer reaches them.
+    """
+    pids = [root] + [
+        pid for pid in proctree.descendants(root) if "EngineCore" in proctree.command_line(pid)
+    ]
+    return [pid for pid in pids if proctree.pin_threads(pid, cpus)]
 
 
 class Supervisor:
@@ -118,7 +132,7 @@ class Supervisor:
                 list(plan.argv),
                 env={**os.environ, **plan.env},
                 start_new_session=True,  # a terminal's Ctrl-C reaches only us; we drain first
-                preexec_fn=_child_setup(plan.frontend_cpus),
+                preexec_fn=_child_setup(plan.replica_cpus),
             )
             self.say(
                 f"replica {plan.replica}: vLLM-Omni API server pid {self.child.pid}, "
@@ -150,6 +164,10 @@ class Supervisor:
                 last_probe = now
                 if http_status(local_url(self.plan.host, self.plan.port, "/health")) == 200:
                     ready = True
+                    if self.plan.frontend_cpus:
+                        pinned = pin_frontend(self.child.pid, self.plan.frontend_cpus)
+                        cpus = ",".join(map(str, self.plan.frontend_cpus))
+                        self.say(f"API server and engine cores {pinned} pinned to CPUs {cpus}")
                     self.say("ready")
             time.sleep(POLL_S)
         self._drain()

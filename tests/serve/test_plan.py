@@ -101,7 +101,17 @@ def test_reserved_frontend_cpus_pin_the_api_server(two_node_profile):
     reserved = two_node_profile.replicas[1].frontend_cpus
     assert reserved
     assert plan.frontend_cpus == parse_cpu_list(reserved)
-    assert plan.shell().startswith(f"taskset -c {','.join(map(str, plan.frontend_cpus))}")
+
+
+def test_server_starts_on_its_replicas_cpus_only(two_node_profile):
+    plan = build_serve_plan("m", two_node_profile, replica=1)
+    replica = two_node_profile.replicas[1]
+    expected = set(parse_cpu_list(replica.frontend_cpus))
+    for stage in replica.stages:
+        expected |= set(parse_cpu_list(stage.cpus))
+    assert set(plan.replica_cpus) == expected
+    assert not expected & set(build_serve_plan("m", two_node_profile, replica=0).replica_cpus)
+    assert plan.shell().startswith(f"taskset -c {','.join(map(str, plan.replica_cpus))}")
 
 
 def test_replica_past_the_profile_is_a_user_error():
