@@ -18,24 +18,14 @@ def _num(value: Any, digits: int = 2) -> str:
 
 
 def print_bench(console: Console, data: dict[str, Any]) -> None:
-    """The table of levels, then bandwidth, weight streaming and how each column is derived."""
-    table = Table(title=f"omni-cpu bench · {data['model']} · {data['frames']} frames/request")
-    for column in (
-        "streams",
-        "reqs",
-        "TTFA p50 s",
-        "TTFA p95 s",
-        "RTF p50",
-        "RTF p95",
-        "audio-s/wall-s",
-        "talker ms/frame",
-        "code2wav ms/frame ≤",
-        "peak RSS GiB",
-    ):
-        table.add_column(column, justify="right")
-    for level in data["levels"]:
-        rss = ", ".join(f"{k} {v / GIB:.2f}" for k, v in level["peak_rss_bytes"].items())
-        table.add_row(
+    """Latency and resource tables per level, bandwidth, and how each number is derived."""
+    levels = data["levels"]
+    latency = Table(title=f"omni-cpu bench · {data['model']} · {data['frames']} frames/request")
+    for column in ("streams", "reqs", "TTFA p50 s", "TTFA p95 s", "RTF p50", "RTF p95"):
+        latency.add_column(column, justify="right")
+    latency.add_column("audio-s per wall-s", justify="right")
+    for level in levels:
+        latency.add_row(
             str(level["concurrency"]),
             str(level["requests"]),
             _num(level["ttfa_p50_s"]),
@@ -43,11 +33,27 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
             _num(level["rtf_p50"]),
             _num(level["rtf_p95"]),
             _num(level["audio_s_per_wall_s"]),
+        )
+    console.print(latency)
+    stages = list(levels[0]["busy_fraction"]) if levels else []
+    memory = list(levels[0]["peak_rss_bytes"]) if levels else []
+    resources = Table(title="per stage")
+    resources.add_column("streams", justify="right")
+    resources.add_column("talker ms/frame", justify="right")
+    resources.add_column("code2wav ms/frame ≤", justify="right")
+    for name in stages:
+        resources.add_column(f"{name} busy", justify="right")
+    for name in memory:
+        resources.add_column(f"{name} peak GiB", justify="right")
+    for level in levels:
+        resources.add_row(
+            str(level["concurrency"]),
             _num(level["talker_ms_per_frame"], 1),
             _num(level["code2wav_ms_per_frame"], 1),
-            rss,
+            *(_num(level["busy_fraction"].get(name)) for name in stages),
+            *(_num(level["peak_rss_bytes"].get(name, 0) / GIB) for name in memory),
         )
-    console.print(table)
+    console.print(resources)
     bandwidth = data["memory_bandwidth"]
     streaming = data["weight_streaming"]
     fraction = streaming["fraction_of_triad"]

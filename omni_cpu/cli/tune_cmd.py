@@ -75,7 +75,13 @@ def tune_command(
         except OmniCpuError as error:  # one failing point (e.g. float32) must not end the sweep
             row["error"] = error.one_line()
             err_console.print(f"[yellow]point failed:[/] {row['error']}", highlight=False)
-    result = {"model": model, "frames": frames, "runs": rows, "verdict": verdict(rows)}
+    result = {
+        "model": model,
+        "frames": frames,
+        "dry_run": dry_run,
+        "runs": rows,
+        "verdict": verdict(rows),
+    }
     best = None if dry_run else best_point(rows)
     if best is not None and output is not None:
         chosen = points[[row["point"] for row in rows].index(best["point"])]
@@ -109,7 +115,9 @@ def _print_runs(result: dict[str, Any]) -> None:
         )
     console.print(out)
     verdict = result["verdict"]
-    if verdict.get("auto_within_tolerance") is None:
+    if result.get("dry_run"):
+        console.print("dry run: nothing measured")
+    elif verdict.get("auto_within_tolerance") is None:
         console.print("no verdict: the auto point was not measured")
     else:
         console.print(
