@@ -70,11 +70,13 @@ def grid_points(profile: Profile, dtypes: tuple[str, ...], max_points: int) -> l
         "max_num_seqs": sorted({THROUGHPUT_STREAMS, auto.max_num_seqs}),
         "dtype": list(dict.fromkeys((auto.dtype, *dtypes))),
     }
-    points = [auto]
-    for name, values in choices.items():
-        points += [dataclasses.replace(auto, **{name: v}) for v in values]
-    points += [GridPoint(*combo) for combo in itertools.product(*choices.values())]
-    return list(dict.fromkeys(points))[:max_points]
+    points = [GridPoint(*combo) for combo in itertools.product(*choices.values())]
+
+    def changes(point: GridPoint) -> int:
+        return sum(getattr(point, name) != getattr(auto, name) for name in choices)
+
+    # Fewest changes from auto first (auto itself, then one choice at a time).
+    return sorted(points, key=changes)[:max_points]
 
 
 def variant_profile(profile: Profile, point: GridPoint) -> Profile:
