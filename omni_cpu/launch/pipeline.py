@@ -146,7 +146,9 @@ def _sampling_params(omni: Any, requests: list[SpeechRequest], stream: bool) -> 
     from vllm.sampling_params import RequestOutputKind
 
     params = [copy.deepcopy(p) for p in omni.default_sampling_params_list]
-    params[0].max_tokens = max(request.max_frames for request in requests)
+    # The talker completes frame k while sampling token k+1 (its code predictor runs on
+    # the next step), so N frames take N+1 tokens: max_tokens=N gave N-1 frames.
+    params[0].max_tokens = max(request.max_frames for request in requests) + 1
     if stream:
         # Both stages must emit deltas, or vLLM-Omni holds audio until the end.
         for p in params:

@@ -101,6 +101,15 @@ def test_sync_run_writes_24khz_mono_whole_frames_of_sound(sync_run: tuple[Run, P
 
 @pytest.mark.e2e
 @needs_runtime
+def test_max_frames_gives_exactly_that_many_frames(sync_run: tuple[Run, Path]) -> None:
+    # Random weights sample end-of-speech about once in 2049 steps, so an early stop
+    # within 12 frames happens in about 0.5 % of runs; a cap off by one fails always.
+    _, _, samples = read_wav(sync_run[1])
+    assert samples.size == int(MAX_FRAMES) * FRAME
+
+
+@pytest.mark.e2e
+@needs_runtime
 def test_sync_run_reports_timings_for_the_audio_it_wrote(sync_run: tuple[Run, Path]) -> None:
     run, path = sync_run
     report = run.json()
