@@ -170,7 +170,7 @@ def resolve(args: argparse.Namespace, probe: dict[str, Any]) -> Settings:
         planned_dtype=profile_dtype,
         profile=profile,
         cpus=cpus,
-        need_checkpoint=not (REPO / model).joinpath("config.json").exists(),
+        need_checkpoint=checkpoint_missing(model),
         machine=machine,
     )
 
@@ -189,6 +189,11 @@ def _repo_relative(path: Path) -> Path:
         return absolute.relative_to(REPO)
     except ValueError:
         return absolute
+
+
+def checkpoint_missing(model: Path) -> bool:
+    """True when the comparison must first make the random 0.6B checkpoint."""
+    return not (REPO / model).joinpath("config.json").exists()
 
 
 def commands(settings: Settings) -> dict[str, list[str]]:

@@ -50,6 +50,12 @@ PROBE: dict[str, Any] = {
 }
 
 
+@pytest.fixture(autouse=True)
+def checkpoint_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans do not depend on whether this checkout happens to hold checkpoints/0.6b."""
+    monkeypatch.setattr(compare, "checkpoint_missing", lambda model: False)
+
+
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """The probe answers PROBE; any other subprocess fails the test."""
@@ -98,7 +104,10 @@ def test_a_dtype_other_than_the_plans_runs_omni_cpu_on_a_profile_with_that_dtype
     assert omni[omni.index("--deploy-profile") + 1] == written
 
 
-def test_a_missing_checkpoint_is_made_first(tmp_path: Path) -> None:
+def test_a_missing_checkpoint_is_made_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compare, "checkpoint_missing", lambda model: True)
     planned = _planned("--model", str(tmp_path / "0.6b"))
     assert next(iter(planned)) == "make_checkpoint"
     assert planned["make_checkpoint"][-2:] == ["--out", str(tmp_path / "0.6b")]
