@@ -1,0 +1,78 @@
+"""Per-step timings from inside the stage workers, opt-in through the environment.
+
+With `OMNI_CPU_STEP_LOG=DIR` set, every stage worker appends one JSON line per
+engine step to `DIR/<stage kind>-<pid>.jsonl`: wall milliseconds spent in the
+runner's `execute_model` + `sample_tokens` and, for the talker, in the code
+predictor. This is the only honest way to see code2wav's own cost: its idle
+OpenMP threads spin, so CPU time from /proc overstates it. Off by default; the
+cost when on is two `perf_counter` calls and one short write per step.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+STEP_LOG_ENV = "OMNI_CPU_STEP_LOG"
+
+
+class StepLog:
+    """Accumulates one step's timings and writes them as a JSON line."""
+
+    def __init__(self, directory: Path, kind: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._file = open(directory / f"{kind}-{os.getpid()}.jsonl", "a", buffering=1)  # noqa: SIM115
+        self._step_ms = 0.0
+        self._predictor_ms = 0.0
+        self._tokens = 0
+
+    def add_step(self, ms: float, tokens: int) -> None:
+        self._step_ms += ms
+        self._tokens = max(self._tokens, tokens)
+
+    def add_predictor(self, ms: float) -> None:
+        self._predictor_ms += ms
+
+    def flush(self) -> None:
+        """Write the step that just ended (called after `sample_tokens`)."""
+        if self._step_ms == 0.0:
+            return
+        record = {
+            "t": round(time.time(), 4),
+            "step_ms": round(self._step_ms, 3),
+            "code_predictor_ms": round(self._predictor_ms, 3),
+            "tokens": self._tokens,
+        }
+        self._file.write(json.dumps(record) + "\n")
+        self._step_ms = self._predictor_ms = 0.0
+        self._tokens = 0
+
+
+def step_log_from_env(kind: str) -> StepLog | None:
+    """A log for this worker when `OMNI_CPU_STEP_LOG` names a directory."""
+    directory = os.environ.get(STEP_LOG_ENV, "").strip()
+    return StepLog(Path(directory), kind) if directory else None
+
+
+def timed(method: Callable[..., Any], record: Callable[[float], None]) -> Callable[..., Any]:
+    """`method` wrapped so each call's wall milliseconds go to `record`."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            record((time.perf_counter() - start) * 1000.0)
+
+    return wrapper
+
+
+def scheduled_tokens(scheduler_output: Any) -> int:
+    """Tokens the scheduler handed this step (0 when the object lacks the field)."""
+    return int(getattr(scheduler_output, "total_num_scheduled_tokens", 0) or 0)
