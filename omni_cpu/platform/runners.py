@@ -10,9 +10,12 @@ inheritance puts the Omni runner first and `CPUModelRunner` before
 
 from __future__ import annotations
 
+import contextlib
+import time
 from typing import Any
 
 import torch
+from vllm.logger import init_logger
 from vllm.v1.utils import CpuGpuBuffer
 
 # vLLM 0.30.0 private helpers: the CUDA stream/event stubs and the accelerator no-ops
@@ -25,11 +28,20 @@ from vllm.v1.worker.cpu_model_runner import (
 from vllm_omni.worker.gpu_ar_model_runner import GPUARModelRunner
 from vllm_omni.worker.gpu_generation_model_runner import GPUGenerationModelRunner
 
+from omni_cpu.platform import int8
+from omni_cpu.platform.code_predictor import install_cached_forward, wants_cached_forward
+from omni_cpu.platform.step_log import scheduled_tokens, step_log_from_env, timed
+
+logger = init_logger(__name__)
+
 
 class _CPUOmniRunnerMixin:
     """What both Omni runners need on CPU; sits before the Omni runner in the MRO."""
 
+    step_kind = "stage"  # names this runner's OMNI_CPU_STEP_LOG file
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._step_log = step_log_from_env(self.step_kind)
         _set_torch_accelerator_to_noop()
         # The Omni runners create streams/events after GPUModelRunner.__init__ returns,
         # outside CPUModelRunner's own wrapper: stub them for the whole construction.
@@ -53,8 +65,47 @@ class _CPUOmniRunnerMixin:
         super()._init_talker_mtp()  # type: ignore[misc]
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
-        super().load_model(*args, **kwargs)  # type: ignore[misc]
+        use_int8 = self.step_kind == "talker" and int8.requested_weights() == "int8"
+        if use_int8 and not int8.int8_supported():
+            raise RuntimeError(
+                f"{int8.WEIGHTS_ENV}=int8 needs PyTorch's x86 (FBGEMM) quantized engine, "
+                "which this CPU's torch build lacks; unset it"
+            )
+        vllm_layers = [0]
+        with int8.int8_vllm_linears(vllm_layers) if use_int8 else contextlib.nullcontext():
+            super().load_model(*args, **kwargs)  # type: ignore[misc]
         match_embedding_dtype(self.model, self.model_config.dtype)  # type: ignore[attr-defined]
+        code_predictor = getattr(self.model, "code_predictor", None)  # type: ignore[attr-defined]
+        if use_int8:
+            predictor_layers = int8.quantize_linears(code_predictor) if code_predictor else 0
+            logger.info(int8.describe(vllm_layers[0], predictor_layers))
+        cached = code_predictor is not None and wants_cached_forward()
+        if cached and install_cached_forward(code_predictor):
+            logger.info("code predictor: KV-cached forward (omni_cpu.platform.code_predictor)")
+        if code_predictor is not None and self._step_log is not None:
+            code_predictor.forward = timed(code_predictor.forward, self._step_log.add_predictor)
+
+    def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        log = self._step_log
+        if log is None:
+            return super().execute_model(scheduler_output, *args, **kwargs)  # type: ignore[misc]
+        log.flush()  # a step whose sample_tokens never came (generation stages)
+        start = time.perf_counter()
+        try:
+            return super().execute_model(scheduler_output, *args, **kwargs)  # type: ignore[misc]
+        finally:
+            log.add_step((time.perf_counter() - start) * 1000.0, scheduled_tokens(scheduler_output))
+
+    def sample_tokens(self, *args: Any, **kwargs: Any) -> Any:
+        log = self._step_log
+        if log is None:
+            return super().sample_tokens(*args, **kwargs)  # type: ignore[misc]
+        start = time.perf_counter()
+        try:
+            return super().sample_tokens(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            log.add_step((time.perf_counter() - start) * 1000.0, 0)
+            log.flush()
 
 
 # vllm-omni 0.30.0's Qwen3-TTS talker and its prompt builder set
@@ -78,6 +129,10 @@ def match_embedding_dtype(model: torch.nn.Module, dtype: torch.dtype) -> list[st
 class CPUARModelRunner(_CPUOmniRunnerMixin, GPUARModelRunner, CPUModelRunner):
     """Autoregressive stage (Qwen3-TTS talker + code predictor) on CPU."""
 
+    step_kind = "talker"
+
 
 class CPUGenerationModelRunner(_CPUOmniRunnerMixin, GPUGenerationModelRunner, CPUModelRunner):
     """Non-autoregressive stage (Qwen3-TTS code2wav) on CPU."""
+
+    step_kind = "code2wav"
