@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from omni_cpu.cli.common import console, err_console, print_json
+from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json
 
 _HELP = """\
 Measure the pipeline the way its users judge it: time to first audio (TTFA),
@@ -46,6 +46,7 @@ def bench_command(
     ),
     warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured requests before level 1."),
     speaker: str | None = typer.Option(None, "--speaker", help="Default: the model's first."),
+    weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     plot: Path | None = typer.Option(None, "--plot", help="Write RTF/TTFA vs concurrency PNG."),
 ) -> None:
@@ -61,7 +62,7 @@ def bench_command(
     info = read_model_info(model)
     chosen_speaker = speaker or (info.speakers[0] if info.speakers else "ryan")
     build_requests(info, [BENCH_TEXT], chosen_speaker, max_frames=frames)  # checks, once
-    plan = make_launch_plan(model, deploy_profile)
+    plan = make_launch_plan(model, deploy_profile, weights=weights)
     for warning in plan.problems:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
 

@@ -21,6 +21,11 @@ class _State:
 
 state = _State()
 
+WEIGHTS_HELP = (
+    "Talker weights: 'model' (the checkpoint's dtype) or 'int8' (about 3x less memory "
+    "traffic per frame; changes the audio, so listen first)."
+)
+
 
 def print_json(data: Any) -> None:
     """Machine-readable output: one JSON document on stdout, nothing else."""

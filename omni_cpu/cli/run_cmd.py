@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from omni_cpu.cli.common import console, err_console, print_json, state
+from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json, state
 
 _HELP = """\
 Synthesize speech with Qwen3-TTS on vLLM's CPU backend, one stage per core set.
@@ -58,6 +58,7 @@ def run_command(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print per-stage env and engine args, start nothing."
     ),
+    weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print timings (or the dry run) as JSON."),
 ) -> None:
     from omni_cpu.launch.plan import make_launch_plan
@@ -66,7 +67,7 @@ def run_command(
     info = read_model_info(model)
     texts = read_texts(text, text_file)
     requests = build_requests(info, texts, speaker, language, instruct, max_frames)
-    plan = make_launch_plan(model, deploy_profile)
+    plan = make_launch_plan(model, deploy_profile, weights=weights)
 
     if dry_run:
         description = plan.describe()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from omni_cpu.cli.common import console, err_console, print_json
+from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json
 
 SERVE_HELP = """Serve speech over HTTP with vLLM-Omni's own OpenAI-compatible server on CPU.
 
@@ -66,6 +66,7 @@ def serve(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the command, environment and deploy config; start nothing."
     ),
+    weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
 ) -> None:
     from omni_cpu.serve.plan import build_serve_plan
@@ -78,9 +79,11 @@ def serve(
         from omni_cpu.profile import load_profile
 
         profile = load_profile(Path(deploy_profile))
+    from omni_cpu.launch.plan import with_weights
+
     plan = build_serve_plan(
         model,
-        profile,
+        with_weights(profile, weights),
         replica=replica,
         host=host,
         port=port,

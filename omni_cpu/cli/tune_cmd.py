@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from omni_cpu.cli.common import console, err_console, print_json
+from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json
 
 _HELP = """\
 Check the planner against measurements on this machine: start the pipeline once
@@ -33,6 +33,7 @@ def tune_command(
     output: Path | None = typer.Option(None, "--output", help="Write the best profile here."),
     table: Path | None = typer.Option(None, "--table", help="Write all runs as JSON here."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the grid points, run nothing."),
+    weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
 ) -> None:
     from omni_cpu.bench.tune import (
@@ -45,7 +46,7 @@ def tune_command(
     )
     from omni_cpu.cli.bench_cmd import BENCH_TEXT
     from omni_cpu.errors import OmniCpuError
-    from omni_cpu.launch.plan import resolve_profile
+    from omni_cpu.launch.plan import resolve_profile, with_weights
     from omni_cpu.launch.request import build_requests, read_model_info
     from omni_cpu.plan import choose_dtype
     from omni_cpu.profile import save_profile
@@ -54,6 +55,7 @@ def tune_command(
     speaker = info.speakers[0] if info.speakers else "ryan"
     build_requests(info, [BENCH_TEXT], speaker, max_frames=frames)
     profile, _problems = resolve_profile("auto", model)
+    profile = with_weights(profile, weights)
     from omni_cpu.hardware.probe import read_facts
 
     dtypes = ("bfloat16", "float32") if choose_dtype(read_facts("/")) == "bfloat16" else ()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from omni_cpu.errors import ProfileMismatchError
+from omni_cpu.errors import InputError, ProfileMismatchError
+from omni_cpu.platform import WEIGHT_CHOICES, WEIGHTS_ENV
 from omni_cpu.profile import Profile, deploy_config_dict, load_profile, stage_env
 
 # Messages from omni_cpu.profile.check that mean the profile names CPUs this
@@ -109,9 +111,25 @@ def resolve_profile(spec: str, model: str) -> tuple[Profile, tuple[str, ...]]:
     return profile, tuple(problems)
 
 
-def make_launch_plan(model: str, deploy_profile: str = "auto", replica: int = 0) -> LaunchPlan:
+def with_weights(profile: Profile, weights: str) -> Profile:
+    """`profile` whose stages load the talker's weights as `weights` ("model" or "int8").
+
+    The choice travels as an environment variable in the profile's `env`, so a
+    profile file can carry it too (`env: {OMNI_CPU_WEIGHTS: int8}`).
+    """
+    if weights not in WEIGHT_CHOICES:
+        raise InputError(f"--weights {weights}", f"use one of: {', '.join(WEIGHT_CHOICES)}")
+    if weights == "model":
+        return profile
+    return dataclasses.replace(profile, env={**profile.env, WEIGHTS_ENV: weights})
+
+
+def make_launch_plan(
+    model: str, deploy_profile: str = "auto", replica: int = 0, weights: str = "model"
+) -> LaunchPlan:
     """Resolve the profile and build the deploy config for one replica."""
     profile, problems = resolve_profile(deploy_profile, model)
+    profile = with_weights(profile, weights)
     if not 0 <= replica < len(profile.replicas):
         raise ProfileMismatchError(
             f"the profile has {len(profile.replicas)} replica(s), not {replica + 1}",

@@ -19,6 +19,11 @@ PLATFORM_QUALNAME = "omni_cpu.platform.cpu_platform.CPUOmniPlatform"
 AR_WORKER_QUALNAME = "omni_cpu.platform.workers.CPUARWorker"
 GENERATION_WORKER_QUALNAME = "omni_cpu.platform.workers.CPUGenerationWorker"
 
+# The talker stage's weight format (omni_cpu.platform.int8). "model" keeps the
+# checkpoint's dtype; "int8" quantizes the talker's and code predictor's linears.
+WEIGHTS_ENV = "OMNI_CPU_WEIGHTS"
+WEIGHT_CHOICES = ("model", "int8")
+
 
 def should_activate() -> bool:
     """True when this process runs vLLM on CPU: `VLLM_TARGET_DEVICE=cpu` or a CPU build of vLLM.

@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-WEIGHTS_ENV = "OMNI_CPU_WEIGHTS"
-WEIGHT_CHOICES = ("model", "int8")
+from omni_cpu.platform import WEIGHT_CHOICES, WEIGHTS_ENV
+
 # Smaller matrices (routers, gates) gain nothing and lose precision; 128 keeps
 # the tiny test checkpoint's layers in, so the tests exercise this path.
 MIN_QUANTIZED_DIM = 128

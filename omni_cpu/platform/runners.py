@@ -32,7 +32,8 @@ from omni_cpu.platform import int8
 from omni_cpu.platform.code_predictor import install_cached_forward, wants_cached_forward
 from omni_cpu.platform.step_log import scheduled_tokens, step_log_from_env, timed
 
-logger = init_logger(__name__)
+# Under the `vllm` logger so VLLM_LOGGING_LEVEL and vLLM's handler apply to it.
+logger = init_logger(f"vllm.{__name__}")
 
 
 class _CPUOmniRunnerMixin:

@@ -108,10 +108,10 @@ class Run:
         return json.loads(self.stdout)
 
 
-def run_omni_cpu(*args: str, timeout_s: float = 900) -> Run:
+def run_omni_cpu(*args: str, timeout_s: float = 900, env: dict[str, str] | None = None) -> Run:
     """Run `omni-cpu ARGS` to completion, sampling its stage processes' threads meanwhile."""
     token = uuid.uuid4().hex
-    env = {**os.environ, "OMNI_CPU_E2E_TOKEN": token}
+    env = {**os.environ, **(env or {}), "OMNI_CPU_E2E_TOKEN": token}
     process = subprocess.Popen(
         [OMNI_CPU, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )

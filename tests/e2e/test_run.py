@@ -2,7 +2,9 @@
 
 Two engine runs in all (sync, streaming; about two minutes each on 2 cores), each
 checked for its audio, its stage binding and its leftovers; the bad-input checks
-start no engine.
+start no engine. The sync run keeps the checkpoint's weights and writes the
+per-step log; the streaming run loads int8 talker weights, so both weight paths
+produce audio.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def stage_cpus(tiny_checkpoint: Path) -> dict[int, str]:
     }
 
 
-def _synthesize(checkpoint: Path, out: Path, *extra: str) -> Run:
+def _synthesize(checkpoint: Path, out: Path, *extra: str, env: dict[str, str] | None = None) -> Run:
     run = run_omni_cpu(
         "run",
         "--model",
@@ -67,6 +69,7 @@ def _synthesize(checkpoint: Path, out: Path, *extra: str) -> Run:
         str(out),
         "--json",
         *extra,
+        env=env,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return run
@@ -75,13 +78,18 @@ def _synthesize(checkpoint: Path, out: Path, *extra: str) -> Run:
 @pytest.fixture(scope="module")
 def sync_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
     out = tmp_path_factory.mktemp("sync") / "hello.wav"
-    return _synthesize(tiny_checkpoint, out), out
+    steps = out.parent / "steps"
+    return _synthesize(tiny_checkpoint, out, env={"OMNI_CPU_STEP_LOG": str(steps)}), out
 
 
 @pytest.fixture(scope="module")
 def stream_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
     out = tmp_path_factory.mktemp("stream") / "hello.wav"
-    return _synthesize(tiny_checkpoint, out, "--stream"), out
+    # INFO logging lets the test see the talker worker report its int8 layers.
+    run = _synthesize(
+        tiny_checkpoint, out, "--stream", "--weights", "int8", env={"VLLM_LOGGING_LEVEL": "INFO"}
+    )
+    return run, out
 
 
 def _assert_speech_shaped_wav(path: Path) -> None:
@@ -227,3 +235,36 @@ def test_profile_naming_cpus_this_machine_lacks_is_refused(
     save_profile(profile, path)
     line = _refused("--model", str(tiny_checkpoint), "--deploy-profile", str(path), "--text", "Hi")
     assert f"CPUs {absent} do not exist here" in line
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_sync_run_logs_each_talker_step_with_its_code_predictor_time(
+    sync_run: tuple[Run, Path],
+) -> None:
+    import json
+
+    _run, out = sync_run
+    (talker_log,) = (out.parent / "steps").glob("talker-*.jsonl")
+    steps = [json.loads(line) for line in talker_log.read_text().splitlines()]
+    decode = [step for step in steps if step["code_predictor_ms"] > 0]
+    # One prefill and one decode step per frame after the first: the cached code
+    # predictor ran (and was timed) once per decode step.
+    assert len(decode) >= int(MAX_FRAMES) - 1
+    assert all(step["step_ms"] >= step["code_predictor_ms"] for step in decode)
+    assert list((out.parent / "steps").glob("code2wav-*.jsonl"))
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_int8_stream_run_quantized_the_talker_and_its_code_predictor(
+    stream_run: tuple[Run, Path],
+) -> None:
+    import re
+
+    run, _out = stream_run
+    pattern = r"int8 weights .*?: (\d+) vLLM linear layers, (\d+) code-predictor"
+    found = re.search(pattern, run.stderr)
+    assert found, run.stderr[-3000:]
+    vllm_layers, predictor_layers = int(found.group(1)), int(found.group(2))
+    assert vllm_layers > 0 and predictor_layers > 0
