@@ -67,6 +67,7 @@ class Settings:
     omni_cpu: str = ".venv/bin/omni-cpu"
     profile: str = "auto"  # or a profile file (--deploy-profile, or one with --dtype's dtype)
     need_checkpoint: bool = False
+    weights: str = "model"  # omni-cpu's --weights: model (same as the reference) or int8
     machine: dict[str, Any] = field(default_factory=dict)
 
 
@@ -87,6 +88,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--deploy-profile",
         default="auto",
         help="omni-cpu's profile: auto (plan this machine) or a profile YAML; its dtype is used",
+    )
+    parser.add_argument(
+        "--weights",
+        choices=("model", "int8"),
+        default="model",
+        help="omni-cpu's talker weights (model: the same dtype as the reference)",
     )
     parser.add_argument("--runs", type=int, default=3, help="timed requests per side")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -171,6 +178,7 @@ def resolve(args: argparse.Namespace, probe: dict[str, Any]) -> Settings:
         profile=profile,
         cpus=cpus,
         need_checkpoint=checkpoint_missing(model),
+        weights=args.weights,
         machine=machine,
     )
 
@@ -260,6 +268,7 @@ def commands(settings: Settings) -> dict[str, list[str]]:
         "--json",
         "--out",
         "out/compare-qwen-tts-omni-cpu.wav",
+        *(["--weights", settings.weights] if settings.weights != "model" else []),
     ]
     return found
 
@@ -476,6 +485,8 @@ def results_section(result: dict[str, Any]) -> str:
         f"{settings.get('deploy_profile', 'auto')}), text {settings['text']!r}, speaker "
         f"{settings['speaker']}, median of {settings['runs']} run(s).",
     ]
+    if settings.get("weights", "model") != "model":
+        lines.append(f"- omni-cpu talker weights: {settings['weights']} (`--weights`).")
     if load is not None:
         lines.append(f"- Load average before the run: {' '.join(f'{x:.2f}' for x in load)}.")
     mismatch = frames_mismatch(result["rows"])
@@ -579,6 +590,7 @@ def compare_main(args: argparse.Namespace) -> int:
             "runs": settings.runs,
             "cpus": settings.cpus,
             "deploy_profile": settings.profile,
+            "weights": settings.weights,
         },
         "commands": {"probe": probe, **planned},
         "reference": reference,

@@ -90,6 +90,15 @@ def test_both_sides_get_the_same_text_speaker_frames_threads_and_dtype() -> None
     assert "--stream" in omni and "--json" in omni
 
 
+def test_omni_cpu_weights_pass_through_and_the_reference_keeps_its_dtype() -> None:
+    default = _planned()
+    assert "--weights" not in default["omni_cpu"]
+    planned = _planned("--weights", "int8")
+    omni, ref = planned["omni_cpu"], planned["reference"]
+    assert omni[omni.index("--weights") + 1] == "int8"
+    assert ref[ref.index("--dtype") + 1] == "float32" and "--weights" not in ref
+
+
 def test_fewer_threads_than_cpus_confines_every_command_to_the_first_cpus() -> None:
     planned = _planned("--threads", "2")
     assert all(command[:3] == ["taskset", "-c", "0-1"] for command in planned.values())
