@@ -1,9 +1,10 @@
 """Start the two stage engines through vLLM-Omni's offline `Omni` API and write audio.
 
-Imports torch/vLLM only inside `run_pipeline`. Written against vllm-omni 0.30.0:
-`Omni(model, deploy_config=PATH)`, `generate(..., py_generator=True)` yielding
-`OmniRequestOutput`s whose `multimodal_output` carries `audio`/`sr`, and
-streaming through `output_kind=DELTA` on both stages.
+Imports torch/vLLM only inside `PipelineSession` and `run_pipeline`. Written
+against vllm-omni 0.30.0: `Omni(model, deploy_config=PATH)`,
+`generate(..., py_generator=True)` yielding `OmniRequestOutput`s whose
+`multimodal_output` carries `audio`/`sr`, and streaming through
+`output_kind=DELTA` on both stages.
 """
 
 from __future__ import annotations
@@ -157,6 +158,119 @@ def _sampling_params(omni: Any, requests: list[SpeechRequest], stream: bool) -> 
     return params
 
 
+# A chunk of audio for request `index` (float32 samples), `seconds` after submission.
+ChunkHandler = Callable[[int, Any, float], None]
+
+
+def _stage_error(phase: str, error: BaseException) -> StageError:
+    # Errors from vLLM-Omni (a stage failed to start or died) have their own
+    # traceback in the log above; say which phase in one line.
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return StageError(
+        f"{phase} failed: {reason}",
+        "the stage's own error is in the log above (memory: lower kv_cache_memory_bytes "
+        "in the profile or free memory; --debug shows the driver traceback)",
+    )
+
+
+class PipelineSession:
+    """Both stage engines of one launch plan, up for the life of a `with` block.
+
+    `run` uses one session for one batch of utterances; `bench` and `tune` send
+    many batches through one session. Either way every request goes through
+    `generate`, so both paths send the engines identical requests.
+    """
+
+    def __init__(self, plan: LaunchPlan) -> None:
+        self.plan = plan
+        self.load_s = 0.0
+        self.stage_pids: list[int] = []
+        self.binding: dict[str, list[int]] = {}  # observed OpenMP binding per stage env
+        self._omni: Any = None
+        self._builder: _PromptBuilder | None = None
+
+    def __enter__(self) -> PipelineSession:
+        for key, value in DRIVER_ENV_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+        try:
+            from vllm_omni.entrypoints.omni import Omni
+        except ImportError as error:
+            raise RuntimeMissingError(
+                f"the inference runtime does not import ({error})",
+                "run scripts/install-runtime.sh .venv, then omni-cpu doctor",
+            ) from None
+        try:
+            with tempfile.TemporaryDirectory(prefix="omni-cpu-") as tmp:
+                deploy_path = self.plan.write_deploy_config(Path(tmp))
+                start = time.perf_counter()
+                self._omni = Omni(
+                    model=self.plan.model,
+                    deploy_config=str(deploy_path),
+                    stage_init_timeout=STAGE_INIT_TIMEOUT_S,
+                    log_stats=False,
+                )
+                self.load_s = time.perf_counter() - start
+            self.stage_pids = processes.descendant_pids()
+            self.binding = processes.observed_binding(self.stage_pids)
+            self._builder = _PromptBuilder(self.plan.model)
+        except BaseException as error:
+            self.close()
+            if isinstance(error, (OmniCpuError, KeyboardInterrupt, SystemExit)):
+                raise
+            raise _stage_error("starting the stage engines", error) from error
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the engines and every process they left."""
+        if self._omni is not None:
+            # A dead stage can make close() raise; the sweep below still runs.
+            with contextlib.suppress(Exception):
+                self._omni.close()
+            self._omni = None
+        processes.terminate(processes.descendant_pids())
+
+    def generate(
+        self, requests: list[SpeechRequest], *, stream: bool, on_chunk: ChunkHandler
+    ) -> float:
+        """Submit `requests` at once; `on_chunk` gets each audio chunk. The wall seconds.
+
+        Streaming passes every delta as it arrives; otherwise each request's audio
+        comes once, when it finishes.
+        """
+        import numpy as np
+
+        if self._omni is None or self._builder is None:
+            raise RuntimeError("PipelineSession.generate outside its with block")
+        prompts = [self._builder.prompt(request) for request in requests]
+        params = _sampling_params(self._omni, requests, stream)
+        start = time.perf_counter()
+        try:
+            for output in self._omni.generate(prompts, params, py_generator=True, use_tqdm=False):
+                if getattr(output, "error", None):
+                    raise StageError(
+                        f"a stage failed: {output.error}", "see the log above (--debug)"
+                    )
+                if not stream and not output.finished:
+                    continue
+                audio = _audio_array(output)
+                if not audio.size:
+                    continue
+                if not np.isfinite(audio).all():
+                    raise StageError(
+                        "code2wav produced non-finite audio (NaN/inf)",
+                        "check the checkpoint's speech_tokenizer weights and the stage dtype",
+                    )
+                on_chunk(_request_index(output.request_id), audio, time.perf_counter() - start)
+        except (OmniCpuError, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as error:
+            raise _stage_error("synthesis", error) from error
+        return time.perf_counter() - start
+
+
 def run_pipeline(
     plan: LaunchPlan,
     requests: list[SpeechRequest],
@@ -166,88 +280,37 @@ def run_pipeline(
     progress: Callable[[str], None] = lambda message: None,
 ) -> RunResult:
     """Load both stages, synthesize every request into its WAV, stop every stage process."""
-    import numpy as np
-
     from omni_cpu.launch.wav import AtomicWavWriter
-
-    for key, value in DRIVER_ENV_DEFAULTS.items():
-        os.environ.setdefault(key, value)
-    try:
-        from vllm_omni.entrypoints.omni import Omni
-    except ImportError as error:
-        raise RuntimeMissingError(
-            f"the inference runtime does not import ({error})",
-            "run scripts/install-runtime.sh .venv, then omni-cpu doctor",
-        ) from None
 
     writers = [AtomicWavWriter(path) for path in out_paths]
     utterances = [Utterance(index, path) for index, path in enumerate(out_paths)]
-    omni = None
-    stage_pids: list[int] = []
+
+    def write_chunk(index: int, audio: Any, seconds: float) -> None:
+        utterance = utterances[index]
+        if utterance.first_audio_s is None:
+            utterance.first_audio_s = seconds
+        writers[index].append(audio)
+        utterance.samples += audio.size
+        utterance.chunks += 1
+
     previous_sigterm = _sigterm_as_interrupt()
     try:
-        with tempfile.TemporaryDirectory(prefix="omni-cpu-") as tmp:
-            deploy_path = plan.write_deploy_config(Path(tmp))
-            progress("loading the talker and code2wav engines")
-            start = time.perf_counter()
-            omni = Omni(
-                model=plan.model,
-                deploy_config=str(deploy_path),
-                stage_init_timeout=STAGE_INIT_TIMEOUT_S,
-                log_stats=False,
+        progress("loading the talker and code2wav engines")
+        with PipelineSession(plan) as session:
+            progress(
+                f"engines up in {session.load_s:.1f} s; synthesizing {len(requests)} utterance(s)"
             )
-            load_s = time.perf_counter() - start
-        stage_pids = processes.descendant_pids()
-        binding = processes.observed_binding(stage_pids)
-        progress(f"engines up in {load_s:.1f} s; synthesizing {len(requests)} utterance(s)")
-        builder = _PromptBuilder(plan.model)
-        prompts = [builder.prompt(request) for request in requests]
-        params = _sampling_params(omni, requests, stream)
-        start = time.perf_counter()
-        outputs = omni.generate(prompts, params, py_generator=True, use_tqdm=False)
-        for output in outputs:
-            if getattr(output, "error", None):
-                raise StageError(f"a stage failed: {output.error}", "see the log above (--debug)")
-            index = _request_index(output.request_id)
-            audio = _audio_array(output)
-            if not stream and not output.finished:
-                continue
-            if audio.size and not np.isfinite(audio).all():
-                raise StageError(
-                    "code2wav produced non-finite audio (NaN/inf)",
-                    "check the checkpoint's speech_tokenizer weights and the stage dtype",
-                )
-            if audio.size:
-                utterance = utterances[index]
-                if utterance.first_audio_s is None:
-                    utterance.first_audio_s = time.perf_counter() - start
-                writers[index].append(audio)
-                utterance.samples += audio.size
-                utterance.chunks += 1
-        wall_s = time.perf_counter() - start
+            wall_s = session.generate(requests, stream=stream, on_chunk=write_chunk)
         for writer in writers:
             writer.commit()
-        return RunResult(load_s, wall_s, stream, utterances, binding, stage_pids)
-    except BaseException as error:
+        return RunResult(
+            session.load_s, wall_s, stream, utterances, session.binding, session.stage_pids
+        )
+    except BaseException:
         for writer in writers:
             writer.abort()
-        if isinstance(error, (OmniCpuError, KeyboardInterrupt, SystemExit)):
-            raise
-        # Anything else came out of vLLM-Omni: a stage failed to start or died. Its own
-        # traceback is already in the log above; say which phase in one line.
-        phase = "starting the stage engines" if omni is None else "synthesis"
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise StageError(
-            f"{phase} failed: {reason}",
-            "the stage's own error is in the log above (memory: lower kv_cache_memory_bytes "
-            "in the profile or free memory; --debug shows the driver traceback)",
-        ) from error
+        raise
     finally:
-        if omni is not None:
-            # A dead stage can make close() raise; the sweep below still runs.
-            with contextlib.suppress(Exception):
-                omni.close()
-        processes.terminate(processes.descendant_pids())
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
 
