@@ -1,34 +1,22 @@
-"""Stage processes: find them, read their CPU binding, and make sure none outlive `run`."""
+"""Stage processes: find them, read their CPU binding, and make sure none outlive `run`.
+
+Walking and stopping process trees is `omni_cpu.launch.proctree`'s job (which
+`serve` uses too); this module adds what is specific to stage processes.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import os
+import signal
 from pathlib import Path
 
 from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.launch import proctree
 
 
 def descendant_pids(pid: int | None = None) -> list[int]:
     """Every live descendant of `pid` (default: this process), from /proc."""
-    parent_of: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parent_of[int(entry.name)] = int(fields[1])
-    root = os.getpid() if pid is None else pid
-    found: list[int] = []
-    frontier = [root]
-    while frontier:
-        current = frontier.pop()
-        children = [child for child, parent in parent_of.items() if parent == current]
-        found.extend(children)
-        frontier.extend(children)
-    return found
+    return proctree.descendants(os.getpid() if pid is None else pid)
 
 
 def thread_cpus(pid: int) -> dict[int, tuple[int, ...]]:
@@ -74,28 +62,8 @@ def observed_binding(pids: list[int]) -> dict[str, list[int]]:
 
 def terminate(pids: list[int], timeout_s: float = 10.0) -> list[int]:
     """SIGTERM, wait, then SIGKILL what is left; returns the pids that had to be killed."""
-    import signal
-    import time
-
-    def alive(pid: int) -> bool:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return False
-        return state != "Z"
-
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
-        time.sleep(0.1)
-    killed = []
-    for pid in pids:
-        if alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except ProcessLookupError:
-                pass
-    return killed
+    proctree.signal_all(pids, signal.SIGTERM)
+    stubborn = proctree.wait_gone(pids, timeout_s)
+    proctree.signal_all(stubborn, signal.SIGKILL)
+    proctree.wait_gone(stubborn, 5.0)
+    return stubborn

@@ -26,7 +26,7 @@ from types import FrameType
 from typing import TextIO
 
 from omni_cpu.errors import InputError, StageError
-from omni_cpu.serve import proctree
+from omni_cpu.launch import proctree
 from omni_cpu.serve.knobs import IN_FLIGHT_METRIC
 from omni_cpu.serve.plan import ServePlan
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_cpu.serve import proctree
+from omni_cpu.launch import proctree
 
 pytestmark = pytest.mark.e2e
 

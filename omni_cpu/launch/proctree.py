@@ -1,4 +1,4 @@
-"""Process-tree helpers: find, signal and reap everything a server started.
+"""Process-tree helpers: find, signal and reap everything `run` or `serve` started.
 
 vLLM-Omni's API server spawns an engine-core process per stage, which spawn
 workers. If the API server dies first, those are re-parented; as a child

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from omni_cpu.serve import proctree
+from omni_cpu.launch import proctree
 
 # A parent that ignores SIGTERM (as a wedged API server may) with two children.
 STUBBORN_TREE = "trap '' TERM; sleep 60 & sleep 60 & wait"
