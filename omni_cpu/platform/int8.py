@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Callable, Iterator
 
 import torch
@@ -62,7 +63,9 @@ class Int8Weights:
         w = weight.detach().to(torch.float32)
         scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12).to(torch.float64)
         zero_points = torch.zeros(w.shape[0], dtype=torch.long)
-        quantized = torch.quantize_per_channel(w, scales, zero_points, 0, torch.qint8)
+        with warnings.catch_warnings():  # deprecated upstream (torch 2.13), still the API
+            warnings.simplefilter("ignore", UserWarning)
+            quantized = torch.quantize_per_channel(w, scales, zero_points, 0, torch.qint8)
         self.packed = torch.ops.quantized.linear_prepack(quantized, None)
         self.out_features = int(w.shape[0])
 

@@ -30,7 +30,12 @@ from vllm_omni.worker.gpu_generation_model_runner import GPUGenerationModelRunne
 
 from omni_cpu.platform import int8
 from omni_cpu.platform.code_predictor import install_cached_forward, wants_cached_forward
-from omni_cpu.platform.step_log import scheduled_tokens, step_log_from_env, timed
+from omni_cpu.platform.step_log import (
+    scheduled_tokens,
+    step_log_from_env,
+    step_profiler_from_env,
+    timed,
+)
 
 # Under the `vllm` logger so VLLM_LOGGING_LEVEL and vLLM's handler apply to it.
 logger = init_logger(f"vllm.{__name__}")
@@ -43,6 +48,7 @@ class _CPUOmniRunnerMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._step_log = step_log_from_env(self.step_kind)
+        self._step_profiler = step_profiler_from_env(self.step_kind)
         _set_torch_accelerator_to_noop()
         # The Omni runners create streams/events after GPUModelRunner.__init__ returns,
         # outside CPUModelRunner's own wrapper: stub them for the whole construction.
@@ -87,6 +93,8 @@ class _CPUOmniRunnerMixin:
             code_predictor.forward = timed(code_predictor.forward, self._step_log.add_predictor)
 
     def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._step_profiler is not None and scheduled_tokens(scheduler_output):
+            self._step_profiler.step()
         log = self._step_log
         if log is None:
             return super().execute_model(scheduler_output, *args, **kwargs)  # type: ignore[misc]

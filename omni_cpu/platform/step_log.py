@@ -76,3 +76,43 @@ def timed(method: Callable[..., Any], record: Callable[[float], None]) -> Callab
 def scheduled_tokens(scheduler_output: Any) -> int:
     """Tokens the scheduler handed this step (0 when the object lacks the field)."""
     return int(getattr(scheduler_output, "total_num_scheduled_tokens", 0) or 0)
+
+
+PROFILE_ENV = "OMNI_CPU_TORCH_PROFILE"
+PROFILE_FIRST_STEP = 10  # after prefill and the first decode steps' one-time costs
+PROFILE_STEPS = 10
+
+
+class StepProfiler:
+    """torch.profiler over steps 10..19 of one worker, written as an op table.
+
+    With `OMNI_CPU_TORCH_PROFILE=DIR`, the worker writes
+    `DIR/<stage kind>-<pid>-profile.txt` (ops by self CPU time) once those steps
+    have run. For finding where a step's time goes; off by default.
+    """
+
+    def __init__(self, directory: Path, kind: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._path = directory / f"{kind}-{os.getpid()}-profile.txt"
+        self._steps = 0
+        self._profiler: Any = None
+
+    def step(self) -> None:
+        """Call once per engine step, before it runs."""
+        self._steps += 1
+        if self._steps == PROFILE_FIRST_STEP:
+            from torch.profiler import profile
+
+            self._profiler = profile()
+            self._profiler.__enter__()
+        elif self._steps == PROFILE_FIRST_STEP + PROFILE_STEPS and self._profiler is not None:
+            self._profiler.__exit__(None, None, None)
+            table = self._profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
+            self._path.write_text(f"steps {PROFILE_FIRST_STEP}..{self._steps - 1}\n{table}\n")
+            self._profiler = None
+
+
+def step_profiler_from_env(kind: str) -> StepProfiler | None:
+    """A profiler for this worker when `OMNI_CPU_TORCH_PROFILE` names a directory."""
+    directory = os.environ.get(PROFILE_ENV, "").strip()
+    return StepProfiler(Path(directory), kind) if directory else None

@@ -52,3 +52,20 @@ def test_timed_reports_each_call_even_when_it_raises() -> None:
 def test_scheduled_tokens_tolerates_outputs_without_the_field() -> None:
     assert step_log.scheduled_tokens(types.SimpleNamespace(total_num_scheduled_tokens=7)) == 7
     assert step_log.scheduled_tokens(object()) == 0
+
+
+def test_profiler_writes_an_op_table_after_its_window(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv(step_log.PROFILE_ENV, str(tmp_path))
+    profiler = step_log.step_profiler_from_env("talker")
+    assert profiler is not None
+    x = torch.ones(64, 64)
+    last = step_log.PROFILE_FIRST_STEP + step_log.PROFILE_STEPS
+    for step in range(1, last + 1):
+        profiler.step()
+        written = list(tmp_path.glob("talker-*-profile.txt"))
+        assert bool(written) == (step == last)
+        x = x @ x / 64
+    assert "aten::mm" in written[0].read_text()
