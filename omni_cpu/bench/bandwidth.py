@@ -75,11 +75,11 @@ def triad_bandwidth(
 def weight_streaming(
     talker_weight_bytes: int, talker_ms_per_frame: float | None, triad: Triad
 ) -> dict[str, float | int | str | None]:
-    """The talker's weight bytes per second at batch 1, and its share of the triad's.
+    """The talker stage's weight bytes per second at batch 1, and its share of the triad's.
 
-    One frame is one talker step plus the code predictor's 15 steps; the talker
-    stage's weights are counted once per frame, so this is a lower bound on what
-    the stage actually streams.
+    One frame is one talker step plus the code predictor's 15 steps;
+    `talker_weight_bytes` is what that frame streams (the footprint's
+    `streamed_bytes_per_frame`: the talker's matrices once, the predictor's 15 times).
     """
     rate = None
     if talker_ms_per_frame:
@@ -89,6 +89,6 @@ def weight_streaming(
         "talker_ms_per_frame": talker_ms_per_frame,
         "bytes_per_s": None if rate is None else round(rate),
         "fraction_of_triad": None if rate is None else round(rate / triad.bytes_per_s, 3),
-        "method": "talker weight bytes (footprint, stage dtype) / talker ms per frame "
-        "at concurrency 1; weights counted once per frame",
+        "method": "weight bytes one frame streams (talker matrices once, code predictor's "
+        "15 times, in the stage's weight format) / talker step ms at concurrency 1",
     }

@@ -39,8 +39,10 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
     memory = list(levels[0]["peak_rss_bytes"]) if levels else []
     resources = Table(title="per stage")
     resources.add_column("streams", justify="right")
-    resources.add_column("talker ms/frame", justify="right")
-    resources.add_column("code2wav ms/frame ≤", justify="right")
+    resources.add_column("talker step ms", justify="right")
+    resources.add_column("code predictor ms", justify="right")
+    resources.add_column("stream ms/frame", justify="right")
+    resources.add_column("code2wav ms/frame", justify="right")
     for name in stages:
         resources.add_column(f"{name} busy", justify="right")
     for name in memory:
@@ -48,6 +50,8 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
     for level in levels:
         resources.add_row(
             str(level["concurrency"]),
+            _num(level.get("talker_step_ms"), 1),
+            _num(level.get("code_predictor_ms"), 1),
             _num(level["talker_ms_per_frame"], 1),
             _num(level["code2wav_ms_per_frame"], 1),
             *(_num(level["busy_fraction"].get(name)) for name in stages),

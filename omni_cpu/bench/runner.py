@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from omni_cpu.bench import procstats
+from omni_cpu.bench import procstats, steplog
 from omni_cpu.bench.bandwidth import Triad, triad_bandwidth, weight_streaming
 from omni_cpu.bench.session import EngineSession
 from omni_cpu.bench.stats import StreamTrace, summarize_streams
@@ -26,9 +29,12 @@ DERIVATIONS = {
     "(its batches back to back)",
     "talker_ms_per_frame": "median over requests of (last - first chunk arrival) / frames after "
     "the first chunk: the talker's time per frame while code2wav keeps up",
-    "code2wav_ms_per_frame": "code2wav stage CPU time (utime+stime of its processes in /proc) "
-    "during the level / frames of the level / its cores: an upper bound, since idle vLLM "
-    "workers spin (see busy_fraction)",
+    "talker_step_ms": "median wall time of one talker decode step inside the worker "
+    "(OMNI_CPU_STEP_LOG): one frame for every running stream, code predictor included",
+    "code_predictor_ms": "median wall time of the code predictor's 15 steps within one talker step",
+    "code2wav_ms_per_frame": "code2wav's busy wall time inside the worker (its steps with codes "
+    "to decode, OMNI_CPU_STEP_LOG) / frames of the level; without the step log, its CPU time "
+    "from /proc / frames / cores, an upper bound since idle vLLM workers spin",
     "busy_fraction": "stage CPU seconds / (level wall seconds x stage cores); near 1 means "
     "spinning or fully busy, so CPU time cannot separate work from waiting",
     "peak_rss_bytes": "sum of VmHWM of each stage's processes (each its own peak since start)",
@@ -73,11 +79,15 @@ class Level:
     busy_fraction: dict[str, float]
     stage_cpu_s: dict[str, float]
     peak_rss_bytes: dict[str, int]
+    talker_step_ms: float | None = None
+    code_predictor_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency,
             **self.summary,
+            "talker_step_ms": self.talker_step_ms,
+            "code_predictor_ms": self.code_predictor_ms,
             "code2wav_ms_per_frame": self.code2wav_ms_per_frame,
             "busy_fraction": self.busy_fraction,
             "stage_cpu_s": self.stage_cpu_s,
@@ -96,13 +106,16 @@ class BenchResult:
     warmup: int
     stage_cpus: dict[str, str]
     triad: Triad
-    talker_weight_bytes: int
+    talker_weight_bytes: int  # streamed per frame at batch 1, in the stage's weight format
+    weights: str = "model"
     load_s: float = 0.0
     levels: list[Level] = field(default_factory=list)
 
     def weight_streaming(self) -> dict[str, Any]:
         single = next((lv for lv in self.levels if lv.concurrency == 1), None)
-        ms = single.summary["talker_ms_per_frame"] if single else None
+        ms = None
+        if single is not None:
+            ms = single.talker_step_ms or single.summary["talker_ms_per_frame"]
         return weight_streaming(self.talker_weight_bytes, ms, self.triad)
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,6 +125,7 @@ class BenchResult:
             "query_type": self.query_type,
             "frames": self.frames,
             "warmup": self.warmup,
+            "weights": self.weights,
             "load_s": round(self.load_s, 3),
             "stage_cpus": self.stage_cpus,
             "memory_bandwidth": self.triad.to_dict(),
@@ -133,7 +147,9 @@ def _level(
     requests: list[SpeechRequest],
     groups: dict[str, list[int]],
     stage_cpus: dict[str, str],
+    step_dir: Path | None,
 ) -> Level:
+    window_start = time.time()
     before = procstats.group_cpu_seconds(groups)
     traces: list[StreamTrace] = []
     wall_s = 0.0
@@ -153,7 +169,16 @@ def _level(
             code2wav_ms = round(seconds * 1000 / frames / cores, 1)
     rss = procstats.group_peak_rss_bytes(groups)
     rss["driver"] = procstats.peak_rss_bytes(os.getpid())
-    return Level(concurrency, summarize_streams(traces, wall_s), code2wav_ms, busy, cpu_s, rss)
+    level = Level(concurrency, summarize_streams(traces, wall_s), code2wav_ms, busy, cpu_s, rss)
+    if step_dir is not None:
+        time.sleep(0.2)  # the workers' last lines of the level
+        window = steplog.read_window(step_dir, window_start, time.time())
+        level.talker_step_ms = window.talker_step_ms_p50()
+        level.code_predictor_ms = window.code_predictor_ms_p50()
+        busy_ms = window.code2wav_busy_ms()
+        if busy_ms is not None and frames:
+            level.code2wav_ms_per_frame = round(busy_ms / frames, 1)
+    return level
 
 
 def run_bench(
@@ -170,10 +195,15 @@ def run_bench(
 ) -> BenchResult:
     """Measure the triad, start the engines once, run warm-up then every level."""
     from omni_cpu.plan.footprint import footprint_for_model
+    from omni_cpu.platform import WEIGHTS_ENV
+    from omni_cpu.platform.step_log import STEP_LOG_ENV
 
     stage_cpus = stage_cpus_of(plan)
+    weights = plan.profile.env.get(WEIGHTS_ENV, "model")
     talker_dtype = plan.profile.replicas[plan.replica].stage(0).dtype
-    weight_bytes = footprint_for_model(plan.model).talker_weight_bytes(talker_dtype)
+    weight_bytes = footprint_for_model(plan.model).streamed_bytes_per_frame(
+        "int8" if weights == "int8" else talker_dtype
+    )
     progress("measuring memory bandwidth (triad) before the engines start")
     triad = triad_bandwidth(triad_bytes) if triad_bytes else triad_bandwidth()
     procstats.reset_peak_rss()
@@ -186,7 +216,12 @@ def run_bench(
         stage_cpus,
         triad,
         weight_bytes,
+        weights,
     )
+    # Stage workers inherit this and log each step's wall time (read per level).
+    if not os.environ.get(STEP_LOG_ENV):
+        os.environ[STEP_LOG_ENV] = tempfile.mkdtemp(prefix="omni-cpu-steps-")
+    step_dir = Path(os.environ[STEP_LOG_ENV])
     progress("loading the talker and code2wav engines")
     with EngineSession(plan) as session:
         result.load_s = session.load_s
@@ -199,6 +234,6 @@ def run_bench(
             count = requests_per_level or concurrency
             progress(f"concurrency {concurrency}: {count} request(s)")
             result.levels.append(
-                _level(session, concurrency, make_requests(count), groups, stage_cpus)
+                _level(session, concurrency, make_requests(count), groups, stage_cpus, step_dir)
             )
     return result

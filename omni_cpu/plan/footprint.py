@@ -16,7 +16,7 @@ from typing import Any
 
 from omni_cpu.errors import ModelError
 
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1}
 KNOWN_SIZES = ("0.6b", "1.7b", "tiny")
 
 
@@ -33,6 +33,14 @@ class ModelFootprint:
     speakers: tuple[str, ...]
     languages: tuple[str, ...]
     supports_instruct: bool
+    # Weights read from memory to make one audio frame at batch 1: the talker's
+    # layers and codec head once, the code predictor's layers and one of its heads
+    # once per residual codebook (15 times). Embeddings are looked up, not streamed.
+    streamed_params_per_frame: int = 0
+
+    def streamed_bytes_per_frame(self, dtype: str) -> int:
+        """Bytes of weights one frame streams at batch 1 (`int8` counts one byte each)."""
+        return self.streamed_params_per_frame * DTYPE_BYTES[dtype]
 
     def talker_weight_bytes(self, dtype: str) -> int:
         return self.talker_params * DTYPE_BYTES[dtype]
@@ -49,6 +57,23 @@ class ModelFootprint:
 
 def _count_params(layout: dict[str, Any]) -> int:
     return sum(math.prod(shape) for shape, _dtype in layout.values())
+
+
+def _streamed_params_per_frame(layout: dict[str, Any], residual_groups: int) -> int:
+    def matrices(prefix: str) -> int:
+        return sum(
+            math.prod(shape)
+            for name, (shape, _dtype) in layout.items()
+            if name.startswith(prefix) and len(shape) == 2
+        )
+
+    talker = matrices("talker.model.layers.") + matrices("talker.codec_head.")
+    predictor_step = (
+        matrices("talker.code_predictor.model.layers.")
+        + matrices("talker.code_predictor.lm_head.0.")
+        + matrices("talker.code_predictor.small_to_mtp_projection.")
+    )
+    return talker + residual_groups * predictor_step
 
 
 def footprint_from_configs(
@@ -71,9 +96,10 @@ def footprint_from_configs(
             f"{name}: config.json lacks talker_config field {missing}",
             "point --model at a Qwen3-TTS checkpoint directory",
         ) from None
+    layout = model_layout(config)
     return ModelFootprint(
         name=name,
-        talker_params=_count_params(model_layout(config)),
+        talker_params=_count_params(layout),
         code2wav_params=_count_params(speech_tokenizer_layout(speech_tokenizer_config)),
         talker_layers=layers,
         talker_kv_heads=kv_heads,
@@ -82,6 +108,9 @@ def footprint_from_configs(
         languages=languages,
         # The 0.6B model drops `instruct` (qwen-tts generate_custom_voice).
         supports_instruct=config.get("tts_model_size") != "0b6",
+        streamed_params_per_frame=_streamed_params_per_frame(
+            layout, int(talker.get("num_code_groups", 16)) - 1
+        ),
     )
 
 
