@@ -80,6 +80,7 @@ def tune_command(
     result = {
         "model": model,
         "frames": frames,
+        "weights": weights,
         "dry_run": dry_run,
         "runs": rows,
         "verdict": verdict(rows),
