@@ -10,16 +10,27 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 # --- Compute split between the stages -------------------------------------------
-# Work per 80 ms codec frame on ONE core at batch 1, bf16, 0.6B.
-# Talker stage = 28-layer talker step (~25 ms on 2 threads, ~45 ms on one core)
-# plus 15 code-predictor steps (measured 193 ms/frame on one talker core with
-# vLLM's prepacked GEMMs): ~240 ms of single-core work per frame.
-TALKER_CORE_MS_PER_FRAME = 240.0
-# Code2wav: decoder work per frame of new audio on one core, excluding the
-# left-context frames every streaming chunk re-decodes (accounted for below).
-# Estimated from the decoder's size (~115 M params, conv upsampling to 1920
-# samples) relative to the talker; to be replaced by `omni-cpu tune`.
-CODE2WAV_CORE_MS_PER_FRAME = 25.0
+# Work per 80 ms codec frame on ONE core at batch 1, 0.6B. Only their ratio and
+# the sharing rule below matter to the plan, so both are measured in the same
+# setting: the 2-core AVX2 EPYC KVM guest, float32, omni-cpu's KV-cached code
+# predictor (benchmarks/RESULTS.md, 2026-11-30).
+# Talker stage: one talker step plus the code predictor's 15 steps. Measured
+# 667 ms median per decode step with OMNI_CPU_STEP_LOG (441 ms of it the code
+# predictor) while code2wav ran on the other core.
+TALKER_CORE_MS_PER_FRAME = 640.0
+# Code2wav: decoder work per decoded frame on one core (benchmarks/stage_micro.py:
+# plain decode of 25 vs 50 frames, ~100 ms per frame; 92 % of it the upsampling
+# convolutions, so bf16 does not help where the CPU lacks native bf16).
+CODE2WAV_CORE_MS_PER_FRAME = 100.0
+# In vLLM-Omni's async-chunk decode each chunk re-runs the vocoder over this many
+# earlier frames (`_DOWNSTREAM_CONTEXT_FRAME` in the 12 Hz tokenizer, 0.30.0). The
+# 72-frame left context only feeds the decoder's transformer (2 % of the time).
+CODEC_RECOMPUTED_FRAMES = 12
+# Both stages on all cores instead of a split was measured on the 2-core EPYC
+# (benchmarks/RESULTS.md, 2026-11-30, 0.6B, 50 frames): it did not win beyond the
+# box's run-to-run noise (about 15 %). float32, split vs shared: RTF 12.1 vs 12.3,
+# 4 streams 0.132 vs 0.116 audio-s/wall-s; int8: RTF 5.7 vs 6.9, 4 streams 0.328
+# vs 0.342. So stages share cores only where there is one core to share.
 # Fraction of the ideal speed-up each extra core gives a stage at batch 1: decode
 # is memory-bandwidth bound, so cores beyond a few add less (measured: 2 threads
 # on one stage gave 1.6x of one, DESIGN.md "two engines side by side").

@@ -21,6 +21,7 @@ def plan_for_facts(
     max_seqs: int | None = None,
     dtype: str | None = None,
     fit_available_memory: bool = False,
+    weights: str = "model",
 ) -> Profile:
     """The profile for `model` on the machine whose facts were read from `root`."""
     options = PlanOptions(
@@ -30,6 +31,7 @@ def plan_for_facts(
         dtype=dtype,
         preload_libraries=find_preload_libraries(root),
         fit_available_memory=fit_available_memory,
+        weights=weights,
     )
     return plan_profile(facts, footprint_for_model(model), options)
 

@@ -17,6 +17,7 @@ from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.topology import NodeCores, PhysicalCore, nodes_with_cores
+from omni_cpu.platform import WEIGHT_CHOICES, WEIGHTS_ENV
 from omni_cpu.profile.deploy import default_stage_settings
 from omni_cpu.profile.model import MachineStamp, Profile, Replica, StagePlan, Streaming
 
@@ -39,6 +40,8 @@ class PlanOptions:
     # Size for the memory free right now (`--deploy-profile auto` starting engines on a
     # busy machine) rather than for the machine's capacity (a checked-in profile).
     fit_available_memory: bool = False
+    # The talker's weight format (omni_cpu.platform.int8): "model" or "int8".
+    weights: str = "model"
 
 
 def choose_dtype(facts: Facts) -> str:
@@ -61,8 +64,8 @@ def _stage_ms_per_frame(core_ms: float, cores: int) -> float:
 
 
 def code2wav_core_ms(chunk_frames: int) -> float:
-    """Code2wav work per new frame: each chunk also re-decodes its left context."""
-    overhead = (chunk_frames + costs.CODEC_LEFT_CONTEXT_FRAMES) / chunk_frames
+    """Code2wav work per new frame: each chunk also re-runs the vocoder over earlier frames."""
+    overhead = (chunk_frames + costs.CODEC_RECOMPUTED_FRAMES) / chunk_frames
     return costs.CODE2WAV_CORE_MS_PER_FRAME * overhead
 
 
@@ -226,15 +229,15 @@ def _replica(
     if options.stages == 1:
         talker_cores = code2wav_cores = compute
         chunk = costs.CODEC_CHUNK_FRAMES_CHOICES[0]
+    elif len(compute) < 2:
+        chunk = costs.CODEC_CHUNK_FRAMES_CHOICES[0]
+        notes.append("one core: both stages share it (they will contend)")
+        talker_cores = code2wav_cores = compute
     else:
         talker_n, code2wav_n = split_cores(len(compute), costs.CODEC_CHUNK_FRAMES_CHOICES[0])
         chunk = choose_chunk_frames(talker_n, code2wav_n)
         talker_n, code2wav_n = split_cores(len(compute), chunk)
-        if len(compute) < 2:
-            notes.append("one core: both stages share it (they will contend)")
-            talker_cores = code2wav_cores = compute
-        else:
-            talker_cores, code2wav_cores = compute[:talker_n], compute[talker_n:]
+        talker_cores, code2wav_cores = compute[:talker_n], compute[talker_n:]
     budget = _replica_memory_budget(facts, node, replica_count, notes, options.fit_available_memory)
     seqs, talker_kv = _talker_batch(
         footprint, dtype, len(talker_cores), options.max_seqs, budget, notes
@@ -298,6 +301,10 @@ def plan_profile(
         raise PlanError(f"--stages must be 1 or 2, not {options.stages}")
     if options.dtype is not None and options.dtype not in ("bfloat16", "float32"):
         raise PlanError(f"--dtype must be bfloat16 or float32, not {options.dtype}")
+    if options.weights not in WEIGHT_CHOICES:
+        raise PlanError(
+            f"--weights must be one of {', '.join(WEIGHT_CHOICES)}, not {options.weights}"
+        )
     nodes = nodes_with_cores(facts)
     if not nodes:
         raise PlanError(
@@ -319,6 +326,8 @@ def plan_profile(
         "VLLM_OMNI_CPU_INDUCTOR": "0",
         **preload_env(options.preload_libraries),
     }
+    if options.weights != "model":
+        env[WEIGHTS_ENV] = options.weights
     return Profile(
         generated_by=f"omni-cpu {__version__}",
         machine=machine_stamp(facts),
