@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from omni_cpu.cli.common import console, err_console, print_json
+from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json
 from omni_cpu.cli.render import facts_table, profile_table
 
 PROBE_HELP = """Read this machine (or a sysfs/procfs dump of one) and plan a deploy profile.
@@ -53,6 +53,7 @@ def probe(
     dtype: str | None = typer.Option(
         None, "--dtype", help="bfloat16 or float32 (default: bfloat16 where the CPU has bf16)."
     ),
+    weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
 ) -> None:
     from omni_cpu.hardware.probe import read_facts
     from omni_cpu.plan import PlanError
@@ -62,7 +63,14 @@ def probe(
     facts = read_facts(sysroot)
     try:
         profile = plan_for_facts(
-            facts, model, sysroot, stages=stages, reserve=reserve, max_seqs=max_seqs, dtype=dtype
+            facts,
+            model,
+            sysroot,
+            stages=stages,
+            reserve=reserve,
+            max_seqs=max_seqs,
+            dtype=dtype,
+            weights=weights,
         )
     except PlanError as error:
         # The facts are still worth showing: they say why the plan failed.

@@ -74,7 +74,7 @@ def serve(
     if deploy_profile == "auto":
         from omni_cpu.plan import plan_for_machine
 
-        _, profile = plan_for_machine(model)
+        _, profile = plan_for_machine(model, weights=weights)
     else:
         from omni_cpu.profile import load_profile
 

@@ -54,7 +54,7 @@ def tune_command(
     info = read_model_info(model)
     speaker = info.speakers[0] if info.speakers else "ryan"
     build_requests(info, [BENCH_TEXT], speaker, max_frames=frames)
-    profile, _problems = resolve_profile("auto", model)
+    profile, _problems = resolve_profile("auto", model, weights)
     profile = with_weights(profile, weights)
     from omni_cpu.hardware.probe import read_facts
 

@@ -81,8 +81,14 @@ class LaunchPlan:
         return path
 
 
-def resolve_profile(spec: str, model: str) -> tuple[Profile, tuple[str, ...]]:
-    """`auto` plans this machine for `model`; a file is loaded and checked against this machine."""
+def resolve_profile(
+    spec: str, model: str, weights: str = "model"
+) -> tuple[Profile, tuple[str, ...]]:
+    """`auto` plans this machine for `model`; a file is loaded and checked against this machine.
+
+    `weights` is a planning input for `auto` (it decides whether the stages share
+    cores on a small box); a file keeps the placement it was written with.
+    """
     from omni_cpu.hardware.probe import read_facts
     from omni_cpu.plan.footprint import footprint_for_model
     from omni_cpu.profile.check import check_profile
@@ -92,7 +98,7 @@ def resolve_profile(spec: str, model: str) -> tuple[Profile, tuple[str, ...]]:
 
         # Engines start now, on this machine as it is: size for the memory free now.
         facts, profile = plan_for_machine(
-            model if Path(model).exists() else None, fit_available_memory=True
+            model if Path(model).exists() else None, fit_available_memory=True, weights=weights
         )
     else:
         profile = load_profile(spec)
@@ -128,7 +134,9 @@ def make_launch_plan(
     model: str, deploy_profile: str = "auto", replica: int = 0, weights: str = "model"
 ) -> LaunchPlan:
     """Resolve the profile and build the deploy config for one replica."""
-    profile, problems = resolve_profile(deploy_profile, model)
+    if weights not in WEIGHT_CHOICES:
+        raise InputError(f"--weights {weights}", f"use one of: {', '.join(WEIGHT_CHOICES)}")
+    profile, problems = resolve_profile(deploy_profile, model, weights)
     profile = with_weights(profile, weights)
     if not 0 <= replica < len(profile.replicas):
         raise ProfileMismatchError(
