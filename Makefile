@@ -1,5 +1,5 @@
 # The two commands of the README's quick start are `make demo` and `make test`.
-.PHONY: setup demo test test-fast lint profiles clean
+.PHONY: setup demo test test-fast lint profiles bench-micro clean
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -30,6 +30,12 @@ lint:
 # Regenerate the example profiles from ../shared/sysroots (tests fail when stale).
 profiles:
 	$(BIN)/python scripts/make_example_profiles.py
+
+# Stage micro-benchmarks on the 0.6B shapes (about 3 minutes; writes
+# benchmarks/stage-micro-results.json). Needs checkpoints/0.6b.
+bench-micro: setup
+	[ -f checkpoints/0.6b/config.json ] || $(BIN)/omni-cpu make-checkpoint --size 0.6b --out checkpoints/0.6b
+	$(BIN)/python benchmarks/stage_micro.py
 
 clean:
 	rm -rf out .pytest_cache

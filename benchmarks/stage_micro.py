@@ -1,0 +1,216 @@
+"""Where a talker-stage frame and a code2wav frame go, measured outside the engines.
+
+Three measurements on the 0.6B checkpoint's shapes, with the thread count of one
+stage (default 1) and denormals flushed like the stage workers do:
+
+1. weight streaming: the code predictor's 20 linear layers at batch 1, float32 and
+   int8 (FBGEMM dynamic), as GB/s of weights read; this is the memory-bandwidth
+   ceiling every decode step lives under;
+2. the code predictor per 80 ms frame (15 residual codebooks): vLLM-Omni's stock
+   re-prefill forward, omni-cpu's KV-cached forward, and that with int8 weights;
+3. code2wav: the 12 Hz decoder's plain decode at several lengths (ms per decoded
+   frame and fixed cost), and its streaming path (1 frame, then 25-frame chunks)
+   as vLLM-Omni's async-chunk stage calls it.
+
+Run from the repo root (about 3 minutes on 2 cores; keep the machine quiet):
+
+    .venv/bin/python benchmarks/stage_micro.py                 # writes stage-micro-results.json
+    .venv/bin/python benchmarks/stage_micro.py --threads 2 --no-record
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import types
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "stage-micro-results.json"
+FRAME_S = 0.08
+
+
+def timed_ms(fn: Callable[[], Any], repeat: int) -> float:
+    """Median wall milliseconds of `fn` over `repeat` calls after one warm-up."""
+    fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1000.0)
+    return sorted(samples)[len(samples) // 2]
+
+
+def weight_streaming(torch: Any, predictor_config: Any) -> dict[str, float]:
+    """GB/s of weights read by the predictor's linears at batch 1."""
+    from omni_cpu.platform.int8 import Int8Weights
+
+    hidden, inter = predictor_config.hidden_size, predictor_config.intermediate_size
+    heads, kv, dim = (
+        predictor_config.num_attention_heads,
+        predictor_config.num_key_value_heads,
+        predictor_config.head_dim,
+    )
+    shapes = [
+        (hidden, (heads + 2 * kv) * dim),
+        (heads * dim, hidden),
+        (hidden, 2 * inter),
+        (inter, hidden),
+    ] * predictor_config.num_hidden_layers
+    weights = [torch.randn(out, inp) * 0.02 for inp, out in shapes]
+    inputs = [torch.randn(1, w.shape[1]) for w in weights]
+    params = sum(w.numel() for w in weights)
+    pairs = list(zip(inputs, weights, strict=True))
+    fp32 = timed_ms(lambda: [torch.nn.functional.linear(x, w) for x, w in pairs], 20)
+    packed = [(x, Int8Weights(w)) for x, w in pairs]
+    int8 = timed_ms(lambda: [p(x) for x, p in packed], 20)
+    return {
+        "params_millions": round(params / 1e6, 1),
+        "float32_ms_per_step": round(fp32, 2),
+        "float32_gb_per_s": round(params * 4 / fp32 / 1e6, 1),
+        "int8_ms_per_step": round(int8, 2),
+        "int8_gb_per_s": round(params / int8 / 1e6, 1),
+    }
+
+
+def code_predictor(torch: Any, model: Path) -> tuple[dict[str, float], Any]:
+    """ms per frame of the three code-predictor forwards."""
+    from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
+        Qwen3TTSTalkerCodePredictorConfig,
+        Qwen3TTSTalkerConfig,
+    )
+    from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm import (
+        Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM as CodePredictor,
+    )
+
+    from omni_cpu.platform.code_predictor import cached_forward
+    from omni_cpu.platform.int8 import quantize_linears
+
+    talker = json.loads((model / "config.json").read_text())["talker_config"]
+    config = Qwen3TTSTalkerCodePredictorConfig(**talker["code_predictor_config"])
+    predictor = CodePredictor(
+        vllm_config=types.SimpleNamespace(model_config=None),
+        config=config,
+        talker_config=Qwen3TTSTalkerConfig(**talker),
+    ).eval()
+    with torch.no_grad():
+        for parameter in predictor.parameters():
+            parameter.normal_(0.0, 0.02)
+    width = int(talker["hidden_size"])
+
+    def frame(forward: Callable[..., Any]) -> Callable[[], Any]:
+        return lambda: forward(
+            layer0_code=torch.randint(0, config.vocab_size, (1, 1)),
+            layer0_embed=torch.randn(1, 1, width),
+            last_talker_hidden=torch.randn(1, 1, width),
+        )
+
+    result = {
+        "stock_reprefill_ms_per_frame": round(timed_ms(frame(predictor.forward), 3), 1),
+        "cached_ms_per_frame": round(
+            timed_ms(frame(types.MethodType(cached_forward, predictor)), 7), 1
+        ),
+    }
+    quantize_linears(predictor)
+    result["cached_int8_ms_per_frame"] = round(
+        timed_ms(frame(types.MethodType(cached_forward, predictor)), 7), 1
+    )
+    return result, config
+
+
+def code2wav(torch: Any, model: Path) -> dict[str, Any]:
+    """The 12 Hz decoder: plain decode per length, and the streaming chunks."""
+    from safetensors import safe_open
+    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
+        configuration_qwen3_tts_tokenizer_v2 as tokenizer_config,
+    )
+    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
+        modeling_qwen3_tts_tokenizer_v2 as tokenizer_model,
+    )
+
+    config = tokenizer_config.Qwen3TTSTokenizerV2Config.from_pretrained(
+        str(model), subfolder="speech_tokenizer"
+    )
+    decoder = tokenizer_model.Qwen3TTSTokenizerV2Decoder._from_config(config.decoder_config)
+    state = {}
+    with safe_open(str(model / "speech_tokenizer" / "model.safetensors"), "pt") as handle:
+        for key in handle.keys():  # noqa: SIM118 - safe_open has no iterator
+            if key.startswith("decoder."):
+                state[key.removeprefix("decoder.")] = handle.get_tensor(key)
+    decoder.load_state_dict(state, strict=False)
+    decoder.eval().precompute_snake_caches()
+    decoder._initial_codec_chunk_frames = 1
+    decoder._incremental_chunk_frames = 25
+    decoder._incremental_chunk_ramp = []
+    groups = int(config.decoder_config.num_quantizers)
+    codes = torch.randint(0, 2048, (1, groups, 200), generator=torch.Generator().manual_seed(0))
+    plain = {}
+    with torch.no_grad():
+        for frames in (1, 25, 50):
+            plain[frames] = timed_ms(lambda f=frames: decoder(codes[..., :f]), 1)
+        cache: dict[str, Any] = {"prefix_frames": 0}
+        chunks, start = [], 0
+        for size in (1, 25, 25, 25, 25):
+            begin = time.perf_counter()
+            decoder.batched_chunked_decode(codes[..., start : start + size], [size], caches=[cache])
+            chunks.append({"new_frames": size, "ms": round((time.perf_counter() - begin) * 1e3)})
+            start += size
+    per_frame = (plain[50] - plain[25]) / 25
+    steady = [chunk["ms"] for chunk in chunks[2:]]
+    return {
+        "decode_ms": {str(frames): round(ms) for frames, ms in plain.items()},
+        "ms_per_decoded_frame": round(per_frame, 1),
+        "fixed_ms_per_call": round(plain[25] - 25 * per_frame),
+        "stream_chunks": chunks,
+        "steady_chunk_ms_per_audio_frame": round(sum(steady) / len(steady) / 25, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=REPO / "checkpoints" / "0.6b")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (one stage's)")
+    parser.add_argument("--no-record", action="store_true", help=f"do not write {RESULTS.name}")
+    args = parser.parse_args(argv)
+    if not (args.model / "config.json").exists():
+        print(
+            f"stage_micro: no checkpoint at {args.model} "
+            f"(make one: .venv/bin/omni-cpu make-checkpoint --size 0.6b --out {args.model})",
+            file=sys.stderr,
+        )
+        return 2
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: the JSON only
+    warnings.filterwarnings("ignore")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    predictor, config = code_predictor(torch, args.model)
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": platform.processor() or platform.machine(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "threads": args.threads,
+        "model": str(args.model),
+        "weight_streaming": weight_streaming(torch, config),
+        "code_predictor": predictor,
+        "code2wav": code2wav(torch, args.model),
+        "command": " ".join(["python", "benchmarks/stage_micro.py", *(argv or sys.argv[1:])]),
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if not args.no_record:
+        RESULTS.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
