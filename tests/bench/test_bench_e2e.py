@@ -21,6 +21,8 @@ LEVEL_KEYS = {
     "rtf_p95",
     "audio_s_per_wall_s",
     "talker_ms_per_frame",
+    "talker_step_ms",
+    "code_predictor_ms",
     "code2wav_ms_per_frame",
     "frames_per_request_p50",
     "busy_fraction",
@@ -78,3 +80,13 @@ def test_bandwidth_and_weight_streaming_are_reported(bench: dict) -> None:
     assert bench["memory_bandwidth"]["bytes_per_s"] > 0
     assert bench["weight_streaming"]["talker_weight_bytes"] > 0
     assert set(bench["derivations"]) >= {"ttfa", "rtf", "talker_ms_per_frame"}
+
+
+def test_stage_times_come_from_inside_the_workers(bench: dict) -> None:
+    # The step log (OMNI_CPU_STEP_LOG, set by bench): every level ran decode steps
+    # with the code predictor inside them, and code2wav decoded something.
+    for level in bench["levels"]:
+        assert level["talker_step_ms"] > 0
+        assert 0 < level["code_predictor_ms"] <= level["talker_step_ms"]
+        assert level["code2wav_ms_per_frame"] > 0
+    assert bench["weights"] == "model"
