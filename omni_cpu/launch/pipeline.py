@@ -285,7 +285,10 @@ def run_pipeline(
     writers = [AtomicWavWriter(path) for path in out_paths]
     utterances = [Utterance(index, path) for index, path in enumerate(out_paths)]
 
+    interrupts = _Interrupts()
+
     def write_chunk(index: int, audio: Any, seconds: float) -> None:
+        interrupts.check()
         utterance = utterances[index]
         if utterance.first_audio_s is None:
             utterance.first_audio_s = seconds
@@ -293,14 +296,16 @@ def run_pipeline(
         utterance.samples += audio.size
         utterance.chunks += 1
 
-    previous_sigterm = _sigterm_as_interrupt()
+    interrupts.install()
     try:
         progress("loading the talker and code2wav engines")
         with PipelineSession(plan) as session:
+            interrupts.check()
             progress(
                 f"engines up in {session.load_s:.1f} s; synthesizing {len(requests)} utterance(s)"
             )
             wall_s = session.generate(requests, stream=stream, on_chunk=write_chunk)
+        interrupts.check()
         for writer in writers:
             writer.commit()
         return RunResult(
@@ -311,16 +316,37 @@ def run_pipeline(
             writer.abort()
         raise
     finally:
-        if previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, previous_sigterm)
+        interrupts.restore()
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+class _Interrupts:
+    """Ctrl-C and `kill` during a run: raised at once, and remembered.
 
+    The engines start inside vLLM-Omni's code; an interrupt that lands there can
+    be caught and dropped on the way (seen once in CI: a SIGINT during start-up
+    and the run went on to write its WAV). The flag lets `check` raise it again
+    at the next point that is ours, so the run still stops and writes nothing.
+    """
 
-def _sigterm_as_interrupt() -> Any:
-    """Make `kill` clean up like Ctrl-C (stages stopped, no partial WAV); the old handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, _raise_interrupt)
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+        raise KeyboardInterrupt
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may set handlers (tests call run in threads)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handler)
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def check(self) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
