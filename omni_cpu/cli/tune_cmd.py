@@ -46,7 +46,7 @@ def tune_command(
     )
     from omni_cpu.cli.bench_cmd import BENCH_TEXT
     from omni_cpu.errors import OmniCpuError
-    from omni_cpu.launch.plan import resolve_profile, with_weights
+    from omni_cpu.launch.plan import resolve_profile
     from omni_cpu.launch.request import build_requests, read_model_info
     from omni_cpu.plan import choose_dtype
     from omni_cpu.profile import save_profile
@@ -54,8 +54,8 @@ def tune_command(
     info = read_model_info(model)
     speaker = info.speakers[0] if info.speakers else "ryan"
     build_requests(info, [BENCH_TEXT], speaker, max_frames=frames)
+    # The auto plan already carries the weights in its env.
     profile, _problems = resolve_profile("auto", model, weights)
-    profile = with_weights(profile, weights)
     from omni_cpu.hardware.probe import read_facts
 
     dtypes = ("bfloat16", "float32") if choose_dtype(read_facts("/")) == "bfloat16" else ()

@@ -10,7 +10,9 @@ produce audio.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import re
 import signal
 import time
 import wave
@@ -242,8 +244,6 @@ def test_profile_naming_cpus_this_machine_lacks_is_refused(
 def test_sync_run_logs_each_talker_step_with_its_code_predictor_time(
     sync_run: tuple[Run, Path],
 ) -> None:
-    import json
-
     _run, out = sync_run
     (talker_log,) = (out.parent / "steps").glob("talker-*.jsonl")
     steps = [json.loads(line) for line in talker_log.read_text().splitlines()]
@@ -260,8 +260,6 @@ def test_sync_run_logs_each_talker_step_with_its_code_predictor_time(
 def test_int8_stream_run_quantized_the_talker_and_its_code_predictor(
     stream_run: tuple[Run, Path],
 ) -> None:
-    import re
-
     run, _out = stream_run
     pattern = r"int8 weights .*?: (\d+) vLLM linear layers, (\d+) code-predictor"
     found = re.search(pattern, run.stderr)
