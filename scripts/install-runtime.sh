@@ -94,4 +94,7 @@ fi
 if ! versions=$(final_check); then
   exit 1
 fi
+# omni-cpu's AVX-512 GEMV (omni_cpu/platform/gemv.py): built once here (~30 s) so that
+# no run pays for it; a no-op on CPUs without avx512_bf16/vnni, which use oneDNN/FBGEMM.
+"$python" -m omni_cpu.platform.gemv --build
 echo "install-runtime: ok in $((SECONDS - start)) s ($versions, $(du -sh "$venv" | cut -f1) in $venv)"

@@ -28,22 +28,53 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-# Set to "stock" to keep vLLM-Omni's re-prefill forward (for A/B measurements).
+# "fused" (default): the cached forward on vLLM's fused CPU kernels
+# (omni_cpu.platform.fused_predictor); "cached": the cached forward on the
+# wrapper's own eager modules, rounding exactly like stock; "stock": vLLM-Omni's
+# re-prefill forward (for A/B measurements).
 CODE_PREDICTOR_ENV = "OMNI_CPU_CODE_PREDICTOR"
+PREDICTOR_MODES = ("fused", "cached", "stock")
 
 
-def wants_cached_forward() -> bool:
-    """Whether the environment leaves the cached forward on (the default)."""
-    return os.environ.get(CODE_PREDICTOR_ENV, "cached").strip().lower() != "stock"
+def predictor_mode() -> str:
+    """The code-predictor forward the environment asks for; raises on an unknown one."""
+    value = os.environ.get(CODE_PREDICTOR_ENV, "fused").strip().lower() or "fused"
+    if value not in PREDICTOR_MODES:
+        choices = ", ".join(PREDICTOR_MODES)
+        raise ValueError(f"{CODE_PREDICTOR_ENV}={value!r}: expected one of {choices}")
+    return value
 
 
-def install_cached_forward(wrapper: Any) -> bool:
-    """Replace `wrapper.forward` with the KV-cached one; False where it does not apply."""
+def install_cached_forward(wrapper: Any, mode: str = "cached") -> str | None:
+    """Replace `wrapper.forward` with the KV-cached one; which one, or None where none applies.
+
+    `fused` falls back to `cached` where the dtype or this vLLM build lacks the
+    fused CPU ops (float64 in tests, say). Kernels for the linears are the
+    caller's choice (omni_cpu.platform.linears.route_linears), before or after.
+    """
     config = getattr(wrapper, "_wrapper_config", None)
-    if config is None or config.return_proj_buf or not hasattr(wrapper, "model"):
-        return False
+    if mode == "stock" or config is None or config.return_proj_buf:
+        return None
+    if not hasattr(wrapper, "model"):
+        return None
+    if mode == "fused":
+        from omni_cpu.platform import fused_predictor
+
+        dtype = next(wrapper.model.parameters()).dtype
+        if fused_predictor.fused_supported(dtype):
+            runner = fused_predictor.FusedRunner(wrapper.model)
+            wrapper.forward = types.MethodType(_bound_forward(runner), wrapper)
+            return "fused"
     wrapper.forward = types.MethodType(cached_forward, wrapper)
-    return True
+    return "cached"
+
+
+def _bound_forward(runner: Any) -> Any:
+    @torch.inference_mode()
+    def fused_forward(self: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return predict_codes(self, runner, *args, **kwargs)
+
+    return fused_forward
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -51,7 +82,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-class _FrameCache:
+class FrameCache:
     """Keys and values of every layer for the positions of one frame so far."""
 
     def __init__(self, model: Any, bsz: int, max_seq: int, dtype: torch.dtype) -> None:
@@ -67,7 +98,7 @@ def _layer_forward(
     hidden: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    cache: _FrameCache,
+    cache: FrameCache,
     start: int,
 ) -> torch.Tensor:
     """One decoder layer for positions `start..start+n` of `hidden` [B, n, H]."""
@@ -99,7 +130,7 @@ def _layer_forward(
 
 
 def _model_forward(
-    model: Any, embeds: torch.Tensor, cache: _FrameCache, start: int, positions: torch.Tensor
+    model: Any, embeds: torch.Tensor, cache: FrameCache, start: int, positions: torch.Tensor
 ) -> torch.Tensor:
     """The inner transformer on new positions only; returns the last position's state."""
     cos, sin = model.rotary_emb(embeds, positions)
@@ -111,8 +142,26 @@ def _model_forward(
 
 
 @torch.inference_mode()
-def cached_forward(
+def cached_forward(self: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """`CodePredictorWrapper.forward` (0.30.0 semantics) with a per-frame KV cache."""
+    return predict_codes(self, _ExactRunner(self.model), *args, **kwargs)
+
+
+class _ExactRunner:
+    """Runs new positions through the wrapper's own modules: stock rounding, any dtype."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __call__(
+        self, embeds: torch.Tensor, cache: FrameCache, start: int, positions: torch.Tensor
+    ) -> torch.Tensor:
+        return _model_forward(self.model, embeds, cache, start, positions)
+
+
+def predict_codes(
     self: Any,
+    run: Any,
     layer0_code: torch.Tensor,
     layer0_embed: torch.Tensor,
     last_talker_hidden: torch.Tensor,
@@ -124,7 +173,11 @@ def cached_forward(
     generators: Sequence[torch.Generator | None] | None = None,
     sample_uniforms: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """`CodePredictorWrapper.forward` (0.30.0 semantics) with a per-frame KV cache."""
+    """The wrapper's sampling loop over 15 residual codebooks; `run` computes the positions.
+
+    `run(embeds [B, n, H], cache, start, positions [B, n])` returns the normed
+    hidden state of the last new position [B, H].
+    """
     bsz = int(layer0_code.shape[0])
     num_groups = self._num_groups
     if generators is not None and len(generators) != bsz:
@@ -138,7 +191,6 @@ def cached_forward(
     self._setup_compile()  # caches dtype, head and embedding lists (eager on CPU)
     dtype = self._model_dtype
     projection = self.small_to_mtp_projection
-    model = self.model
 
     stored_mode = self._wrapper_config.sampling_mode == "stored"
     use_sampling = do_sample and temperature > 0
@@ -151,7 +203,7 @@ def cached_forward(
 
     all_codes = torch.empty(bsz, num_groups, dtype=torch.long, device=layer0_code.device)
     all_codes[:, 0] = layer0_code.reshape(bsz)
-    cache = _FrameCache(model, bsz, num_groups + 1, dtype)
+    cache = FrameCache(self.model, bsz, num_groups + 1, dtype)
     first = torch.cat(
         (
             projection(last_talker_hidden.reshape(bsz, 1, -1).to(dtype)),
@@ -160,7 +212,7 @@ def cached_forward(
         dim=1,
     )
     positions = torch.arange(num_groups + 1).unsqueeze(0).expand(bsz, -1)
-    hidden = _model_forward(model, first, cache, 0, positions[:, :2])
+    hidden = run(first, cache, 0, positions[:, :2])
     for step in range(1, num_groups):
         logits = self._lm_heads_list[step - 1](hidden)
         step_uniforms = sample_uniforms[:, step - 1, :] if sample_uniforms is not None else None
@@ -180,7 +232,7 @@ def cached_forward(
         if step < num_groups - 1:
             embed = projection(self._codec_embeds_list[step - 1](code).reshape(bsz, 1, -1))
             position = positions[:, step + 1 : step + 2]
-            hidden = _model_forward(model, embed, cache, step + 1, position)
+            hidden = run(embed, cache, step + 1, position)
     return all_codes
 
 

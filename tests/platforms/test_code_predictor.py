@@ -101,15 +101,24 @@ def test_top_p_is_refused_like_the_stock_forward() -> None:
 
 def test_installs_on_the_tts_predictor_and_not_where_buffers_are_returned() -> None:
     predictor = make_predictor(64)
-    assert cached.install_cached_forward(predictor)
+    assert cached.install_cached_forward(predictor, "cached") == "cached"
     assert predictor.forward.__func__ is cached.cached_forward
     omni_style = make_predictor(64)
     omni_style._wrapper_config.return_proj_buf = True
-    assert not cached.install_cached_forward(omni_style)
+    assert cached.install_cached_forward(omni_style, "fused") is None
+    assert cached.install_cached_forward(make_predictor(64), "stock") is None
 
 
-def test_environment_can_keep_the_stock_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fused_falls_back_to_cached_where_its_kernels_do_not_run() -> None:
+    # float64 has no vLLM CPU kernel: the exact cached forward takes over.
+    assert cached.install_cached_forward(make_predictor(64), "fused") == "cached"
+
+
+def test_environment_chooses_the_forward(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(cached.CODE_PREDICTOR_ENV, raising=False)
-    assert cached.wants_cached_forward()
-    monkeypatch.setenv(cached.CODE_PREDICTOR_ENV, "stock")
-    assert not cached.wants_cached_forward()
+    assert cached.predictor_mode() == "fused"
+    monkeypatch.setenv(cached.CODE_PREDICTOR_ENV, "Stock")
+    assert cached.predictor_mode() == "stock"
+    monkeypatch.setenv(cached.CODE_PREDICTOR_ENV, "compiled")
+    with pytest.raises(ValueError, match="fused, cached, stock"):
+        cached.predictor_mode()

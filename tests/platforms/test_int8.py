@@ -53,32 +53,3 @@ def test_weights_choice_comes_from_the_environment(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(int8.WEIGHTS_ENV, "int4")
     with pytest.raises(ValueError, match="model, int8"):
         int8.requested_weights()
-
-
-class FakeVllmLinear(nn.Module):
-    """What vLLM's CPU dispatch sees: a module holding a 2-D `weight` parameter."""
-
-    def __init__(self, out_features: int, in_features: int) -> None:
-        super().__init__()
-        weight = torch.randn(out_features, in_features) * 0.02
-        self.weight = nn.Parameter(weight, requires_grad=False)
-
-
-@needs_fbgemm
-def test_vllm_load_hook_packs_int8_then_restores_vllm_dispatch() -> None:
-    from vllm.model_executor.layers import utils as layer_utils
-
-    stock = layer_utils.dispatch_cpu_unquantized_gemm
-    big, kept = FakeVllmLinear(384, 256), FakeVllmLinear(384, 256)
-    x = torch.randn(1, 256)
-    want = torch.nn.functional.linear(x, big.weight)
-    counter = [0]
-    with int8.int8_vllm_linears(counter):
-        layer_utils.dispatch_cpu_unquantized_gemm(big, remove_weight=True)
-        # Layers that keep their weight (embeddings doubling as heads) go to vLLM.
-        layer_utils.dispatch_cpu_unquantized_gemm(kept, remove_weight=False)
-    assert layer_utils.dispatch_cpu_unquantized_gemm is stock
-    assert counter == [1]
-    assert big.weight.numel() == 0
-    assert relative_error(big.cpu_linear(x, big.weight, None), want) < 0.04
-    assert kept.weight.numel() == 384 * 256
