@@ -28,7 +28,7 @@ from vllm.v1.worker.cpu_model_runner import (
 from vllm_omni.worker.gpu_ar_model_runner import GPUARModelRunner
 from vllm_omni.worker.gpu_generation_model_runner import GPUGenerationModelRunner
 
-from omni_cpu.platform import int8
+from omni_cpu.platform import code2wav_stream, int8
 from omni_cpu.platform.code_predictor import install_cached_forward, wants_cached_forward
 from omni_cpu.platform.step_log import (
     scheduled_tokens,
@@ -91,6 +91,9 @@ class _CPUOmniRunnerMixin:
             logger.info("code predictor: KV-cached forward (omni_cpu.platform.code_predictor)")
         if code_predictor is not None and self._step_log is not None:
             code_predictor.forward = timed(code_predictor.forward, self._step_log.add_predictor)
+        streaming = self.step_kind == "code2wav" and code2wav_stream.requested_mode() == "stream"
+        if streaming and code2wav_stream.install_streaming_decode(self.model):  # type: ignore[attr-defined]
+            logger.info("code2wav: streaming decode (omni_cpu.platform.code2wav_stream)")
 
     def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         if self._step_profiler is not None and scheduled_tokens(scheduler_output):
