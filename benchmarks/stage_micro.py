@@ -10,12 +10,18 @@ stage (default 1) and denormals flushed like the stage workers do:
    re-prefill forward, omni-cpu's KV-cached forward, and that with int8 weights;
 3. code2wav: the 12 Hz decoder's plain decode at several lengths (ms per decoded
    frame and fixed cost), and its streaming path (1 frame, then 25-frame chunks)
-   as vLLM-Omni's async-chunk stage calls it.
+   as vLLM-Omni's async-chunk stage calls it;
+4. code2wav streaming, float32 and bfloat16: omni-cpu's streaming decode
+   (omni_cpu.platform.code2wav_stream, each frame once) against vLLM-Omni's
+   recompute path (OMNI_CPU_CODE2WAV=recompute), ms per new audio frame in
+   steady 25-frame chunks and for a ragged 5-frame last chunk, and each one's
+   largest difference from the whole-utterance decode.
 
 Run from the repo root (about 3 minutes on 2 cores; keep the machine quiet):
 
     .venv/bin/python benchmarks/stage_micro.py                 # writes stage-micro-results.json
     .venv/bin/python benchmarks/stage_micro.py --threads 2 --no-record
+    .venv/bin/python benchmarks/stage_micro.py --only code2wav-stream --no-record
 """
 
 from __future__ import annotations
@@ -125,8 +131,8 @@ def code_predictor(torch: Any, model: Path) -> tuple[dict[str, float], Any]:
     return result, config
 
 
-def code2wav(torch: Any, model: Path) -> dict[str, Any]:
-    """The 12 Hz decoder: plain decode per length, and the streaming chunks."""
+def load_decoder(torch: Any, model: Path) -> tuple[Any, int]:
+    """The checkpoint's 12 Hz decoder (float32, eval) and its number of codebooks."""
     from safetensors import safe_open
     from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
         configuration_qwen3_tts_tokenizer_v2 as tokenizer_config,
@@ -149,7 +155,12 @@ def code2wav(torch: Any, model: Path) -> dict[str, Any]:
     decoder._initial_codec_chunk_frames = 1
     decoder._incremental_chunk_frames = 25
     decoder._incremental_chunk_ramp = []
-    groups = int(config.decoder_config.num_quantizers)
+    return decoder, int(config.decoder_config.num_quantizers)
+
+
+def code2wav(torch: Any, model: Path) -> dict[str, Any]:
+    """The 12 Hz decoder: plain decode per length, and the streaming chunks."""
+    decoder, groups = load_decoder(torch, model)
     codes = torch.randint(0, 2048, (1, groups, 200), generator=torch.Generator().manual_seed(0))
     plain = {}
     with torch.no_grad():
@@ -173,11 +184,83 @@ def code2wav(torch: Any, model: Path) -> dict[str, Any]:
     }
 
 
+# 1 frame (first audio), 5 steady 25-frame chunks (the window fills by the 4th),
+# a ragged last chunk; steady = the last three full chunks.
+STREAM_CHUNKS = (1, 25, 25, 25, 25, 25, 5)
+
+
+def code2wav_stream(torch: Any, model: Path) -> dict[str, Any]:
+    """Streaming decode vs vLLM-Omni's recompute path, per dtype, ms per new frame."""
+    from omni_cpu.platform.code2wav_stream import StreamState
+
+    decoder, groups = load_decoder(torch, model)
+    frames = sum(STREAM_CHUNKS)
+    codes = torch.randint(0, 2048, (1, groups, frames), generator=torch.Generator().manual_seed(0))
+    result: dict[str, Any] = {"chunks": list(STREAM_CHUNKS)}
+    for name in ("float32", "bfloat16"):
+        decoder.to(getattr(torch, name))  # in place: float32 first, then bfloat16
+        decoder.precompute_snake_caches()
+        state = StreamState(decoder)
+        cache: dict[str, Any] = {"prefix_frames": 0}
+        paths: dict[str, Callable[[Any], Any]] = {
+            "stream": state.decode,
+            "recompute": lambda chunk, c=cache, d=decoder: d.batched_chunked_decode(
+                chunk, [chunk.shape[-1]], caches=[c]
+            )[0],
+        }
+        with torch.inference_mode():
+            whole = decoder(codes).float().reshape(-1)
+            row: dict[str, Any] = {}
+            for path, decode in paths.items():
+                ms, pieces, start = [], [], 0
+                for size in STREAM_CHUNKS:
+                    begin = time.perf_counter()
+                    pieces.append(decode(codes[..., start : start + size]).float().reshape(-1))
+                    ms.append((time.perf_counter() - begin) * 1e3)
+                    start += size
+                steady = [ms[i] / STREAM_CHUNKS[i] for i in range(3, 6)]
+                row[path] = {
+                    "steady_ms_per_frame": round(sorted(steady)[1], 1),
+                    "last_chunk_ms": round(ms[-1]),
+                    "max_abs_vs_whole": float(f"{(torch.cat(pieces) - whole).abs().max():.2g}"),
+                }
+            row["stream_speedup"] = round(
+                row["recompute"]["steady_ms_per_frame"] / row["stream"]["steady_ms_per_frame"], 2
+            )
+        result[name] = row
+    return result
+
+
+def cpu_isa() -> dict[str, Any]:
+    """The CPU model and the bf16-relevant ISA flags (Linux /proc/cpuinfo)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in text.splitlines()
+            if line.startswith("model name")
+        ),
+        "",
+    )
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")),
+        [],
+    )
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
+    return {"model": model, "flags": [flag for flag in wanted if flag in flags]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=REPO / "checkpoints" / "0.6b")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (one stage's)")
     parser.add_argument("--no-record", action="store_true", help=f"do not write {RESULTS.name}")
+    parser.add_argument(
+        "--only", choices=("all", "code2wav-stream"), default="all", help="run one part"
+    )
     args = parser.parse_args(argv)
     if not (args.model / "config.json").exists():
         print(
@@ -193,20 +276,32 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
-    predictor, config = code_predictor(torch, args.model)
-    result = {
+    result: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": platform.processor() or platform.machine(),
+        "cpu": cpu_isa(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "threads": args.threads,
         "model": str(args.model),
-        "weight_streaming": weight_streaming(torch, config),
-        "code_predictor": predictor,
-        "code2wav": code2wav(torch, args.model),
-        "command": " ".join(["python", "benchmarks/stage_micro.py", *(argv or sys.argv[1:])]),
     }
+    if args.only == "all":
+        predictor, config = code_predictor(torch, args.model)
+        result["weight_streaming"] = weight_streaming(torch, config)
+        result["code_predictor"] = predictor
+        result["code2wav"] = code2wav(torch, args.model)
+    result["code2wav_stream"] = code2wav_stream(torch, args.model)
+    result["command"] = " ".join(["python", "benchmarks/stage_micro.py", *(argv or sys.argv[1:])])
     text = json.dumps(result, indent=2)
     print(text)
+    if not args.no_record and args.only != "all" and RESULTS.exists():
+        # One part re-measured: keep the rest of the record, this part with its own stamp.
+        recorded = json.loads(RESULTS.read_text())
+        recorded[f"{args.only.replace('-', '_')}"] = {
+            **{key: result[key] for key in ("date", "cpu", "load_average", "threads", "model")},
+            **result["code2wav_stream"],
+            "command": result["command"],
+        }
+        text = json.dumps(recorded, indent=2)
     if not args.no_record:
         RESULTS.write_text(text + "\n")
     return 0

@@ -22,10 +22,13 @@ TALKER_CORE_MS_PER_FRAME = 640.0
 # plain decode of 25 vs 50 frames, ~100 ms per frame; 92 % of it the upsampling
 # convolutions, so bf16 does not help where the CPU lacks native bf16).
 CODE2WAV_CORE_MS_PER_FRAME = 100.0
-# In vLLM-Omni's async-chunk decode each chunk re-runs the vocoder over this many
-# earlier frames (`_DOWNSTREAM_CONTEXT_FRAME` in the 12 Hz tokenizer, 0.30.0). The
-# 72-frame left context only feeds the decoder's transformer (2 % of the time).
-CODEC_RECOMPUTED_FRAMES = 12
+# Earlier frames each chunk decodes again. omni-cpu's streaming decode
+# (omni_cpu.platform.code2wav_stream, the default) carries the decoder's state
+# between chunks and re-decodes none. vLLM-Omni's own async-chunk decode, kept as
+# OMNI_CPU_CODE2WAV=recompute, re-runs the vocoder over 12 earlier frames
+# (`_DOWNSTREAM_CONTEXT_FRAME` in the 12 Hz tokenizer, 0.30.0) and its transformer
+# over up to the 72-frame window (2 % of the time).
+CODEC_RECOMPUTED_FRAMES = 0
 # Both stages on all cores instead of a split was measured on the 2-core EPYC
 # (benchmarks/RESULTS.md, 2026-11-30, 0.6B, 50 frames): it did not win beyond the
 # box's run-to-run noise (about 15 %). float32, split vs shared: RTF 12.1 vs 12.3,

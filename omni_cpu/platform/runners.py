@@ -28,7 +28,7 @@ from vllm.v1.worker.cpu_model_runner import (
 from vllm_omni.worker.gpu_ar_model_runner import GPUARModelRunner
 from vllm_omni.worker.gpu_generation_model_runner import GPUGenerationModelRunner
 
-from omni_cpu.platform import gemv, int8, linears
+from omni_cpu.platform import code2wav_stream, gemv, int8, linears
 from omni_cpu.platform.code_predictor import install_cached_forward, predictor_mode
 from omni_cpu.platform.step_log import (
     scheduled_tokens,
@@ -75,6 +75,9 @@ class _CPUOmniRunnerMixin:
         if self.step_kind != "talker":
             super().load_model(*args, **kwargs)  # type: ignore[misc]
             match_embedding_dtype(self.model, self.model_config.dtype)  # type: ignore[attr-defined]
+            streaming = code2wav_stream.requested_mode() == "stream"
+            if streaming and code2wav_stream.install_streaming_decode(self.model):  # type: ignore[attr-defined]
+                logger.info("code2wav: streaming decode (omni_cpu.platform.code2wav_stream)")
             return
         weights = int8.requested_weights()
         if weights == "int8" and gemv.kernel() is None and not int8.int8_supported():

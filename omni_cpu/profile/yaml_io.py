@@ -42,6 +42,7 @@ COMMENTS = {
     "omni_cpu.env": "environment of every stage process",
     "omni_cpu.env.VLLM_OMNI_CPU_INDUCTOR": "code predictor torch.compile (1 = on)",
     "omni_cpu.env.OMNI_CPU_WEIGHTS": "talker weights: model (checkpoint dtype) or int8",
+    "omni_cpu.env.OMNI_CPU_CODE2WAV": "code2wav decode: stream (default) or recompute",
     "omni_cpu.env.LD_PRELOAD": "Intel OpenMP / tcmalloc found on this machine",
     "omni_cpu.notes": "why the planner chose what it chose",
     "omni_cpu.replicas": "one pipeline per NUMA node (omni-cpu serve --replica N)",

@@ -4,7 +4,8 @@ Two engine runs in all (sync, streaming; about two minutes each on 2 cores), eac
 checked for its audio, its stage binding and its leftovers; the bad-input checks
 start no engine. The sync run keeps the checkpoint's weights and writes the
 per-step log; the streaming run loads int8 talker weights, so both weight paths
-produce audio.
+produce audio. Both decode code2wav with omni-cpu's streaming decode (the
+default): a 1-frame chunk, then a ragged 11-frame last chunk.
 """
 
 from __future__ import annotations
@@ -163,6 +164,19 @@ def test_no_stage_process_outlives_a_sync_run(sync_run: tuple[Run, Path]) -> Non
 @needs_runtime
 def test_stream_run_writes_24khz_mono_whole_frames_of_sound(stream_run: tuple[Run, Path]) -> None:
     _assert_speech_shaped_wav(stream_run[1])
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_stream_run_decodes_each_frame_once_into_exactly_its_frames(
+    stream_run: tuple[Run, Path],
+) -> None:
+    run, path = stream_run
+    assert "code2wav: streaming decode" in run.stderr, run.stderr[-3000:]
+    _, _, samples = read_wav(path)
+    # The last chunk (11 frames) is decoded as it is, not padded to 25: exactly
+    # the frames asked for come out (early end of speech: see the sync run's test).
+    assert samples.size == int(MAX_FRAMES) * FRAME
 
 
 @pytest.mark.e2e
