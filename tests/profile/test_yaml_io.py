@@ -116,7 +116,7 @@ def test_numbers_in_comments_match_the_values():
 
 
 def test_the_model_kind_is_written_and_read_back():
-    assert "model_kind: \"custom-voice\"" in TEXT
+    assert 'model_kind: "custom-voice"' in TEXT
     assert parse_profile(TEXT).model_kind == "custom-voice"
 
 
