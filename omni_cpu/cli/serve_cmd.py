@@ -75,6 +75,12 @@ def serve(
     allow_ref_audio_urls: bool = typer.Option(
         False, "--allow-ref-audio-urls", help="Let the server fetch http(s) ref_audio URLs."
     ),
+    accept_frame_limit: bool = typer.Option(
+        False,
+        "--accept-frame-limit",
+        help="Base requests that reach their frame budget return their audio instead of "
+        "vLLM-Omni's 500 (random-weight checkpoints never emit end-of-speech).",
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the command, environment and deploy config; start nothing."
     ),
@@ -106,6 +112,7 @@ def serve(
         drain_timeout_s=drain_timeout,
         ref_audio_dir=ref_audio_dir,
         allow_ref_audio_urls=allow_ref_audio_urls,
+        accept_frame_limit=accept_frame_limit,
     )
     if dry_run:
         if as_json:

@@ -122,6 +122,11 @@ class SpeechAdmission:
         self.app = app
         self.limits = limits if limits is not None else AdmissionLimits.from_env()
         self.in_flight = 0
+        if self.limits.accept_frame_limit:
+            # Built once in vLLM-Omni's API server process, before it serves a request.
+            from omni_cpu.platform.serving import accept_frame_limit
+
+            accept_frame_limit()
 
     def draining(self) -> bool:
         return bool(self.limits.drain_file) and os.path.exists(self.limits.drain_file)

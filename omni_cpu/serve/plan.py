@@ -93,6 +93,7 @@ def build_serve_plan(
     python: str = sys.executable,
     ref_audio_dir: Path | None = None,
     allow_ref_audio_urls: bool = False,
+    accept_frame_limit: bool = False,
 ) -> ServePlan:
     """The plan that serves `model` with replica `replica` of `profile` on host:port."""
     if not 0 <= replica < len(profile.replicas):
@@ -126,6 +127,7 @@ def build_serve_plan(
         max_input_chars=max(0, chars),
         drain_file=str(folder / "draining"),
         allow_ref_audio_urls=allow_ref_audio_urls,
+        accept_frame_limit=accept_frame_limit,
     )
     notes.append(
         f"at most {limits.max_in_flight} speech requests at once "
@@ -165,6 +167,8 @@ def build_serve_plan(
         # vLLM's own media policy: file:// URLs are read only from under this folder.
         argv += ["--allowed-local-media-path", str(ref_audio_dir.resolve())]
         notes.append(f"ref_audio may name files under {ref_audio_dir.resolve()} (file://...)")
+    if accept_frame_limit:
+        notes.append("Base requests that reach their frame budget return their audio (no 500)")
     notes.append(
         "ref_audio URLs are fetched (--allow-ref-audio-urls)"
         if allow_ref_audio_urls

@@ -4,6 +4,8 @@ One server per kind (two engine starts in all). Base takes vLLM-Omni's request f
 for cloning: `ref_audio` as base64 data, `ref_text`, `x_vector_only_mode`; an http(s)
 URL is refused unless the server was started with --allow-ref-audio-urls. The
 reference WAV is written by the test itself. CustomVoice is test_serve_e2e.py's.
+The servers run with --accept-frame-limit: random weights never end a clone on
+their own, and vLLM-Omni answers a Base request that reaches its budget with 500.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ def _start(folder: Path, kind: str) -> Iterator[Server]:
         sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(model),
         "--deploy-profile", str(folder / "deploy.yaml"), "--host", "127.0.0.1",
         "--port", str(port), "--max-frames", str(MAX_FRAMES),
+        # Random weights never emit end-of-speech: without it every Base request is a 500.
+        "--accept-frame-limit",
     ]  # fmt: skip
     with log.open("wb") as sink:
         process = subprocess.Popen(command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
