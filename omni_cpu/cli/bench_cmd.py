@@ -80,7 +80,6 @@ def bench_command(
     (first,) = build_requests(  # checks everything once, before the engines start
         info,
         [BENCH_TEXT],
-        None,
         max_frames=frames,
         query_type=None if query_type is None else check_query_type(query_type),
         ref_audio=None if ref_audio is None else read_reference_audio(ref_audio),

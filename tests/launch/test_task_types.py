@@ -90,3 +90,28 @@ def test_a_query_type_mismatch_names_the_checkpoint_kind_to_make(models):
     with pytest.raises(InputError) as refused:
         build_requests(models["custom-voice"], ["Hi"], None, query_type="VoiceDesign")
     assert "make-checkpoint --kind voice-design" in refused.value.fix
+
+
+def _cli(monkeypatch, *args: str) -> int:
+    import sys
+
+    from omni_cpu.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["omni-cpu", *args])
+    try:
+        main()
+    except SystemExit as done:
+        return int(done.code or 0)
+    return 0
+
+
+def test_bench_on_a_base_model_needs_reference_audio_before_any_engine(models, monkeypatch, capsys):
+    code = _cli(monkeypatch, "bench", "--model", str(models["base"].path), "--frames", "4")
+    err = capsys.readouterr().err
+    assert code == 2 and "needs --ref-audio" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_query_type_must_fit_the_model(models, monkeypatch, capsys):
+    model = str(models["voice-design"].path)
+    code = _cli(monkeypatch, "bench", "--model", model, "--query-type", "Base")
+    assert code == 2 and "does not fit this model" in capsys.readouterr().err
