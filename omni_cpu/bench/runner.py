@@ -19,7 +19,7 @@ from omni_cpu.errors import InputError
 from omni_cpu.launch.plan import LaunchPlan
 from omni_cpu.launch.request import FRAME_SAMPLES, SpeechRequest
 
-QUERY_TYPES = ("CustomVoice",)
+QUERY_TYPES = ("CustomVoice", "VoiceDesign", "Base")
 
 # How each reported number is obtained (printed under the table and put in --json).
 DERIVATIONS = {

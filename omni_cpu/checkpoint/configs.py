@@ -1,4 +1,4 @@
-"""The small JSON files of a Qwen3-TTS-12Hz CustomVoice checkpoint, per model size.
+"""The small JSON files of a Qwen3-TTS-12Hz checkpoint, per model kind and size.
 
 `"0.6b"` is Qwen3-TTS-12Hz-0.6B-CustomVoice exactly as published (values from
 ../shared/reference/qwen3-tts-layout.md, which agrees with every public port).
@@ -20,6 +20,16 @@ depths so that loading it through vLLM's CPU backend takes seconds. Vocab sizes
 that ids index into stay real: the text vocab must hold id 151675 and the codec
 vocab speaker id 3066. head_dim stays 64 (vLLM's CPU attention rejects 16), and
 M-RoPE's sections are scaled to sum to head_dim / 2 as the real ones do.
+
+Kinds (`tts_model_type`): CustomVoice (9 preset speakers), VoiceDesign (a voice
+described in words) and Base (a voice cloned from reference audio). Qwen publishes
+CustomVoice 0.6B and 1.7B, VoiceDesign 1.7B, Base 0.6B and 1.7B; `tiny` exists for
+every kind. VoiceDesign and Base differ from CustomVoice in config.json only in
+`tts_model_type`, empty `spk_id` / `spk_is_dialect` and the ten languages without
+the two dialect ids (the published Base and VoiceDesign configs as quoted by the
+MLX port's tests, mlx-community/Qwen3-TTS-12Hz-1.7B-{Base,VoiceDesign}-bf16); the
+speaker encoder's width follows the talker's (`enc_dim` 2048 for 1.7B Base, which
+that port's tests also quote). Only Base ships speaker-encoder weights.
 """
 
 from __future__ import annotations
@@ -28,6 +38,32 @@ import copy
 from typing import Any
 
 SIZES: tuple[str, ...] = ("tiny", "0.6b", "1.7b")
+KINDS: tuple[str, ...] = ("custom-voice", "voice-design", "base")
+DEFAULT_KIND = "custom-voice"
+
+# kind -> the config.json `tts_model_type` and the task type vLLM-Omni serves for it.
+TTS_MODEL_TYPES: dict[str, str] = {
+    "custom-voice": "custom_voice",
+    "voice-design": "voice_design",
+    "base": "base",
+}
+TASK_TYPES: dict[str, str] = {
+    "custom-voice": "CustomVoice",
+    "voice-design": "VoiceDesign",
+    "base": "Base",
+}
+
+# (kind, size) pairs Qwen publishes; tiny is ours, for every kind.
+PUBLISHED: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("custom-voice", "0.6b"),
+        ("custom-voice", "1.7b"),
+        ("voice-design", "1.7b"),
+        ("base", "0.6b"),
+        ("base", "1.7b"),
+    }
+)
+_DIALECTS = ("beijing_dialect", "sichuan_dialect")
 
 # --- Qwen3-TTS-12Hz-0.6B-CustomVoice, config.json -----------------------------
 
@@ -287,16 +323,36 @@ def _check_size(size: str) -> None:
         raise ValueError(f"unknown checkpoint size {size!r}; expected one of {', '.join(SIZES)}")
 
 
-def model_config(size: str) -> dict[str, Any]:
-    """The config.json dict for a checkpoint size ("tiny", "0.6b" or "1.7b")."""
+def check_kind(kind: str, size: str) -> None:
+    """Refuse an unknown kind, or a kind/size pair that Qwen does not publish (tiny: all)."""
     _check_size(size)
+    if kind not in KINDS:
+        raise ValueError(f"unknown checkpoint kind {kind!r}; expected one of {', '.join(KINDS)}")
+    if size != "tiny" and (kind, size) not in PUBLISHED:
+        sizes = sorted(s for k, s in PUBLISHED if k == kind)
+        raise ValueError(
+            f"Qwen3-TTS {kind} is not published at {size}; "
+            f"it exists at {', '.join(sizes)} (and tiny)"
+        )
+
+
+def model_config(size: str, kind: str = DEFAULT_KIND) -> dict[str, Any]:
+    """The config.json dict for a checkpoint size ("tiny", "0.6b", "1.7b") and kind."""
+    check_kind(kind, size)
     config = copy.deepcopy(_CONFIG_0_6B)
     talker = config["talker_config"]
     predictor = talker["code_predictor_config"]
-    if size == "1.7b":
+    config["tts_model_type"] = TTS_MODEL_TYPES[kind]
+    if kind != "custom-voice":
+        talker["spk_id"] = {}
+        talker["spk_is_dialect"] = {}
+        for dialect in _DIALECTS:
+            del talker["codec_language_id"][dialect]
+    if size == "1.7b" or (size == "tiny" and kind == "voice-design"):
+        # VoiceDesign exists only at 1.7B, and it follows instructions.
         config["tts_model_size"] = "1b7"
-        # The speaker encoder's output is added to talker states, so it follows
-        # the talker width (CustomVoice does not ship its weights either way).
+    if size == "1.7b":
+        # The speaker encoder's output is a talker input, so it follows the talker width.
         config["speaker_encoder_config"]["enc_dim"] = 2048
         talker.update(hidden_size=2048, intermediate_size=6144)
     elif size == "tiny":
@@ -402,10 +458,10 @@ def tokenizer_config() -> dict[str, Any]:
     }
 
 
-def config_files(size: str) -> dict[str, dict[str, Any]]:
+def config_files(size: str, kind: str = DEFAULT_KIND) -> dict[str, dict[str, Any]]:
     """Every JSON file of the checkpoint, keyed by its path relative to the checkpoint root."""
     return {
-        "config.json": model_config(size),
+        "config.json": model_config(size, kind),
         "generation_config.json": generation_config(size),
         "tokenizer_config.json": tokenizer_config(),
         "speech_tokenizer/config.json": speech_tokenizer_config(size),

@@ -1,9 +1,12 @@
 """Every tensor of a Qwen3-TTS checkpoint (name, shape, dtype), derived from its configs.
 
 The rules mirror the module constructors of qwen-tts 0.1.1 / vLLM-Omni 0.30.0
-(`Qwen3TTSForConditionalGeneration`, `Qwen3TTSTokenizerV2Decoder`) and transformers'
-`MimiModel` (the speech tokenizer's encoder); for the 0.6B configs they give
-exactly the tensors of ../shared/reference/qwen3-tts-layout.json.
+(`Qwen3TTSForConditionalGeneration`, `Qwen3TTSSpeakerEncoder`,
+`Qwen3TTSTokenizerV2Decoder`) and transformers' `MimiModel` (the speech tokenizer's
+encoder); for the 0.6B CustomVoice configs they give exactly the tensors of
+../shared/reference/qwen3-tts-layout.json, and for every kind and size the names
+and shapes the official classes have (tests/checkpoint/official-names.json, made by
+scripts/official_checkpoint_names.py).
 """
 
 from __future__ import annotations
@@ -43,11 +46,56 @@ def _qwen3_layer(out: Layout, prefix: str, cfg: dict[str, Any], dtype: str) -> N
     out[f"{prefix}.post_attention_layernorm.weight"] = TensorSpec((hidden,), dtype)
 
 
-def model_layout(config: dict[str, Any]) -> Layout:
-    """model.safetensors: talker + code predictor, all bf16, in state-dict order.
+# Qwen3TTSSpeakerEncoderConfig's defaults: config.json gives only enc_dim and sample_rate.
+SPEAKER_ENCODER_DEFAULTS: dict[str, Any] = {
+    "mel_dim": 128,
+    "enc_channels": [512, 512, 512, 512, 1536],
+    "enc_kernel_sizes": [5, 3, 3, 3, 1],
+    "enc_attention_channels": 128,
+    "enc_res2net_scale": 8,
+    "enc_se_channels": 128,
+}
 
-    CustomVoice ships no speaker encoder; `small_to_mtp_projection` exists only
-    when the talker is wider than the code predictor (1.7B).
+
+def has_speaker_encoder(config: dict[str, Any]) -> bool:
+    """Only Base checkpoints carry speaker-encoder weights (the x-vector of the reference)."""
+    return config.get("tts_model_type") == "base"
+
+
+def _speaker_encoder(out: Layout, enc: dict[str, Any], dtype: str) -> None:
+    """Qwen3TTSSpeakerEncoder (ECAPA-TDNN): TDNN, SE-Res2Net blocks, MFA, pooling, fc."""
+    cfg = {**SPEAKER_ENCODER_DEFAULTS, **enc}
+    channels, kernels = cfg["enc_channels"], cfg["enc_kernel_sizes"]
+    p = "speaker_encoder"
+
+    def conv(name: str, c_out: int, c_in: int, kernel: int) -> None:
+        out[f"{name}.weight"] = TensorSpec((c_out, c_in, kernel), dtype)
+        out[f"{name}.bias"] = TensorSpec((c_out,), dtype)
+
+    conv(f"{p}.blocks.0.conv", channels[0], cfg["mel_dim"], kernels[0])
+    scale = cfg["enc_res2net_scale"]
+    for i in range(1, len(channels) - 1):
+        block, width = f"{p}.blocks.{i}", channels[i]
+        conv(f"{block}.tdnn1.conv", width, channels[i - 1], 1)
+        for j in range(scale - 1):
+            conv(
+                f"{block}.res2net_block.blocks.{j}.conv", width // scale, width // scale, kernels[i]
+            )
+        conv(f"{block}.tdnn2.conv", width, width, 1)
+        conv(f"{block}.se_block.conv1", cfg["enc_se_channels"], width, 1)
+        conv(f"{block}.se_block.conv2", width, cfg["enc_se_channels"], 1)
+    last = channels[-1]
+    conv(f"{p}.mfa.conv", last, last, kernels[-1])
+    conv(f"{p}.asp.tdnn.conv", cfg["enc_attention_channels"], last * 3, 1)
+    conv(f"{p}.asp.conv", last, cfg["enc_attention_channels"], 1)
+    conv(f"{p}.fc", cfg["enc_dim"], last * 2, 1)
+
+
+def model_layout(config: dict[str, Any]) -> Layout:
+    """model.safetensors: talker + code predictor (+ speaker encoder for Base), all bf16.
+
+    CustomVoice and VoiceDesign ship no speaker encoder; `small_to_mtp_projection`
+    exists only when the talker is wider than the code predictor (1.7B).
     """
     dtype = "bfloat16"
     talker = config["talker_config"]
@@ -88,6 +136,8 @@ def model_layout(config: dict[str, Any]) -> Layout:
             (cp_hidden, hidden), dtype
         )
         out["talker.code_predictor.small_to_mtp_projection.bias"] = TensorSpec((cp_hidden,), dtype)
+    if has_speaker_encoder(config):
+        _speaker_encoder(out, config["speaker_encoder_config"], dtype)
     return out
 
 

@@ -85,12 +85,16 @@ def _codec_weight_std(name: str, spec: TensorSpec) -> float:
 
 
 def model_values(seed: int, name: str, spec: TensorSpec) -> Iterator[np.ndarray]:
-    """Values for a talker / code-predictor tensor (model.safetensors)."""
+    """Values for a talker / code-predictor / speaker-encoder tensor (model.safetensors)."""
     total = numel(spec)
     if name.endswith("norm.weight"):
         return _constant(total, 1.0)
     if name.endswith(".bias"):
         return _constant(total, 0.0)
+    if name.startswith("speaker_encoder."):
+        # ECAPA-TDNN convolutions: 1/sqrt(fan-in) keeps the x-vector at unit scale,
+        # the size of the codec embeddings it stands in for.
+        return _normal(seed, name, total, 1.0 / math.sqrt(max(math.prod(spec.shape[1:]), 1)))
     return _normal(seed, name, total, QWEN_INIT_STD)
 
 

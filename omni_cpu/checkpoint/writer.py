@@ -49,6 +49,7 @@ class CheckpointPlan:
     """What a checkpoint of one size holds: its JSON files and its tensors per file."""
 
     size: str
+    kind: str
     json_files: dict[str, dict[str, Any]]
     layouts: dict[str, Layout]
     file_bytes: dict[str, int] = field(default_factory=dict)
@@ -62,15 +63,17 @@ class CheckpointPlan:
         return sum(self.file_bytes.values())
 
 
-def plan_checkpoint(size: str) -> CheckpointPlan:
+def plan_checkpoint(size: str, kind: str = configs.DEFAULT_KIND) -> CheckpointPlan:
     """The files, tensors and safetensors sizes of a checkpoint, without writing anything."""
-    json_files = configs.config_files(size)
+    json_files = configs.config_files(size, kind)
     layouts = file_layouts(json_files["config.json"], json_files["speech_tokenizer/config.json"])
     sizes = {
         name: safetensors_file.file_bytes(layout, _FILE_METADATA[name])
         for name, layout in layouts.items()
     }
-    return CheckpointPlan(size=size, json_files=json_files, layouts=layouts, file_bytes=sizes)
+    return CheckpointPlan(
+        size=size, kind=kind, json_files=json_files, layouts=layouts, file_bytes=sizes
+    )
 
 
 def _check_out_dir(out_dir: Path, force: bool) -> None:
@@ -97,14 +100,15 @@ def make_checkpoint(
     *,
     force: bool = False,
     on_bytes: Callable[[int], None] | None = None,
+    kind: str = configs.DEFAULT_KIND,
 ) -> Path:
-    """Write a random-weight checkpoint of `size` ("tiny", "0.6b", "1.7b") into `out_dir`.
+    """Write a random-weight checkpoint of `size` ("tiny", "0.6b", "1.7b") and `kind`.
 
     Refuses a non-empty `out_dir` unless `force`. `on_bytes(n)` is called as tensor
     bytes are written (for progress bars). Returns the checkpoint directory.
     """
     out = Path(out_dir)
-    plan = plan_checkpoint(size)  # validates `size` before touching the disk
+    plan = plan_checkpoint(size, kind)  # validates size and kind before touching the disk
     _check_out_dir(out, force)
     (out / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
 
@@ -139,6 +143,7 @@ def summarize(plan: CheckpointPlan, out_dir: Path) -> dict[str, Any]:
     ]
     return {
         "size": plan.size,
+        "kind": plan.kind,
         "out": str(out_dir),
         "files": files,
         "params": plan.params,

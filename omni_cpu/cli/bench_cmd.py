@@ -20,6 +20,7 @@ since random weights rarely stop on their own.
 """
 
 BENCH_TEXT = "The quick brown fox jumps over the lazy dog, and the CPU keeps up with speech."
+BENCH_VOICE = "A calm, clear male voice at an even pace."
 
 
 def register(app: typer.Typer) -> None:
@@ -29,8 +30,10 @@ def register(app: typer.Typer) -> None:
 
 def bench_command(
     model: str = typer.Option(..., "--model", help="Checkpoint directory or Hugging Face id."),
-    query_type: str = typer.Option(
-        "CustomVoice", "--query-type", help="Request kind (only CustomVoice for now)."
+    query_type: str | None = typer.Option(
+        None,
+        "--query-type",
+        help="CustomVoice, VoiceDesign or Base (default: what the model is).",
     ),
     deploy_profile: str = typer.Option(
         "auto", "--deploy-profile", help="`auto` (plan this machine) or a profile YAML file."
@@ -45,7 +48,21 @@ def bench_command(
         50, "--frames", min=2, help="Codec frames per request (80 ms of audio each)."
     ),
     warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured requests before level 1."),
-    speaker: str | None = typer.Option(None, "--speaker", help="Default: the model's first."),
+    speaker: str | None = typer.Option(
+        None, "--speaker", help="CustomVoice: default the model's first."
+    ),
+    instruct: str | None = typer.Option(
+        None, "--instruct", help=f"VoiceDesign: the voice in words (default {BENCH_VOICE!r})."
+    ),
+    ref_audio: Path | None = typer.Option(
+        None, "--ref-audio", help="Base: the voice to clone (1-30 s; any rate and channels)."
+    ),
+    ref_text: str | None = typer.Option(
+        None, "--ref-text", help="Base: what the reference audio says."
+    ),
+    x_vector_only: bool = typer.Option(
+        False, "--x-vector-only", help="Base: clone from the speaker embedding only."
+    ),
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     plot: Path | None = typer.Option(None, "--plot", help="Write RTF/TTFA vs concurrency PNG."),
@@ -53,21 +70,30 @@ def bench_command(
     from omni_cpu.bench.report import print_bench, require_matplotlib, write_plot
     from omni_cpu.bench.runner import check_query_type, parse_concurrency, run_bench
     from omni_cpu.launch.plan import make_launch_plan
+    from omni_cpu.launch.ref_audio import read_reference_audio
     from omni_cpu.launch.request import build_requests, read_model_info
 
-    kind = check_query_type(query_type)
     levels = parse_concurrency(concurrency)
     if plot is not None:
         require_matplotlib()
     info = read_model_info(model)
-    chosen_speaker = speaker or (info.speakers[0] if info.speakers else "ryan")
-    build_requests(info, [BENCH_TEXT], chosen_speaker, max_frames=frames)  # checks, once
+    (first,) = build_requests(  # checks everything once, before the engines start
+        info,
+        [BENCH_TEXT],
+        max_frames=frames,
+        query_type=None if query_type is None else check_query_type(query_type),
+        ref_audio=None if ref_audio is None else read_reference_audio(ref_audio),
+        ref_text=ref_text,
+        x_vector_only=x_vector_only,
+        **_voice(info, query_type, speaker, instruct),
+    )
+    kind = first.task_type
     plan = make_launch_plan(model, deploy_profile, weights=weights)
     for warning in plan.problems:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
 
     def make_requests(count: int):
-        return build_requests(info, [BENCH_TEXT] * count, chosen_speaker, max_frames=frames)
+        return [first] * count
 
     def progress(message: str) -> None:
         err_console.print(f"[dim]…[/] {message}", highlight=False)
@@ -90,3 +116,16 @@ def bench_command(
         print_json(data)
     else:
         print_bench(console, data)
+
+
+def _voice(
+    info: object, query_type: str | None, speaker: str | None, instruct: str | None
+) -> dict[str, str | None]:
+    """Speaker and instruction for the model's task type, with bench defaults filled in."""
+    task = (query_type or getattr(info, "task_type", "") or "CustomVoice").lower()
+    speakers = getattr(info, "speakers", ())
+    if task == "customvoice":
+        return {"speaker": speaker or (speakers[0] if speakers else "ryan"), "instruct": instruct}
+    if task == "voicedesign":
+        return {"speaker": speaker, "instruct": instruct or BENCH_VOICE}
+    return {"speaker": speaker, "instruct": instruct}

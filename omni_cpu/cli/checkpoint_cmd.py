@@ -9,7 +9,7 @@ import typer
 from omni_cpu.cli.common import console, err_console, print_json
 
 _HELP = """\
-Write a random-weight Qwen3-TTS-12Hz CustomVoice checkpoint in the real layout.
+Write a random-weight Qwen3-TTS-12Hz checkpoint in the real layout.
 
 For tests and benchmarks where the Hugging Face Hub is out of reach: the files,
 config values, tensor names, shapes and dtypes are exactly those of the published
@@ -18,8 +18,13 @@ special-token ids), so `omni-cpu run --model DIR` loads it like a real one.
 Speed does not depend on weight values, so timings on it stand for the real
 model; the audio it makes is noise, not speech.
 
-Sizes: tiny (about 55 MB, seconds to load; for tests), 0.6b (2.5 GB),
-1.7b (4.5 GB).
+Kinds: custom-voice (9 preset speakers; --speaker), voice-design (a voice
+described in words; --instruct; 1.7b only) and base (voice cloning from reference
+audio; --ref-audio, with the speaker encoder's weights). Sizes: tiny (about 55 MB,
+seconds to load; for tests; every kind), 0.6b (2.5 GB), 1.7b (4.5 GB).
+
+  omni-cpu make-checkpoint --kind base --size tiny --out checkpoints/tiny-base
+  omni-cpu make-checkpoint --kind voice-design --size 1.7b --out checkpoints/1.7b-vd
 """
 
 
@@ -31,6 +36,12 @@ def register(app: typer.Typer) -> None:
 def make_checkpoint_command(
     size: str = typer.Option(
         ..., "--size", help="Model size: tiny, 0.6b or 1.7b.", case_sensitive=False
+    ),
+    kind: str = typer.Option(
+        "custom-voice",
+        "--kind",
+        help="Model kind: custom-voice, voice-design or base.",
+        case_sensitive=False,
     ),
     out: Path = typer.Option(..., "--out", help="Directory to write (must be empty or new)."),
     seed: int = typer.Option(0, "--seed", help="Random seed; the same seed writes the same bytes."),
@@ -44,16 +55,24 @@ def make_checkpoint_command(
     from omni_cpu.checkpoint.writer import make_checkpoint, plan_checkpoint, summarize
     from omni_cpu.errors import ModelError
 
-    size = size.lower()
+    size, kind = size.lower(), kind.lower()
     if size not in configs.SIZES:
         raise ModelError(
             f"unknown checkpoint size {size!r}", fix=f"use one of {', '.join(configs.SIZES)}"
         )
-    plan = plan_checkpoint(size)
+    if kind not in configs.KINDS:
+        raise ModelError(
+            f"unknown checkpoint kind {kind!r}", fix=f"use one of {', '.join(configs.KINDS)}"
+        )
+    try:
+        configs.check_kind(kind, size)
+    except ValueError as error:
+        raise ModelError(str(error), fix="pick a size Qwen publishes for it, or tiny") from None
+    plan = plan_checkpoint(size, kind)
     if as_json or size == "tiny":
-        directory = make_checkpoint(size, out, seed, force=force)
+        directory = make_checkpoint(size, out, seed, force=force, kind=kind)
     else:
-        directory = _with_progress(plan.tensor_bytes, size, out, seed, force)
+        directory = _with_progress(plan.tensor_bytes, size, kind, out, seed, force)
     summary = summarize(plan, directory)
     if as_json:
         print_json(summary)
@@ -61,7 +80,9 @@ def make_checkpoint_command(
     _print_summary(summary)
 
 
-def _with_progress(total_bytes: int, size: str, out: Path, seed: int, force: bool) -> Path:
+def _with_progress(
+    total_bytes: int, size: str, kind: str, out: Path, seed: int, force: bool
+) -> Path:
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -81,16 +102,19 @@ def _with_progress(total_bytes: int, size: str, out: Path, seed: int, force: boo
         TimeRemainingColumn(),
     )
     with Progress(*columns, console=err_console, transient=True) as progress:
-        task = progress.add_task(f"{size} checkpoint", total=total_bytes)
+        task = progress.add_task(f"{size} {kind} checkpoint", total=total_bytes)
         return make_checkpoint(
-            size, out, seed, force=force, on_bytes=lambda n: progress.advance(task, n)
+            size, out, seed, force=force, kind=kind, on_bytes=lambda n: progress.advance(task, n)
         )
 
 
 def _print_summary(summary: dict) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{summary['size']} checkpoint in {summary['out']}", title_justify="left")
+    table = Table(
+        title=f"{summary['size']} {summary['kind']} checkpoint in {summary['out']}",
+        title_justify="left",
+    )
     table.add_column("file")
     table.add_column("bytes", justify="right")
     for entry in summary["files"]:

@@ -12,11 +12,15 @@ VALIDATE_HELP = """Check a deploy profile against this machine (or a dump of one
 
 Checks that every CPU exists, is online and allowed by the cgroup cpuset and
 affinity; that no two stages share a CPU; that a stage stays on one NUMA node;
-that memory fits; that the dtype is supported. One line per problem; exit 1 if any.
+that memory fits; that the dtype is supported; with --model, that the profile was
+planned for that kind of model (custom-voice, voice-design, base) and its memory.
+One line per problem; exit 1 if any.
 
 Examples:
 
   omni-cpu validate deploy.yaml
+
+  omni-cpu validate deploy.yaml --model checkpoints/1.7b-base
 
   omni-cpu validate deploy.yaml --sysroot /tmp/dump-of-prod-box
 """
@@ -36,6 +40,12 @@ def validate(
     sysroot: Path = typer.Option(
         Path("/"), "--sysroot", help="Check against this dump instead of the live machine."
     ),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        help="Check against this model (checkpoint directory or hub id) instead of the "
+        "profile's own: its memory and its kind.",
+    ),
     as_json: bool = typer.Option(False, "--json", help='Print {"ok": ..., "problems": [...]}.'),
 ) -> None:
     from omni_cpu.errors import ModelError
@@ -46,10 +56,13 @@ def validate(
 
     profile = load_profile(profile_path)
     facts = read_facts(sysroot)
-    try:
-        footprint = footprint_for_model(profile.model)
-    except ModelError:
-        footprint = None  # weights unknown: check the KV bytes alone
+    if model is not None:
+        footprint = footprint_for_model(model)  # a model named by the user must be readable
+    else:
+        try:
+            footprint = footprint_for_model(profile.model)
+        except ModelError:
+            footprint = None  # weights unknown: check the KV bytes alone
     problems = check_profile(profile, facts, footprint)
     same_machine = profile.machine.fingerprint == _fingerprint(facts)
     if as_json:

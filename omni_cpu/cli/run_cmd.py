@@ -16,6 +16,16 @@ batch limits: `auto` plans this machine now; a FILE is a checked-in profile
 (`omni-cpu probe --output FILE`), checked against this machine first.
 `--dry-run` prints each stage's environment and engine arguments and exits
 without starting anything.
+
+The task type follows the model (config.json `tts_model_type`):
+
+  CustomVoice  --speaker ryan [--instruct 'Cheerfully.' on the 1.7B]
+  VoiceDesign  --instruct 'A warm, low female voice, speaking slowly'
+  Base         --ref-audio voice.wav --ref-text 'what the clip says'
+               (or --x-vector-only: clone the timbre from the speaker embedding alone)
+
+Reference audio may have any sample rate and channel count (read with soundfile,
+mixed to mono, resampled to 24 kHz); 1-30 s, not silent.
 """
 
 
@@ -43,10 +53,30 @@ def run_command(
     text_file: Path | None = typer.Option(
         None, "--text-file", help="A file with one utterance per line (one WAV each)."
     ),
-    speaker: str = typer.Option("ryan", "--speaker", help="A speaker from the model's config."),
+    speaker: str | None = typer.Option(
+        None, "--speaker", help="CustomVoice: a speaker from the model's config (default ryan)."
+    ),
+    query_type: str | None = typer.Option(
+        None,
+        "--query-type",
+        help="CustomVoice, VoiceDesign or Base (default: what the model is).",
+    ),
+    ref_audio: Path | None = typer.Option(
+        None, "--ref-audio", help="Base: the voice to clone (1-30 s; any rate and channels)."
+    ),
+    ref_text: str | None = typer.Option(
+        None, "--ref-text", help="Base: what the reference audio says."
+    ),
+    x_vector_only: bool = typer.Option(
+        False,
+        "--x-vector-only",
+        help="Base: clone from the speaker embedding only (no --ref-text).",
+    ),
     language: str = typer.Option("auto", "--language", help="auto, english, chinese, ..."),
     instruct: str | None = typer.Option(
-        None, "--instruct", help="Style instruction (models that follow them, e.g. 1.7B)."
+        None,
+        "--instruct",
+        help="VoiceDesign: the voice in words; CustomVoice 1.7B: a style instruction.",
     ),
     out: Path = typer.Option(Path("out.wav"), "--out", help="WAV file to write (24 kHz mono)."),
     stream: bool = typer.Option(
@@ -62,11 +92,24 @@ def run_command(
     as_json: bool = typer.Option(False, "--json", help="Print timings (or the dry run) as JSON."),
 ) -> None:
     from omni_cpu.launch.plan import make_launch_plan
+    from omni_cpu.launch.ref_audio import read_reference_audio
     from omni_cpu.launch.request import build_requests, read_model_info, read_texts
 
     info = read_model_info(model)
     texts = read_texts(text, text_file)
-    requests = build_requests(info, texts, speaker, language, instruct, max_frames)
+    reference = read_reference_audio(ref_audio) if ref_audio is not None else None
+    requests = build_requests(
+        info,
+        texts,
+        speaker,
+        language,
+        instruct,
+        max_frames,
+        query_type=query_type,
+        ref_audio=reference,
+        ref_text=ref_text,
+        x_vector_only=x_vector_only,
+    )
     plan = make_launch_plan(model, deploy_profile, weights=weights)
 
     if dry_run:

@@ -15,6 +15,12 @@ the deploy profile applied: per-stage core binding, KV cache bytes, batch limits
 sizes, the replica's NUMA node, and the API server pinned to the reserved front-end
 CPUs. Endpoints: POST /v1/audio/speech, GET /v1/models, /health, /metrics.
 
+Every task type of the model is served the way vLLM-Omni serves it: `voice` for
+CustomVoice, `instructions` for VoiceDesign, `ref_audio` + `ref_text` (or
+`x_vector_only_mode`) for Base. `ref_audio` is base64 audio (`data:audio/wav;base64,...`),
+a `file://` path under --ref-audio-dir, or, only with --allow-ref-audio-urls, an
+http(s) URL the server fetches.
+
 At most max_num_seqs + --max-waiting speech requests are admitted at once; more get
 429. SIGTERM (or Ctrl-C) drains: new requests and /health get 503, requests in flight
 finish (up to --drain-timeout), then every stage process is stopped.
@@ -63,6 +69,18 @@ def serve(
     drain_timeout: float = typer.Option(
         30.0, "--drain-timeout", min=0, help="Seconds SIGTERM waits for requests in flight."
     ),
+    ref_audio_dir: Path | None = typer.Option(
+        None, "--ref-audio-dir", help="Folder whose files requests may name as file:// ref_audio."
+    ),
+    allow_ref_audio_urls: bool = typer.Option(
+        False, "--allow-ref-audio-urls", help="Let the server fetch http(s) ref_audio URLs."
+    ),
+    accept_frame_limit: bool = typer.Option(
+        False,
+        "--accept-frame-limit",
+        help="Base requests that reach their frame budget return their audio instead of "
+        "vLLM-Omni's 500 (random-weight checkpoints never emit end-of-speech).",
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the command, environment and deploy config; start nothing."
     ),
@@ -92,6 +110,9 @@ def serve(
         max_frames=max_frames,
         served_model_name=served_model_name,
         drain_timeout_s=drain_timeout,
+        ref_audio_dir=ref_audio_dir,
+        allow_ref_audio_urls=allow_ref_audio_urls,
+        accept_frame_limit=accept_frame_limit,
     )
     if dry_run:
         if as_json:

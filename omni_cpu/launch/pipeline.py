@@ -110,39 +110,6 @@ def _audio_array(output: Any) -> Any:
     return audio.detach().reshape(-1).float().cpu().numpy()
 
 
-def _request_index(request_id: str) -> int:
-    # vllm-omni 0.30.0 names requests f"{index}_{uuid4}" in prompt order.
-    return int(request_id.split("_", 1)[0])
-
-
-class _PromptBuilder:
-    """Placeholder prompt ids of the length the talker will embed (vLLM-Omni's own estimate)."""
-
-    def __init__(self, model: str) -> None:
-        from transformers import AutoTokenizer
-        from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
-            Qwen3TTSConfig,
-        )
-
-        self._tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
-        self._talker_config = getattr(Qwen3TTSConfig.from_pretrained(model), "talker_config", None)
-
-    def prompt(self, request: SpeechRequest) -> dict[str, Any]:
-        from vllm_omni.model_executor.models.qwen3_tts.prompt_embeds_builder import (
-            Qwen3TTSPromptEmbedsBuilder,
-        )
-
-        info = request.additional_information()
-        length = Qwen3TTSPromptEmbedsBuilder.estimate_prompt_len_from_additional_information(
-            additional_information=info,
-            task_type="CustomVoice",
-            tokenize_prompt=lambda text: self._tokenizer(text, padding=False)["input_ids"],
-            codec_language_id=getattr(self._talker_config, "codec_language_id", None),
-            spk_is_dialect=getattr(self._talker_config, "spk_is_dialect", None),
-        )
-        return {"prompt_token_ids": [0] * length, "additional_information": info}
-
-
 def _sampling_params(omni: Any, requests: list[SpeechRequest], stream: bool) -> list[Any]:
     from vllm.sampling_params import RequestOutputKind
 
@@ -187,7 +154,7 @@ class PipelineSession:
         self.stage_pids: list[int] = []
         self.binding: dict[str, list[int]] = {}  # observed OpenMP binding per stage env
         self._omni: Any = None
-        self._builder: _PromptBuilder | None = None
+        self._builder: Any = None  # omni_cpu.platform.prompts.PromptBuilder
 
     def __enter__(self) -> PipelineSession:
         for key, value in DRIVER_ENV_DEFAULTS.items():
@@ -212,7 +179,9 @@ class PipelineSession:
                 self.load_s = time.perf_counter() - start
             self.stage_pids = processes.descendant_pids()
             self.binding = processes.observed_binding(self.stage_pids)
-            self._builder = _PromptBuilder(self.plan.model)
+            from omni_cpu.platform.prompts import PromptBuilder
+
+            self._builder = PromptBuilder(self.plan.model)
         except BaseException as error:
             self.close()
             if isinstance(error, (OmniCpuError, KeyboardInterrupt, SystemExit)):
@@ -244,7 +213,9 @@ class PipelineSession:
 
         if self._omni is None or self._builder is None:
             raise RuntimeError("PipelineSession.generate outside its with block")
-        prompts = [self._builder.prompt(request) for request in requests]
+        from omni_cpu.platform.prompts import request_index
+
+        prompts = [self._builder.prompt(request.additional_information()) for request in requests]
         params = _sampling_params(self._omni, requests, stream)
         start = time.perf_counter()
         try:
@@ -263,7 +234,7 @@ class PipelineSession:
                         "code2wav produced non-finite audio (NaN/inf)",
                         "check the checkpoint's speech_tokenizer weights and the stage dtype",
                     )
-                on_chunk(_request_index(output.request_id), audio, time.perf_counter() - start)
+                on_chunk(request_index(output.request_id), audio, time.perf_counter() - start)
         except (OmniCpuError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as error:

@@ -3,6 +3,11 @@
 The planner needs, per stage: bytes of weights and bytes of KV cache per token.
 Weights are counted from the exact tensor layout the config implies (the same
 layout the checkpoint generator writes), so a config change moves the plan.
+
+Where each part runs (vllm-omni 0.30.0): the talker stage holds the talker, the
+code predictor, the speaker encoder (built for every kind, loaded from the
+checkpoint for Base) and the speech tokenizer's encoder (reference audio to codes,
+always cast to bfloat16); the code2wav stage holds only the tokenizer's decoder.
 """
 
 from __future__ import annotations
@@ -18,6 +23,14 @@ from omni_cpu.errors import ModelError
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1}
 KNOWN_SIZES = ("0.6b", "1.7b", "tiny")
+# vLLM-Omni's talker casts the speech tokenizer's encoder to bfloat16 whatever the stage dtype.
+TOKENIZER_ENCODER_DTYPE = "bfloat16"
+# config.json tts_model_type -> make-checkpoint --kind
+KIND_OF_MODEL_TYPE = {
+    "custom_voice": "custom-voice",
+    "voice_design": "voice-design",
+    "base": "base",
+}
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,9 @@ class ModelFootprint:
     speakers: tuple[str, ...]
     languages: tuple[str, ...]
     supports_instruct: bool
+    kind: str = "custom-voice"  # custom-voice, voice-design or base (config tts_model_type)
+    speaker_encoder_params: int = 0  # ECAPA-TDNN x-vector encoder, in the talker stage
+    tokenizer_encoder_params: int = 0  # reference audio -> codes, in the talker stage
     # Weights read from memory to make one audio frame at batch 1: the talker's
     # layers and codec head once, the code predictor's layers and one of its heads
     # once per residual codebook (15 times). Embeddings are looked up, not streamed.
@@ -43,7 +59,10 @@ class ModelFootprint:
         return self.streamed_params_per_frame * DTYPE_BYTES[dtype]
 
     def talker_weight_bytes(self, dtype: str) -> int:
-        return self.talker_params * DTYPE_BYTES[dtype]
+        """The talker stage: talker, code predictor, speaker encoder and tokenizer encoder."""
+        return (self.talker_params + self.speaker_encoder_params) * DTYPE_BYTES[
+            dtype
+        ] + self.tokenizer_encoder_params * DTYPE_BYTES[TOKENIZER_ENCODER_DTYPE]
 
     def code2wav_weight_bytes(self, dtype: str) -> int:
         return self.code2wav_params * DTYPE_BYTES[dtype]
@@ -97,10 +116,26 @@ def footprint_from_configs(
             "point --model at a Qwen3-TTS checkpoint directory",
         ) from None
     layout = model_layout(config)
+    tokenizer = speech_tokenizer_layout(speech_tokenizer_config)
+    # vLLM-Omni builds the speaker encoder for every kind; only Base ships its weights.
+    speaker = {
+        name: spec
+        for name, spec in model_layout({**config, "tts_model_type": "base"}).items()
+        if name.startswith("speaker_encoder.")
+    }
     return ModelFootprint(
         name=name,
-        talker_params=_count_params(layout),
-        code2wav_params=_count_params(speech_tokenizer_layout(speech_tokenizer_config)),
+        talker_params=_count_params(
+            {k: v for k, v in layout.items() if not k.startswith("speaker_encoder.")}
+        ),
+        code2wav_params=_count_params(
+            {k: v for k, v in tokenizer.items() if k.startswith("decoder.")}
+        ),
+        kind=KIND_OF_MODEL_TYPE.get(str(config.get("tts_model_type")), "custom-voice"),
+        speaker_encoder_params=_count_params(speaker),
+        tokenizer_encoder_params=_count_params(
+            {k: v for k, v in tokenizer.items() if k.startswith("encoder.")}
+        ),
         talker_layers=layers,
         talker_kv_heads=kv_heads,
         talker_head_dim=head_dim,
@@ -112,6 +147,15 @@ def footprint_from_configs(
             layout, int(talker.get("num_code_groups", 16)) - 1
         ),
     )
+
+
+def _kind_from_name(spec: str) -> str:
+    """Qwen's ids and omni-cpu's footprint names end in the kind (…-Base, …-voice-design)."""
+    flat = re.sub(r"[^a-z]", "", spec.lower())
+    for kind in ("voice-design", "base", "custom-voice"):
+        if flat.endswith(kind.replace("-", "")):
+            return kind
+    return "custom-voice"
 
 
 def _size_from_name(spec: str) -> str | None:
@@ -152,6 +196,10 @@ def footprint_for_model(spec: str | None) -> ModelFootprint:
             f"unknown model {spec!r}",
             "use a checkpoint directory, a Qwen3-TTS hub id, or one of " + ", ".join(KNOWN_SIZES),
         )
-    return footprint_from_configs(
-        f"qwen3-tts-12hz-{size}", model_config(size), speech_tokenizer_config(size)
-    )
+    kind = _kind_from_name(spec)
+    name = f"qwen3-tts-12hz-{size}" + ("" if kind == "custom-voice" else f"-{kind}")
+    try:
+        config = model_config(size, kind)
+    except ValueError as unpublished:
+        raise ModelError(str(unpublished), "pick a size Qwen publishes for it") from None
+    return footprint_from_configs(name, config, speech_tokenizer_config(size))

@@ -332,6 +332,7 @@ def plan_profile(
         generated_by=f"omni-cpu {__version__}",
         machine=machine_stamp(facts),
         model=footprint.name,
+        model_kind=footprint.kind,
         dtype=dtype,
         streaming=Streaming(
             initial_codec_chunk_frames=costs.INITIAL_CODEC_CHUNK_FRAMES,

@@ -72,6 +72,12 @@ def check_profile(
         problems.append(
             "dtype bfloat16: this CPU has no native bf16 (avx512_bf16/amx_bf16/bf16); use float32"
         )
+    if footprint is not None and profile.model_kind and footprint.kind != profile.model_kind:
+        problems.append(
+            f"the profile was planned for a {profile.model_kind} model ({profile.model}) but "
+            f"is used with a {footprint.kind} model ({footprint.name}); re-plan it with "
+            f"`omni-cpu probe --model {footprint.name} --output FILE`"
+        )
     problems.extend(_memory_problems(profile, facts, footprint))
     return problems
 

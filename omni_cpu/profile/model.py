@@ -87,6 +87,8 @@ class Profile:
     replicas: tuple[Replica, ...]
     env: dict[str, str] = field(default_factory=dict)  # every stage process's environment
     notes: tuple[str, ...] = ()  # why the planner chose what it chose
+    # custom-voice, voice-design or base: the kind the plan counted ("" in older profiles)
+    model_kind: str = ""
     schema_version: int = PROFILE_SCHEMA_VERSION
 
     @property

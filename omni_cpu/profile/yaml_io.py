@@ -36,6 +36,7 @@ COMMENTS = {
     "omni_cpu": "read by omni-cpu only; vLLM-Omni ignores this block",
     "omni_cpu.schema_version": "profile format version",
     "omni_cpu.model": "the model the memory was sized for",
+    "omni_cpu.model_kind": "its kind (custom-voice, voice-design, base); validate checks it",
     "omni_cpu.machine": "the machine this was planned for (omni-cpu validate checks it)",
     "omni_cpu.machine.fingerprint": "hash of the facts below",
     "omni_cpu.machine.memory_limit_bytes": "cgroup memory.max; null = none",
@@ -76,6 +77,7 @@ def _omni_block(profile: Profile) -> dict[str, Any]:
         "schema_version": profile.schema_version,
         "generated_by": profile.generated_by,
         "model": profile.model,
+        **({"model_kind": profile.model_kind} if profile.model_kind else {}),
         "machine": {
             "fingerprint": machine.fingerprint,
             "architecture": machine.architecture,
@@ -296,7 +298,16 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
     root = _Reader(data, "")
     root.only("omni_cpu", "model_runner", "async_chunk", "connectors", "stages", "platforms")
     omni = root.child("omni_cpu")
-    omni.only("schema_version", "generated_by", "model", "machine", "env", "notes", "replicas")
+    omni.only(
+        "schema_version",
+        "generated_by",
+        "model",
+        "model_kind",
+        "machine",
+        "env",
+        "notes",
+        "replicas",
+    )
     version = omni.get("schema_version", int)
     if version != PROFILE_SCHEMA_VERSION:
         raise ProfileError(
@@ -344,6 +355,7 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
         generated_by=omni.get("generated_by", str),
         machine=_machine(omni.child("machine")),
         model=omni.get("model", str),
+        model_kind=omni.get("model_kind", str, optional=True) or "",
         dtype=sizes[0]["dtype"],
         streaming=_streaming(root),
         replicas=tuple(replicas),

@@ -7,6 +7,9 @@ end and latency with it. This middleware sits in front of `POST /v1/audio/speech
   plus a waiting cap): answer 429 with a JSON error and `Retry-After`;
 * `input` longer than `max_input_chars`: 400 (vLLM-Omni itself checks empty input,
   unknown voices and formats, but not length);
+* a `ref_audio` that is an http(s) URL, unless the server was started with
+  `--allow-ref-audio-urls`: 400 (vLLM-Omni would fetch whatever URL a client names);
+  base64 `data:` audio and `file://` paths under `--ref-audio-dir` go through;
 * while the supervisor drains (its drain file exists): 503 for new speech requests
   and for `/health`, so load balancers stop sending traffic.
 
@@ -88,14 +91,28 @@ def replay(body: bytes, receive: Receive) -> Receive:
     return receive_again
 
 
-def input_length(body: bytes) -> int | None:
-    """Characters in the request's `input`, or None when the body is not what we can judge."""
+def _fields(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        return None  # vLLM answers malformed JSON itself
-    text = data.get("input") if isinstance(data, dict) else None
+        return {}  # vLLM answers malformed JSON itself
+    return data if isinstance(data, dict) else {}
+
+
+def input_length(body: bytes) -> int | None:
+    """Characters in the request's `input`, or None when the body is not what we can judge."""
+    text = _fields(body).get("input")
     return len(text) if isinstance(text, str) else None
+
+
+def ref_audio_is_url(body: bytes) -> bool:
+    """True when the request asks the server to fetch its reference audio over http(s)."""
+    ref = _fields(body).get("ref_audio")
+    refs = ref if isinstance(ref, list) else [ref]
+    return any(
+        isinstance(item, str) and item.strip().lower().startswith(("http://", "https://"))
+        for item in refs
+    )
 
 
 class SpeechAdmission:
@@ -105,6 +122,11 @@ class SpeechAdmission:
         self.app = app
         self.limits = limits if limits is not None else AdmissionLimits.from_env()
         self.in_flight = 0
+        if self.limits.accept_frame_limit:
+            # Built once in vLLM-Omni's API server process, before it serves a request.
+            from omni_cpu.platform.serving import accept_frame_limit
+
+            accept_frame_limit()
 
     def draining(self) -> bool:
         return bool(self.limits.drain_file) and os.path.exists(self.limits.drain_file)
@@ -147,12 +169,27 @@ class SpeechAdmission:
         self.in_flight += 1
         IN_FLIGHT.inc()
         try:
-            if limits.max_input_chars:
+            if limits.max_input_chars or not limits.allow_ref_audio_urls:
                 body, gone = await read_body(receive)
                 if gone:
                     return
+                if not limits.allow_ref_audio_urls and ref_audio_is_url(body):
+                    REJECTED.labels("ref_audio_url").inc()
+                    message = (
+                        "this server does not fetch ref_audio URLs; send the audio as base64 "
+                        "(data:audio/wav;base64,...) or a file:// path under its --ref-audio-dir, "
+                        "or start omni-cpu serve with --allow-ref-audio-urls"
+                    )
+                    await send_json(
+                        send, 400, error_body(message, "BadRequestError", 400, "ref_audio"), []
+                    )
+                    return
                 length = input_length(body)
-                if length is not None and length > limits.max_input_chars:
+                if (
+                    limits.max_input_chars
+                    and length is not None
+                    and length > limits.max_input_chars
+                ):
                     REJECTED.labels("input_too_long").inc()
                     message = (
                         f"input is {length} characters; this server accepts at most "

@@ -91,6 +91,9 @@ def build_serve_plan(
     drain_timeout_s: float = 30.0,
     stop_timeout_s: float = 15.0,
     python: str = sys.executable,
+    ref_audio_dir: Path | None = None,
+    allow_ref_audio_urls: bool = False,
+    accept_frame_limit: bool = False,
 ) -> ServePlan:
     """The plan that serves `model` with replica `replica` of `profile` on host:port."""
     if not 0 <= replica < len(profile.replicas):
@@ -123,6 +126,8 @@ def build_serve_plan(
         max_in_flight=talker.max_num_seqs + waiting,
         max_input_chars=max(0, chars),
         drain_file=str(folder / "draining"),
+        allow_ref_audio_urls=allow_ref_audio_urls,
+        accept_frame_limit=accept_frame_limit,
     )
     notes.append(
         f"at most {limits.max_in_flight} speech requests at once "
@@ -153,6 +158,22 @@ def build_serve_plan(
     ]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
+    if ref_audio_dir is not None:
+        if not ref_audio_dir.is_dir():
+            raise InputError(
+                f"--ref-audio-dir {ref_audio_dir} is not a directory",
+                "name the folder whose files clients may send as file:// ref_audio",
+            )
+        # vLLM's own media policy: file:// URLs are read only from under this folder.
+        argv += ["--allowed-local-media-path", str(ref_audio_dir.resolve())]
+        notes.append(f"ref_audio may name files under {ref_audio_dir.resolve()} (file://...)")
+    if accept_frame_limit:
+        notes.append("Base requests that reach their frame budget return their audio (no 500)")
+    notes.append(
+        "ref_audio URLs are fetched (--allow-ref-audio-urls)"
+        if allow_ref_audio_urls
+        else "ref_audio http(s) URLs get 400 (send base64 data: audio, or --allow-ref-audio-urls)"
+    )
     frontend = parse_cpu_list(chosen.frontend_cpus) if chosen.frontend_cpus else ()
     replica_cpus = set(frontend)
     for stage in chosen.stages:

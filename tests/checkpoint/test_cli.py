@@ -38,7 +38,7 @@ def test_json_summary_lists_files_params_and_bytes(monkeypatch, capsys, tmp_path
     code = _run(monkeypatch, "--size", "tiny", "--out", str(out), "--json")
     summary = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert set(summary) == {"size", "out", "files", "params", "params_by_file", "bytes"}
+    assert set(summary) == {"size", "kind", "out", "files", "params", "params_by_file", "bytes"}
     assert summary["size"] == "tiny" and summary["out"] == str(out)
     assert {f["path"] for f in summary["files"]} >= {"config.json", "model.safetensors"}
     assert summary["bytes"] == sum(f["bytes"] for f in summary["files"])
@@ -50,3 +50,26 @@ def test_force_overwrites_a_previous_checkpoint(monkeypatch, capsys, tmp_path):
     assert _run(monkeypatch, "--size", "tiny", "--out", str(tmp_path), "--json", "--force") == 0
     capsys.readouterr()
     assert not list(tmp_path.rglob("*.partial"))
+
+
+def test_base_kind_writes_a_base_config_with_speaker_encoder(monkeypatch, capsys, tmp_path):
+    from omni_cpu.checkpoint.safetensors_file import read_layout
+
+    out = tmp_path / "base"
+    code = _run(monkeypatch, "--kind", "base", "--size", "tiny", "--out", str(out), "--json")
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0 and summary["kind"] == "base"
+    config = json.loads((out / "config.json").read_text())
+    assert config["tts_model_type"] == "base"
+    names = read_layout(out / "model.safetensors")
+    assert any(name.startswith("speaker_encoder.") for name in names)
+
+
+def test_unpublished_kind_and_size_is_a_one_line_error(monkeypatch, capsys, tmp_path):
+    code = _run(
+        monkeypatch, "--kind", "voice-design", "--size", "0.6b", "--out", str(tmp_path / "x")
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "not published at 0.6b" in err and "1.7b" in err
+    assert not (tmp_path / "x").exists()

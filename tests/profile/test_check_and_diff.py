@@ -91,3 +91,15 @@ def test_diff_shows_added_replicas():
 def test_stages_sharing_the_same_cores_on_purpose_are_accepted():
     shared = plan_profile(machine({0: [0, 1]}), FOOTPRINT, PlanOptions(stages=1))
     assert check_profile(shared, machine({0: [0, 1]}), FOOTPRINT) == []
+
+
+def test_a_profile_names_the_kind_it_was_planned_for():
+    assert PROFILE.model_kind == "custom-voice"
+    base = plan_profile(BIG, footprint_for_model("Qwen/Qwen3-TTS-12Hz-0.6B-Base"))
+    assert (base.model, base.model_kind) == ("qwen3-tts-12hz-0.6b-base", "base")
+
+
+def test_a_profile_used_with_another_kind_of_model_is_reported():
+    base = footprint_for_model("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
+    (problem,) = check_profile(PROFILE, BIG, base)
+    assert "planned for a custom-voice model" in problem and "a base model" in problem

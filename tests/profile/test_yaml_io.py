@@ -113,3 +113,13 @@ def test_mutated_profiles_never_raise_anything_but_profile_error(position, inser
 def test_numbers_in_comments_match_the_values():
     # Strings stay quoted so `0-5` can never load as something else.
     assert re.search(r'cpus: "\d', TEXT)
+
+
+def test_the_model_kind_is_written_and_read_back():
+    assert 'model_kind: "custom-voice"' in TEXT
+    assert parse_profile(TEXT).model_kind == "custom-voice"
+
+
+def test_a_profile_from_before_model_kind_still_loads():
+    older = "\n".join(line for line in TEXT.splitlines() if "model_kind" not in line)
+    assert parse_profile(older).model_kind == ""

@@ -139,3 +139,36 @@ def test_limits_come_from_the_environment():
         }
     )
     assert limits == AdmissionLimits(max_in_flight=12, max_input_chars=0, drain_file="/x/draining")
+
+
+CLONE = {
+    "model": "m",
+    "input": "Hello there.",
+    "task_type": "Base",
+    "ref_text": "A test clip.",
+}
+
+
+def _released() -> SlowApp:
+    inner = SlowApp()
+    inner.release.set()
+    return inner
+
+
+def test_a_ref_audio_url_is_400_unless_the_server_allows_fetching():
+    body = {**CLONE, "ref_audio": "https://example.com/voice.wav"}
+    inner = _released()
+    status, raw = run(call(SpeechAdmission(inner, AdmissionLimits()), "/v1/audio/speech", body))
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == "ref_audio"
+    assert "--allow-ref-audio-urls" in error["message"] and inner.started == 0
+
+    allowed = SpeechAdmission(_released(), AdmissionLimits(allow_ref_audio_urls=True))
+    assert run(call(allowed, "/v1/audio/speech", body))[0] == 200
+
+
+def test_base64_ref_audio_reaches_the_server_unchanged():
+    body = {**CLONE, "ref_audio": "data:audio/wav;base64,UklGRg=="}
+    inner = _released()
+    status, _ = run(call(SpeechAdmission(inner, AdmissionLimits()), "/v1/audio/speech", body))
+    assert status == 200 and json.loads(inner.bodies[0]) == body

@@ -163,3 +163,18 @@ def test_dry_run_json_is_the_plan(tmp_path):
     assert plan["argv"][3:5] == ["serve", "ckpt"]
     assert plan["env"]["CPU_VISIBLE_MEMORY_NODES"] == "0"
     assert plan["limits"]["max_in_flight"] > 0
+
+
+def test_ref_audio_dir_becomes_vllms_allowed_local_media_path(tmp_path):
+    profile = load_profile(next(Path("profiles").glob("*.yaml")))
+    plan = build_serve_plan("m", profile, workdir=tmp_path, ref_audio_dir=tmp_path)
+    argv = list(plan.argv)
+    assert argv[argv.index("--allowed-local-media-path") + 1] == str(tmp_path.resolve())
+    assert plan.limits.allow_ref_audio_urls is False
+    assert plan.env["OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS"] == "0"
+
+
+def test_a_ref_audio_dir_that_is_not_a_folder_is_refused(tmp_path):
+    profile = load_profile(next(Path("profiles").glob("*.yaml")))
+    with pytest.raises(InputError, match="not a directory"):
+        build_serve_plan("m", profile, workdir=tmp_path, ref_audio_dir=tmp_path / "nope")

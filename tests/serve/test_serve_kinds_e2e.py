@@ -1,0 +1,177 @@
+"""`omni-cpu serve` for Base (voice clone) and VoiceDesign models, end to end on tiny checkpoints.
+
+One server per kind (two engine starts in all). Base takes vLLM-Omni's request fields
+for cloning: `ref_audio` as base64 data, `ref_text`, `x_vector_only_mode`; an http(s)
+URL is refused unless the server was started with --allow-ref-audio-urls. The
+reference WAV is written by the test itself. CustomVoice is test_serve_e2e.py's.
+The servers run with --accept-frame-limit: random weights never end a clone on
+their own, and vLLM-Omni answers a Base request that reaches its budget with 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from omni_cpu.launch import proctree
+from tests.serve.test_serve_e2e import (
+    FRAME_SAMPLES,
+    REPO,
+    SAMPLE_RATE,
+    START_TIMEOUT_S,
+    Server,
+    free_port,
+    get_status,
+    post_json,
+)
+
+pytestmark = pytest.mark.e2e
+
+openai = pytest.importorskip("openai")
+soundfile = pytest.importorskip("soundfile")
+
+MAX_FRAMES = 12
+
+
+def _start(folder: Path, kind: str) -> Iterator[Server]:
+    from omni_cpu.checkpoint.writer import make_checkpoint
+    from omni_cpu.plan import plan_for_machine
+    from omni_cpu.profile import save_profile
+
+    model = folder / f"tiny-{kind}"
+    make_checkpoint("tiny", model, kind=kind)
+    _, profile = plan_for_machine(str(model), max_seqs=2)
+    save_profile(profile, folder / "deploy.yaml")
+    port = free_port()
+    log = folder / "serve.log"
+    command = [
+        sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(model),
+        "--deploy-profile", str(folder / "deploy.yaml"), "--host", "127.0.0.1",
+        "--port", str(port), "--max-frames", str(MAX_FRAMES),
+        # Random weights never emit end-of-speech: without it every Base request is a 500.
+        "--accept-frame-limit",
+    ]  # fmt: skip
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
+    running = Server(process, port, str(model), log)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    try:
+        while get_status(running.url("/health")) != 200:
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"server did not come up; log tail:\n{log.read_text()[-4000:]}")
+            time.sleep(2)
+        yield running
+    finally:
+        if process.poll() is None:
+            proctree.stop_tree(process.pid, 60)
+
+
+@pytest.fixture(scope="module")
+def base_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from _start(tmp_path_factory.mktemp("serve-base"), "base")
+
+
+@pytest.fixture(scope="module")
+def design_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from _start(tmp_path_factory.mktemp("serve-design"), "voice-design")
+
+
+@pytest.fixture(scope="module")
+def reference_data_url() -> str:
+    """2 s of a voice-like tone at 16 kHz, as a base64 WAV data URL."""
+    rate = 16000
+    t = np.arange(2 * rate) / rate
+    voice = 0.3 * np.sin(2 * np.pi * 180 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 4 * t))
+    buffer = io.BytesIO()
+    soundfile.write(buffer, voice, rate, format="WAV", subtype="PCM_16")
+    return "data:audio/wav;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _speech(server: Server, **fields) -> tuple[int, bytes]:
+    body = {"model": server.model, "input": "Hello there.", "response_format": "wav", **fields}
+    return post_json(server.url("/v1/audio/speech"), body)
+
+
+def _check_wav(data: bytes) -> None:
+    audio, rate = soundfile.read(io.BytesIO(data), dtype="float32")
+    assert rate == SAMPLE_RATE
+    assert audio.size and audio.size % FRAME_SAMPLES == 0
+    assert np.isfinite(audio).all() and float(np.abs(audio).max()) > 1e-3
+
+
+def _error(reply: bytes) -> str:
+    return json.loads(reply)["error"]["message"]
+
+
+def test_base_clones_base64_reference_audio_with_its_transcript(base_server, reference_data_url):
+    status, reply = _speech(
+        base_server, task_type="Base", ref_audio=reference_data_url, ref_text="A test clip."
+    )
+    assert status == 200, reply[:500]
+    _check_wav(reply)
+
+
+def test_base_x_vector_only_needs_no_transcript(base_server, reference_data_url):
+    status, reply = _speech(
+        base_server, task_type="Base", ref_audio=reference_data_url, x_vector_only_mode=True
+    )
+    assert status == 200, reply[:500]
+    _check_wav(reply)
+
+
+def test_base_streams_a_clone_through_the_openai_client(base_server, reference_data_url):
+    with base_server.client().audio.speech.with_streaming_response.create(
+        model=base_server.model,
+        input="Hello there.",
+        voice="clone",
+        response_format="pcm",
+        extra_body={
+            "task_type": "Base",
+            "ref_audio": reference_data_url,
+            "ref_text": "A test clip.",
+            "stream": True,
+            "stream_format": "audio",
+        },
+    ) as reply:
+        assert reply.status_code == 200
+        data = b"".join(reply.iter_bytes())
+    assert len(data) and (len(data) // 2) % FRAME_SAMPLES == 0
+
+
+def test_base_without_a_transcript_is_400(base_server, reference_data_url):
+    status, reply = _speech(base_server, task_type="Base", ref_audio=reference_data_url)
+    assert status == 400 and "ref_text" in _error(reply)
+
+
+def test_a_ref_audio_url_is_400_without_allow_ref_audio_urls(base_server):
+    status, reply = _speech(
+        base_server, task_type="Base", ref_audio="https://example.com/v.wav", ref_text="x"
+    )
+    assert status == 400 and "--allow-ref-audio-urls" in _error(reply)
+
+
+def test_a_preset_speaker_on_a_base_model_is_400(base_server):
+    status, reply = _speech(base_server, task_type="CustomVoice", voice="ryan")
+    assert status == 400 and "Base" in _error(reply)
+
+
+def test_voice_design_follows_an_instruction(design_server):
+    status, reply = _speech(
+        design_server, task_type="VoiceDesign", instructions="A deep, calm voice."
+    )
+    assert status == 200, reply[:500]
+    _check_wav(reply)
+
+
+def test_voice_design_without_an_instruction_is_400(design_server):
+    status, reply = _speech(design_server, task_type="VoiceDesign")
+    assert status == 400 and "instructions" in _error(reply)
