@@ -100,10 +100,16 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
         limits=limits,
         libnuma=libnuma,
         notes=notes,
-        preload_libraries=list(
-            find_preload_libraries(sysroot.root if not sysroot.is_live else "/")
-        ),
+        preload_libraries=_preload_libraries(sysroot),
     )
+
+
+def _preload_libraries(sysroot: SysRoot) -> list[str]:
+    """Preload candidates as paths on the probed machine (a dump's are under its root)."""
+    if sysroot.is_live:
+        return list(find_preload_libraries("/"))
+    found = find_preload_libraries(sysroot.root)
+    return ["/" + os.path.relpath(path, sysroot.root) for path in found]
 
 
 def _affinity() -> str | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 from omni_cpu.hardware.facts import Facts
-from omni_cpu.hardware.preload import find_preload_libraries
 from omni_cpu.plan.footprint import footprint_for_model
 from omni_cpu.plan.policy import PlanOptions, plan_profile
 from omni_cpu.profile.model import Profile
@@ -29,7 +28,6 @@ def plan_for_facts(
         reserve=reserve,
         max_seqs=max_seqs,
         dtype=dtype,
-        preload_libraries=find_preload_libraries(root),
         fit_available_memory=fit_available_memory,
         weights=weights,
     )

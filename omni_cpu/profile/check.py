@@ -7,6 +7,7 @@ from omni_cpu.errors import OmniCpuError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import choose_dtype, node_memory_bytes, replica_fixed_memory_bytes
+from omni_cpu.platform import WEIGHTS_ENV
 from omni_cpu.profile.model import Profile
 
 
@@ -23,6 +24,7 @@ def check_profile(
     online = set(parse_cpu_list(facts.online_cpus))
     usable = set(facts.usable_cpus())
     node_of = _node_of_cpu(facts)
+    memory_nodes = set(facts.usable_memory_nodes())
     owner: dict[int, str] = {}
 
     def claim(cpus: set[int], who: str) -> None:
@@ -50,11 +52,23 @@ def check_profile(
                     "cgroup cpuset or affinity"
                 )
             nodes = {node_of[cpu] for cpu in cpus if cpu in node_of}
-            if len(nodes) > 1:
-                problems.append(f"{who}: its CPUs span NUMA nodes {sorted(nodes)}")
+            # A stage may span nodes whose memory it may use, and memoryless nodes;
+            # CPUs on a node with memory it is not bound to read memory remotely.
+            remote = sorted((nodes & memory_nodes) - set(stage.memory_node_ids()))
+            if len(nodes) > 1 and remote:
+                problems.append(
+                    f"{who}: its CPUs span NUMA nodes {sorted(nodes)}, and its memory "
+                    f"(nodes {stage.memory_nodes or stage.numa_node}) is not on {remote}"
+                )
             elif nodes and stage.numa_node not in nodes:
                 problems.append(
-                    f"{who}: numa_node is {stage.numa_node} but its CPUs are on node {nodes.pop()}"
+                    f"{who}: numa_node is {stage.numa_node} but its CPUs are on node "
+                    f"{sorted(nodes)[0]}"
+                )
+            absent = set(stage.memory_node_ids()) - set(facts.usable_memory_nodes())
+            if absent and facts.numa_stated:
+                problems.append(
+                    f"{who}: memory nodes {sorted(absent)} hold no memory this process may use"
                 )
             # Stages given the very same cores share them on purpose (--stages 1, or
             # a one-core machine); a partial overlap is a mistake.
@@ -80,18 +94,21 @@ def _memory_problems(profile: Profile, facts: Facts, footprint: ModelFootprint |
     problems = []
     memory = {node.id: node_memory_bytes(facts, node.memory_bytes, []) for node in facts.numa_nodes}
     limit = facts.limits.memory_max_bytes
+    weights = profile.env.get(WEIGHTS_ENV, "model")
     for replica in profile.replicas:
         need = sum(stage.kv_cache_memory_bytes for stage in replica.stages)
         if footprint is not None:
-            need += replica_fixed_memory_bytes(footprint, profile.dtype)
-        have = memory.get(replica.numa_node)
+            need += replica_fixed_memory_bytes(footprint, replica.stage(0).dtype, weights)
+        homes = sorted({node for stage in replica.stages for node in stage.memory_node_ids()})
+        known = [memory.get(node) for node in homes]
+        have = sum(known) if known and all(known) else None  # type: ignore[arg-type]
         if limit is not None:
             share = limit // len(profile.replicas)
             have = share if have is None else min(have, share)
         if have is not None and need > have:
             problems.append(
                 f"replica {replica.index}: needs {need / 2**30:.1f} GiB "
-                f"but node {replica.numa_node} / the memory limit allows {have / 2**30:.1f} GiB"
+                f"but nodes {homes} / the memory limit allow {have / 2**30:.1f} GiB"
             )
     return problems
 

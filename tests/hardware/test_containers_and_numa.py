@@ -185,5 +185,5 @@ def test_preload_libraries_are_part_of_the_facts(machine):
     machine.cpus(online=[0])
     machine.write("/usr/lib/libiomp5.so", "")
     facts = read_facts(machine.root)
-    assert facts.preload_libraries == [str(machine.root / "usr/lib/libiomp5.so")]
+    assert facts.preload_libraries == ["/usr/lib/libiomp5.so"]  # as on that machine
     assert type(facts).from_dict(facts.to_dict()) == facts

@@ -175,12 +175,13 @@ def test_max_seqs_option_is_used_when_it_fits():
     assert profile.stages[0].max_num_seqs == 3
 
 
-def test_code_predictor_compile_is_off_and_preloads_are_listed():
-    profile = plan_profile(
-        machine({0: [0, 1]}),
-        FOOTPRINT,
-        PlanOptions(preload_libraries=("/x/libiomp5.so", "/x/libtcmalloc.so.4")),
+def test_code_predictor_compile_is_off_and_preloads_from_the_facts_are_listed():
+    from dataclasses import replace
+
+    facts = replace(
+        machine({0: [0, 1]}), preload_libraries=["/x/libiomp5.so", "/x/libtcmalloc.so.4"]
     )
+    profile = plan_profile(facts, FOOTPRINT)
     assert profile.env["VLLM_OMNI_CPU_INDUCTOR"] == "0"
     assert profile.env["LD_PRELOAD"] == "/x/libiomp5.so:/x/libtcmalloc.so.4"
 
