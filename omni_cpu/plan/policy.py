@@ -24,6 +24,14 @@ from omni_cpu.plan.placement import (
     replica_fixed_memory_bytes,
     safety_margin,
 )
+from omni_cpu.plan.speed import (
+    SHARED,
+    Calibration,
+    SpeedInputs,
+    best_split,
+    choose_chunk_frames,
+    frame_ms,
+)
 from omni_cpu.plan.topology import NodeCores, PhysicalCore
 from omni_cpu.platform import WEIGHT_CHOICES, WEIGHTS_ENV
 from omni_cpu.profile.deploy import default_stage_settings
@@ -34,12 +42,19 @@ BF16_ISA = {"x86_64": ("avx512_bf16", "amx_bf16"), "aarch64": ("bf16",)}
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """What a user may override on the command line (None = let the planner decide)."""
+    """What a user (or `tune`) may override (None = let the planner decide)."""
 
-    stages: int = 2  # 2: talker and code2wav on their own cores; 1: both share all cores
+    # 2: talker and code2wav on their own cores; 1: both share all cores; None: the
+    # cost model decides (omni_cpu.plan.speed).
+    stages: int | None = None
     reserve: int | None = None  # front-end cores per replica
     max_seqs: int | None = None
-    dtype: str | None = None
+    dtype: str | None = None  # every stage's dtype
+    code2wav_dtype: str | None = None  # code2wav's own, over `dtype`
+    talker_cores: int | None = None  # a fixed split: the talker's cores per replica
+    chunk_frames: int | None = None  # a fixed codec chunk size
+    # What `probe --calibrate` measured here; None: the constants of plan.costs.
+    calibration: Calibration | None = None
     # Size for the memory free right now (`--deploy-profile auto` starting engines on a
     # busy machine) rather than for the machine's capacity (a checked-in profile).
     fit_available_memory: bool = False
@@ -60,50 +75,15 @@ def frontend_reserve(core_count: int) -> int:
     return 0
 
 
-def _stage_ms_per_frame(core_ms: float, cores: int) -> float:
-    """Single-stream time per frame on `cores` cores with sub-linear scaling."""
-    speedup = 1 + (cores - 1) * costs.PARALLEL_EFFICIENCY
-    return core_ms / speedup
-
-
-def code2wav_core_ms(chunk_frames: int) -> float:
-    """Code2wav work per new frame: each chunk also re-runs the vocoder over earlier frames."""
-    overhead = (chunk_frames + costs.CODEC_RECOMPUTED_FRAMES) / chunk_frames
-    return costs.CODE2WAV_CORE_MS_PER_FRAME * overhead
-
-
-def split_cores(core_count: int, chunk_frames: int) -> tuple[int, int]:
-    """Talker and code2wav core counts that minimise the slower stage's time per frame.
-
-    The stages run as a pipeline, so a stream's speed is set by the slower one.
-    With one core there is nothing to split: both stages share it.
-    """
+def split_cores(core_count: int, chunk_frames: int, inputs: SpeedInputs) -> tuple[int, int]:
+    """Talker and code2wav core counts of the fastest split (both stages get >= 1)."""
     if core_count < 2:
         return core_count, core_count
-    c2w_ms = code2wav_core_ms(chunk_frames)
-    best = (1, core_count - 1)
-    best_ms = float("inf")
-    for talker in range(1, core_count):
-        slowest = max(
-            _stage_ms_per_frame(costs.TALKER_CORE_MS_PER_FRAME, talker),
-            _stage_ms_per_frame(c2w_ms, core_count - talker),
-        )
-        if slowest < best_ms:
-            best, best_ms = (talker, core_count - talker), slowest
-    return best
-
-
-def choose_chunk_frames(talker_cores: int, code2wav_cores: int) -> int:
-    """The smallest chunk for which code2wav keeps up with the talker.
-
-    Small chunks give smoother playback but re-decode the 72-frame left context
-    each time; on few cores that overhead would make code2wav the bottleneck.
-    """
-    talker_ms = _stage_ms_per_frame(costs.TALKER_CORE_MS_PER_FRAME, talker_cores)
-    for chunk in costs.CODEC_CHUNK_FRAMES_CHOICES:
-        if _stage_ms_per_frame(code2wav_core_ms(chunk), code2wav_cores) <= talker_ms:
-            return chunk
-    return costs.CODEC_CHUNK_FRAMES_CHOICES[-1]
+    talker = min(
+        range(1, core_count),
+        key=lambda t: (frame_ms(t, core_count, chunk_frames, inputs), t),
+    )
+    return talker, core_count - talker
 
 
 def _cpu_nodes(facts: Facts) -> dict[int, int]:
@@ -182,27 +162,24 @@ def _replica(
     facts: Facts,
     footprint: ModelFootprint,
     options: PlanOptions,
-    dtype: str,
+    speed: SpeedInputs,
     replica_count: int,
     notes: list[str],
 ) -> tuple[Replica, int]:
+    dtype = speed.talker_dtype
     # Fastest cores first, so the talker (the heavier stage) gets the big ones.
     cores: list[PhysicalCore] = sorted(node.cores, key=lambda c: (-c.capacity, c.cpu))
     reserve = frontend_reserve(len(cores)) if options.reserve is None else options.reserve
-    reserve = min(reserve, max(0, len(cores) - options.stages))
+    reserve = min(reserve, max(0, len(cores) - (options.stages or 2)))
     # The front end takes the last (slowest) cores.
     frontend, compute = cores[len(cores) - reserve :], cores[: len(cores) - reserve]
-    if options.stages == 1:
-        talker_cores = code2wav_cores = compute
-        chunk = costs.CODEC_CHUNK_FRAMES_CHOICES[0]
-    elif len(compute) < 2:
-        chunk = costs.CODEC_CHUNK_FRAMES_CHOICES[0]
-        notes.append("one core: both stages share it (they will contend)")
+    talker_n = _talker_cores(len(compute), options, speed, notes)
+    chunk = options.chunk_frames or choose_chunk_frames(talker_n, len(compute), speed)
+    if options.talker_cores is None and options.stages is None and talker_n != SHARED:
+        talker_n = best_split(len(compute), chunk, speed) or talker_n
+    if talker_n == SHARED:
         talker_cores = code2wav_cores = compute
     else:
-        talker_n, code2wav_n = split_cores(len(compute), costs.CODEC_CHUNK_FRAMES_CHOICES[0])
-        chunk = choose_chunk_frames(talker_n, code2wav_n)
-        talker_n, code2wav_n = split_cores(len(compute), chunk)
         talker_cores, code2wav_cores = compute[:talker_n], compute[talker_n:]
     budget = memory_budget(facts, node, replica_count, options.fit_available_memory, notes)
     memory_nodes = node.memory_node_ids()
@@ -231,7 +208,9 @@ def _replica(
         footprint,
         dtype,
         options.weights,
-        len(talker_cores),
+        # Sharing, the talker has about half the cores' time (4 streams on 2 shared
+        # cores is what was measured).
+        max(1, len(compute) // 2) if talker_n == SHARED else len(talker_cores),
         options.max_seqs,
         budget,
         talker_room,
@@ -264,7 +243,7 @@ def _replica(
             max_num_seqs=seqs,
             max_num_batched_tokens=costs.CODE2WAV_MAX_NUM_BATCHED_TOKENS,
             max_model_len=costs.CODE2WAV_MAX_MODEL_LEN,
-            dtype=dtype,
+            dtype=speed.code2wav_dtype,
             settings=default_stage_settings(1),
         ),
     )
@@ -272,6 +251,36 @@ def _replica(
         index=index, numa_node=node.node, frontend_cpus=cpu_list(frontend), stages=stages
     )
     return replica, chunk
+
+
+def _talker_cores(compute: int, options: PlanOptions, speed: SpeedInputs, notes: list[str]) -> int:
+    """The talker's share of the compute cores, or SHARED (both stages on all of them)."""
+    if compute < 2:
+        if options.stages != 1:
+            notes.append("one core: both stages share it (they will contend)")
+        return SHARED
+    if options.talker_cores is not None:
+        if options.talker_cores == SHARED:
+            return SHARED
+        if not 1 <= options.talker_cores < compute:
+            raise PlanError(
+                f"a split of {options.talker_cores} talker cores leaves code2wav none of {compute}"
+            )
+        return options.talker_cores
+    if options.stages == 1:
+        return SHARED
+    chunk = options.chunk_frames or costs.CODEC_CHUNK_FRAMES_CHOICES[0]
+    if options.stages == 2:
+        return split_cores(compute, chunk, speed)[0]
+    choice = best_split(compute, chunk, speed)
+    if choice == SHARED:
+        split = split_cores(compute, chunk, speed)[0]
+        notes.append(
+            f"both stages share {compute} cores: {frame_ms(SHARED, compute, chunk, speed):.0f} ms "
+            f"per frame against {frame_ms(split, compute, chunk, speed):.0f} ms for the best "
+            f"split (cost model{', calibrated' if speed.calibration else ''})"
+        )
+    return choice
 
 
 def talker_settings() -> dict:
@@ -295,10 +304,13 @@ def plan_profile(
 ) -> Profile:
     """Plan one pipeline replica per memory home (NUMA node, or group of nearest nodes)."""
     options = options or PlanOptions()
-    if options.stages not in (1, 2):
+    if options.stages not in (None, 1, 2):
         raise PlanError(f"--stages must be 1 or 2, not {options.stages}")
-    if options.dtype is not None and options.dtype not in ("bfloat16", "float32"):
-        raise PlanError(f"--dtype must be bfloat16 or float32, not {options.dtype}")
+    for flag, value in (("--dtype", options.dtype), ("--code2wav-dtype", options.code2wav_dtype)):
+        if value is not None and value not in ("bfloat16", "float32"):
+            raise PlanError(f"{flag} must be bfloat16 or float32, not {value}")
+    if options.chunk_frames is not None and options.chunk_frames < 1:
+        raise PlanError(f"a codec chunk must be at least 1 frame, not {options.chunk_frames}")
     if options.weights not in WEIGHT_CHOICES:
         raise PlanError(
             f"--weights must be one of {', '.join(WEIGHT_CHOICES)}, not {options.weights}"
@@ -322,8 +334,16 @@ def plan_profile(
         notes.append("bfloat16 forced on a CPU without native bf16: expect it to be slow")
     replicas: list[Replica] = []
     chunks: list[int] = []
+    speed = SpeedInputs(
+        footprint=footprint,
+        talker_dtype=dtype,
+        # Code2wav's own dtype: bf16 convolutions pay off only with native bf16.
+        code2wav_dtype=options.code2wav_dtype or options.dtype or choose_dtype(facts),
+        weights=options.weights,
+        calibration=options.calibration,
+    )
     for index, node in enumerate(nodes):
-        replica, chunk = _replica(index, node, facts, footprint, options, dtype, len(nodes), notes)
+        replica, chunk = _replica(index, node, facts, footprint, options, speed, len(nodes), notes)
         replicas.append(replica)
         chunks.append(chunk)
     env = {

@@ -82,9 +82,13 @@ def check_profile(
                 f"replica {replica.index} front end: CPUs "
                 f"{format_cpu_list(frontend - usable)} are not usable here"
             )
-    if profile.dtype == "bfloat16" and choose_dtype(facts) != "bfloat16":
+    bf16_stages = sorted(
+        {s.name for r in profile.replicas for s in r.stages if s.dtype == "bfloat16"}
+    )
+    if bf16_stages and choose_dtype(facts) != "bfloat16" and facts.isa_source is not None:
         problems.append(
-            "dtype bfloat16: this CPU has no native bf16 (avx512_bf16/amx_bf16/bf16); use float32"
+            f"dtype bfloat16 ({', '.join(bf16_stages)}): this CPU has no native bf16 "
+            "(avx512_bf16/amx_bf16/bf16); use float32"
         )
     problems.extend(_memory_problems(profile, facts, footprint))
     return problems
