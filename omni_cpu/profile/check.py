@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.errors import OmniCpuError
 from omni_cpu.hardware.facts import Facts
@@ -15,11 +17,35 @@ def _node_of_cpu(facts: Facts) -> dict[int, int]:
     return {cpu: node.id for node in facts.numa_nodes for cpu in parse_cpu_list(node.cpus)}
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One way a profile does not fit a machine. Callers decide what is fatal by kind.
+
+    Kinds: "cpu" (CPUs that do not exist, are offline or barred: threads would bind
+    to nothing), "overlap" (two stages or replicas on one CPU), "numa" (memory
+    bound away from its CPUs), "dtype" (bf16 without native bf16), "memory"
+    (more than the node or limit holds).
+    """
+
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def check_profile(
     profile: Profile, facts: Facts, footprint: ModelFootprint | None = None
 ) -> list[str]:
     """Problems that would make the profile fail or misbehave on `facts`' machine."""
-    problems: list[str] = []
+    return [problem.message for problem in check_problems(profile, facts, footprint)]
+
+
+def check_problems(
+    profile: Profile, facts: Facts, footprint: ModelFootprint | None = None
+) -> list[Problem]:
+    """`check_profile` with each problem's kind."""
+    problems: list[Problem] = []
     possible = set(parse_cpu_list(facts.possible_cpus)) | set(parse_cpu_list(facts.online_cpus))
     online = set(parse_cpu_list(facts.online_cpus))
     usable = set(facts.usable_cpus())
@@ -30,7 +56,9 @@ def check_profile(
     def claim(cpus: set[int], who: str) -> None:
         for cpu in sorted(cpus):
             if cpu in owner:
-                problems.append(f"CPU {cpu} is used by both {owner[cpu]} and {who}")
+                problems.append(
+                    Problem("overlap", f"CPU {cpu} is used by both {owner[cpu]} and {who}")
+                )
             else:
                 owner[cpu] = who
 
@@ -41,15 +69,22 @@ def check_profile(
             cpus = set(parse_cpu_list(stage.cpus))
             missing = cpus - possible
             if missing:
-                problems.append(f"{who}: CPUs {format_cpu_list(missing)} do not exist here")
+                problems.append(
+                    Problem("cpu", f"{who}: CPUs {format_cpu_list(missing)} do not exist here")
+                )
             offline = (cpus & possible) - online
             if offline:
-                problems.append(f"{who}: CPUs {format_cpu_list(offline)} are offline")
+                problems.append(
+                    Problem("cpu", f"{who}: CPUs {format_cpu_list(offline)} are offline")
+                )
             barred = (cpus & online) - usable
             if barred:
                 problems.append(
-                    f"{who}: CPUs {format_cpu_list(barred)} are outside this process's "
-                    "cgroup cpuset or affinity"
+                    Problem(
+                        "cpu",
+                        f"{who}: CPUs {format_cpu_list(barred)} are outside this process's "
+                        "cgroup cpuset or affinity",
+                    )
                 )
             nodes = {node_of[cpu] for cpu in cpus if cpu in node_of}
             # A stage may span nodes whose memory it may use, and memoryless nodes;
@@ -57,18 +92,27 @@ def check_profile(
             remote = sorted((nodes & memory_nodes) - set(stage.memory_node_ids()))
             if len(nodes) > 1 and remote:
                 problems.append(
-                    f"{who}: its CPUs span NUMA nodes {sorted(nodes)}, and its memory "
-                    f"(nodes {stage.memory_nodes or stage.numa_node}) is not on {remote}"
+                    Problem(
+                        "numa",
+                        f"{who}: its CPUs span NUMA nodes {sorted(nodes)}, and its memory "
+                        f"(nodes {stage.memory_nodes or stage.numa_node}) is not on {remote}",
+                    )
                 )
             elif nodes and stage.numa_node not in nodes:
                 problems.append(
-                    f"{who}: numa_node is {stage.numa_node} but its CPUs are on node "
-                    f"{sorted(nodes)[0]}"
+                    Problem(
+                        "numa",
+                        f"{who}: numa_node is {stage.numa_node} but its CPUs are on node "
+                        f"{sorted(nodes)[0]}",
+                    )
                 )
             absent = set(stage.memory_node_ids()) - set(facts.usable_memory_nodes())
             if absent and facts.numa_stated:
                 problems.append(
-                    f"{who}: memory nodes {sorted(absent)} hold no memory this process may use"
+                    Problem(
+                        "numa",
+                        f"{who}: memory nodes {sorted(absent)} hold no memory this process may use",
+                    )
                 )
             # Stages given the very same cores share them on purpose (--stages 1, or
             # a one-core machine); a partial overlap is a mistake.
@@ -79,22 +123,30 @@ def check_profile(
         claim(frontend, f"replica {replica.index} front end")
         if frontend - usable:
             problems.append(
-                f"replica {replica.index} front end: CPUs "
-                f"{format_cpu_list(frontend - usable)} are not usable here"
+                Problem(
+                    "cpu",
+                    f"replica {replica.index} front end: CPUs "
+                    f"{format_cpu_list(frontend - usable)} are not usable here",
+                )
             )
     bf16_stages = sorted(
         {s.name for r in profile.replicas for s in r.stages if s.dtype == "bfloat16"}
     )
     if bf16_stages and choose_dtype(facts) != "bfloat16" and facts.isa_source is not None:
         problems.append(
-            f"dtype bfloat16 ({', '.join(bf16_stages)}): this CPU has no native bf16 "
-            "(avx512_bf16/amx_bf16/bf16); use float32"
+            Problem(
+                "dtype",
+                f"dtype bfloat16 ({', '.join(bf16_stages)}): this CPU has no native bf16 "
+                "(avx512_bf16/amx_bf16/bf16); use float32",
+            )
         )
     problems.extend(_memory_problems(profile, facts, footprint))
     return problems
 
 
-def _memory_problems(profile: Profile, facts: Facts, footprint: ModelFootprint | None) -> list[str]:
+def _memory_problems(
+    profile: Profile, facts: Facts, footprint: ModelFootprint | None
+) -> list[Problem]:
     problems = []
     memory = {node.id: node_memory_bytes(facts, node.memory_bytes, []) for node in facts.numa_nodes}
     limit = facts.limits.memory_max_bytes
@@ -111,8 +163,11 @@ def _memory_problems(profile: Profile, facts: Facts, footprint: ModelFootprint |
             have = share if have is None else min(have, share)
         if have is not None and need > have:
             problems.append(
-                f"replica {replica.index}: needs {need / 2**30:.1f} GiB "
-                f"but nodes {homes} / the memory limit allow {have / 2**30:.1f} GiB"
+                Problem(
+                    "memory",
+                    f"replica {replica.index}: needs {need / 2**30:.1f} GiB "
+                    f"but nodes {homes} / the memory limit allow {have / 2**30:.1f} GiB",
+                )
             )
     return problems
 
