@@ -102,8 +102,9 @@ def _fingerprint(facts: Facts) -> str:
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def machine_stamp(facts: Facts) -> MachineStamp:
+def machine_stamp(facts: Facts, calibration: Calibration | None = None) -> MachineStamp:
     return MachineStamp(
+        calibration=None if calibration is None else calibration.to_dict(),
         fingerprint=_fingerprint(facts),
         architecture=facts.architecture,
         model_name=" / ".join(facts.model_names) or "unknown",
@@ -355,7 +356,7 @@ def plan_profile(
         env[WEIGHTS_ENV] = options.weights
     return Profile(
         generated_by=f"omni-cpu {__version__}",
-        machine=machine_stamp(facts),
+        machine=machine_stamp(facts, options.calibration),
         model=footprint.name,
         dtype=dtype,
         streaming=Streaming(

@@ -39,6 +39,9 @@ COMMENTS = {
     "omni_cpu.machine": "the machine this was planned for (omni-cpu validate checks it)",
     "omni_cpu.machine.fingerprint": "hash of the facts below",
     "omni_cpu.machine.memory_limit_bytes": "cgroup memory.max; null = none",
+    "omni_cpu.machine.calibration": "measured by probe --calibrate; the planner used it",
+    "omni_cpu.machine.calibration.bandwidth_gb_s": "cores -> GB/s of weights streamed",
+    "omni_cpu.machine.calibration.code2wav_ms_per_frame": "one core, per dtype",
     "omni_cpu.env": "environment of every stage process",
     "omni_cpu.env.VLLM_OMNI_CPU_INDUCTOR": "code predictor torch.compile (1 = on)",
     "omni_cpu.env.OMNI_CPU_WEIGHTS": "talker weights: model (checkpoint dtype) or int8",
@@ -91,6 +94,7 @@ def _omni_block(profile: Profile) -> dict[str, Any]:
             "isa": list(machine.isa),
             "memory_limit_bytes": machine.memory_limit_bytes,
             "numa_nodes": [dict(node) for node in machine.numa_nodes],
+            **({"calibration": machine.calibration} if machine.calibration else {}),
         },
         "env": dict(profile.env),
         "notes": list(profile.notes),
@@ -227,7 +231,7 @@ class _Reader:
 def _machine(reader: _Reader) -> MachineStamp:
     reader.only(
         "fingerprint", "architecture", "model_name", "usable_cpus", "isa",
-        "memory_limit_bytes", "numa_nodes",
+        "memory_limit_bytes", "numa_nodes", "calibration",
     )  # fmt: skip
     nodes = []
     for node in reader.items("numa_nodes"):
@@ -245,7 +249,11 @@ def _machine(reader: _Reader) -> MachineStamp:
     limit = reader.get("memory_limit_bytes", int, optional=True)
     if limit is not None and limit < 0:
         raise ProfileError(f"{reader.path}.memory_limit_bytes must not be negative ({limit})")
+    calibration = reader.get("calibration", dict, optional=True)
+    if calibration is not None:
+        calibration = _calibration(calibration, f"{reader.path}.calibration")
     return MachineStamp(
+        calibration=calibration,
         fingerprint=reader.get("fingerprint", str),
         architecture=reader.get("architecture", str),
         model_name=reader.get("model_name", str),
@@ -254,6 +262,21 @@ def _machine(reader: _Reader) -> MachineStamp:
         isa=tuple(isa),
         memory_limit_bytes=limit,
     )
+
+
+def _calibration(data: dict[str, Any], path: str) -> dict[str, Any]:
+    """A calibration block as `Calibration.to_dict` writes it; anything else names the key."""
+    from omni_cpu.plan.speed import Calibration
+
+    reader = _Reader(data, path)
+    reader.only("bandwidth_gb_s", "code2wav_ms_per_frame", "seconds")
+    try:
+        return Calibration.from_dict(data).to_dict()
+    except (TypeError, ValueError, AttributeError):
+        raise ProfileError(
+            f"{path} must map core counts to GB/s and dtypes to ms",
+            "rerun `omni-cpu probe --calibrate --output FILE`",
+        ) from None
 
 
 def _streaming(root: _Reader) -> Streaming:
