@@ -321,7 +321,8 @@ def plan_profile(
             "no usable CPU: the online CPUs, the cgroup cpuset and the affinity mask do not meet",
             "check the container's cpuset",
         )
-    notes: list[str] = []
+    # What the probe could not read travels with the plan it shaped.
+    notes: list[str] = list(facts.notes)
     dtype = options.dtype or choose_dtype(facts)
     if options.dtype is None and facts.isa_source is None and facts.architecture in BF16_ISA:
         notes.append(

@@ -164,3 +164,13 @@ def test_unequal_nodes_keep_each_replicas_numbers_through_a_round_trip(tmp_path)
     loaded = parse_profile(dump_profile(profile))
     assert loaded == profile
     assert [r.stages[0].kv_cache_memory_bytes for r in loaded.replicas] == kv
+
+
+def test_unreadable_cpuinfo_plans_float32_with_a_note_not_silently(tmp_path):
+    machine = numa_machine(tmp_path, {0: ("0-3", 32)})
+    machine.write("/proc/cpuinfo", "\x00\x00")
+    machine.write("/proc/sys/kernel/arch", "x86_64")
+    profile = plan_profile(read_facts(machine.root), FOOTPRINT)
+    assert profile.dtype == "float32"
+    assert any("--dtype bfloat16" in note for note in profile.notes)
+    assert any("/proc/cpuinfo is unreadable" in note for note in profile.notes)

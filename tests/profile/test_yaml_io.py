@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -113,3 +114,19 @@ def test_mutated_profiles_never_raise_anything_but_profile_error(position, inser
 def test_numbers_in_comments_match_the_values():
     # Strings stay quoted so `0-5` can never load as something else.
     assert re.search(r'cpus: "\d', TEXT)
+
+
+V1_FILE = Path(__file__).with_name("v1-epyc-7451-2s-8node.yaml")
+
+
+def test_a_version_1_profile_still_loads_with_one_size_for_every_replica():
+    # Written by omni-cpu before schema 2 (profiles/epyc-7451-2s-8node.yaml at 30bf37c).
+    profile = parse_profile(V1_FILE.read_text())
+    assert len(profile.replicas) == 8
+    sizes = {(s.stage_id, s.kv_cache_memory_bytes, s.max_num_seqs) for r in profile.replicas
+             for s in r.stages}  # fmt: skip
+    assert len(sizes) == 2  # one talker size, one code2wav size, as version 1 meant
+    for replica in profile.replicas:
+        assert all(s.memory_node_ids() == (replica.numa_node,) for s in replica.stages)
+    # Written again it is a version-2 file that loads to the same plan.
+    assert parse_profile(dump_profile(profile)) == profile
