@@ -176,8 +176,12 @@ def _replica(
     frontend, compute = cores[len(cores) - reserve :], cores[: len(cores) - reserve]
     talker_n = _talker_cores(len(compute), options, speed, notes)
     chunk = options.chunk_frames or choose_chunk_frames(talker_n, len(compute), speed)
-    if options.talker_cores is None and options.stages is None and talker_n != SHARED:
-        talker_n = best_split(len(compute), chunk, speed) or talker_n
+    if options.talker_cores is None and talker_n != SHARED:
+        # The split again, now for the chunk size it led to.
+        if options.stages == 2:
+            talker_n = split_cores(len(compute), chunk, speed)[0]
+        else:
+            talker_n = best_split(len(compute), chunk, speed) or talker_n
     if talker_n == SHARED:
         talker_cores = code2wav_cores = compute
     else:
