@@ -163,3 +163,11 @@ def test_dry_run_json_is_the_plan(tmp_path):
     assert plan["argv"][3:5] == ["serve", "ckpt"]
     assert plan["env"]["CPU_VISIBLE_MEMORY_NODES"] == "0"
     assert plan["limits"]["max_in_flight"] > 0
+
+
+def test_a_grouped_replica_serves_with_memory_from_every_node_of_its_group():
+    small_nodes = machine({n: [2 * n, 2 * n + 1] for n in range(4)}, memory_per_node=8 << 30)
+    profile = plan_profile(small_nodes, footprint_for_model("0.6b"), PlanOptions())
+    assert len(profile.replicas) == 2
+    plan = build_serve_plan("ckpt", profile, replica=1, port=8001)
+    assert plan.env["CPU_VISIBLE_MEMORY_NODES"] == "2,3"
