@@ -19,7 +19,9 @@ class CpuListError(OmniCpuError, ValueError):
 
 
 class SysrootError(OmniCpuError):
-    """The machine (or its dump) cannot be read at all."""
+    """The machine (or its dump) cannot be read at all: `probe` exits 6."""
+
+    exit_code = 6
 
 
 class ProfileError(OmniCpuError):

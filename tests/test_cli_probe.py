@@ -52,7 +52,7 @@ def test_probe_writes_a_profile_that_validates_here(tmp_path):
 
 def test_validate_reports_cpus_this_machine_lacks_and_exits_1(tmp_path):
     profile = tmp_path / "deploy.yaml"
-    omni_cpu("probe", "--output", str(profile))
+    omni_cpu("probe", "--stages", "2", "--output", str(profile))  # code2wav on CPU 1
     text = (
         profile.read_text()
         .replace('cpus: "1"', 'cpus: "1,63"')

@@ -1,9 +1,10 @@
 """`omni-cpu tune`: a bounded grid around the planner's choices, each point benchmarked.
 
-Each point is the auto profile with some choices replaced (talker/code2wav core
-split, codec chunk size, max_num_seqs, dtype), built with `dataclasses.replace`
-since PlanOptions cannot yet express a fixed split or chunk size. Points that
-change one choice come first, so a small --max-points still probes every choice.
+Each point is planned by the planner itself with some choices fixed through
+PlanOptions (talker/code2wav core split, codec chunk size, max_num_seqs, dtype),
+so every variant's memory, KV bytes and notes follow the same rules as `auto`.
+Points that change one choice come first, so a small --max-points still probes
+every choice.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
+from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.hardware.facts import Facts
 from omni_cpu.launch.plan import LaunchPlan
 from omni_cpu.launch.request import SpeechRequest
 from omni_cpu.plan import costs
+from omni_cpu.plan.footprint import ModelFootprint
+from omni_cpu.plan.policy import PlanOptions, plan_profile
+from omni_cpu.plan.speed import SHARED
 from omni_cpu.profile import Profile, deploy_config_dict
 
-SHARED = 0  # talker_cores value meaning: both stages on all compute cores
 THROUGHPUT_STREAMS = 4
 TOLERANCE = 0.10
 
@@ -79,41 +83,26 @@ def grid_points(profile: Profile, dtypes: tuple[str, ...], max_points: int) -> l
     return sorted(points, key=changes)[:max_points]
 
 
-def variant_profile(profile: Profile, point: GridPoint) -> Profile:
-    """The auto profile with the point's choices in replica 0 (KV bytes scaled to the batch)."""
-    talker, code2wav = profile.stages[0], profile.stages[1]
-    compute = _compute_cpus(profile)
-    if point.talker_cores == SHARED:
-        talker_cpus = code2wav_cpus = format_cpu_list(compute)
-    else:
-        talker_cpus = format_cpu_list(compute[: point.talker_cores])
-        code2wav_cpus = format_cpu_list(compute[point.talker_cores :])
-    kv_per_seq = talker.kv_cache_memory_bytes // max(1, talker.max_num_seqs)
-    if point.dtype != talker.dtype:  # KV entries are stored in the model dtype
-        kv_per_seq = (
-            kv_per_seq
-            * (4 if point.dtype == "float32" else 1)
-            // (4 if talker.dtype == "float32" else 1)
-        )
-    stages = (
-        dataclasses.replace(
-            talker,
-            cpus=talker_cpus,
-            max_num_seqs=point.max_num_seqs,
-            kv_cache_memory_bytes=kv_per_seq * point.max_num_seqs,
-            dtype=point.dtype,
-        ),
-        dataclasses.replace(
-            code2wav, cpus=code2wav_cpus, max_num_seqs=point.max_num_seqs, dtype=point.dtype
-        ),
-    )
-    replica = dataclasses.replace(profile.replicas[0], stages=stages)
+def variant_options(options: PlanOptions, point: GridPoint) -> PlanOptions:
+    """The planning inputs of a point: the base options with the point's choices fixed."""
     return dataclasses.replace(
-        profile,
+        options,
+        stages=1 if point.talker_cores == SHARED else 2,
+        talker_cores=point.talker_cores,
+        chunk_frames=point.chunk_frames,
+        max_seqs=point.max_num_seqs,
         dtype=point.dtype,
-        streaming=dataclasses.replace(profile.streaming, codec_chunk_frames=point.chunk_frames),
-        replicas=(replica, *profile.replicas[1:]),
-        notes=(*profile.notes, f"omni-cpu tune point: {point.label()}"),
+        code2wav_dtype=None,
+    )
+
+
+def variant_profile(
+    facts: Facts, footprint: ModelFootprint, options: PlanOptions, point: GridPoint
+) -> Profile:
+    """The profile the planner makes with the point's choices fixed (replica 0 is run)."""
+    profile = plan_profile(facts, footprint, variant_options(options, point))
+    return dataclasses.replace(
+        profile, notes=(*profile.notes, f"omni-cpu tune point: {point.label()}")
     )
 
 

@@ -23,6 +23,12 @@ Examples:
   omni-cpu probe --sysroot /tmp/dump --json   # plan for another machine's dump
 
   omni-cpu probe --model 1.7b --max-seqs 4    # another model size, smaller batches
+
+  omni-cpu probe --calibrate --output deploy.yaml   # measure this machine first (<= 15 s)
+
+Exit codes: 0 planned; 5 the machine cannot hold the model (the facts still print,
+and one line says what it needs and what would fit); 6 the machine (or dump)
+cannot be read; 2 a usage mistake.
 """
 
 
@@ -41,8 +47,11 @@ def probe(
     model: str = typer.Option(
         "0.6b", "--model", help="Size the plan for: 0.6b, 1.7b, tiny, a checkpoint dir or hub id."
     ),
-    stages: int = typer.Option(
-        2, "--stages", help="2: talker and code2wav on their own cores; 1: they share all cores."
+    stages: int | None = typer.Option(
+        None,
+        "--stages",
+        help="2: talker and code2wav on their own cores; 1: they share all cores "
+        "(default: whichever the cost model finds faster).",
     ),
     reserve: int | None = typer.Option(
         None, "--reserve", help="Cores per replica kept for the API server (default: by size)."
@@ -53,7 +62,16 @@ def probe(
     dtype: str | None = typer.Option(
         None, "--dtype", help="bfloat16 or float32 (default: bfloat16 where the CPU has bf16)."
     ),
+    code2wav_dtype: str | None = typer.Option(
+        None, "--code2wav-dtype", help="code2wav's own dtype (default: bfloat16 where native)."
+    ),
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
+    calibrate: bool = typer.Option(
+        False,
+        "--calibrate",
+        help="Measure weight-streaming bandwidth per core count and code2wav's cost per "
+        "frame here first (<= 15 s, needs the runtime); the plan uses and keeps them.",
+    ),
 ) -> None:
     from omni_cpu.hardware.probe import read_facts
     from omni_cpu.plan import PlanError
@@ -61,16 +79,20 @@ def probe(
     from omni_cpu.profile import save_profile
 
     facts = read_facts(sysroot)
+    calibration = None
+    if calibrate:
+        calibration = _calibrate(facts, dtype, quiet=as_json)
     try:
         profile = plan_for_facts(
             facts,
             model,
-            sysroot,
             stages=stages,
             reserve=reserve,
             max_seqs=max_seqs,
             dtype=dtype,
+            code2wav_dtype=code2wav_dtype,
             weights=weights,
+            calibration=calibration,
         )
     except PlanError as error:
         # The facts are still worth showing: they say why the plan failed.
@@ -92,6 +114,37 @@ def probe(
         err_console.print(f"wrote {output}")
     else:
         console.print("[dim]write it with --output FILE; check it later with omni-cpu validate[/]")
+
+
+def _calibrate(facts, dtype: str | None, quiet: bool):
+    """Run the measurements on the live machine (torch imported only here)."""
+    from omni_cpu.errors import InputError, RuntimeMissingError
+    from omni_cpu.plan import choose_dtype
+    from omni_cpu.plan.topology import nodes_with_cores
+
+    if facts.source != "live":
+        raise InputError("--calibrate measures this machine", "drop --sysroot to calibrate")
+    try:
+        from omni_cpu.bench.calibrate import calibrate
+    except ImportError as missing:  # pragma: no cover - the light install
+        raise RuntimeMissingError(f"--calibrate needs torch ({missing})", "make setup") from None
+    cores = sum(len(home.cores) for home in nodes_with_cores(facts))
+
+    def progress(message: str) -> None:
+        if not quiet:
+            err_console.print(f"[dim]calibrate:[/] {message}", highlight=False)
+
+    try:
+        measured = calibrate(cores, dtype or choose_dtype(facts), progress=progress)
+    except ImportError as missing:
+        raise RuntimeMissingError(f"--calibrate needs torch ({missing})", "make setup") from None
+    if not measured.bandwidth_gb_s and not measured.code2wav_ms_per_frame:
+        err_console.print(
+            "[yellow]calibrate:[/] nothing measured within 15 s (a busy machine?): "
+            "planning with the stated constants"
+        )
+        return None
+    return measured
 
 
 def register(app: typer.Typer) -> None:

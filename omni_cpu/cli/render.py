@@ -34,8 +34,14 @@ def facts_table(facts: Facts) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     for node in facts.numa_nodes:
+        kind = ""
+        if node.generic_initiator:
+            kind = " (generic initiator)"
+        elif node.has_memory is False:
+            kind = " (memoryless)"
         table.add_row(
-            f"  node {node.id}", f"CPUs {node.cpus or '-'}, memory {gib(node.memory_bytes)}"
+            f"  node {node.id}",
+            f"CPUs {node.cpus or '-'}, memory {gib(node.memory_bytes)}{kind}",
         )
     return table
 
@@ -47,7 +53,8 @@ def _limits_text(facts: Facts) -> str:
     memory = gib(limits.memory_max_bytes) if limits.memory_max_bytes else "unlimited"
     quota = limits.cpu_quota_cores or "none"
     cpuset = limits.cpuset_cpus or "all"
-    return f"v{limits.cgroup_version}: cpuset {cpuset}, quota {quota}, memory {memory}"
+    mems = f", mems {limits.cpuset_mems}" if limits.cpuset_mems else ""
+    return f"v{limits.cgroup_version}: cpuset {cpuset}{mems}, quota {quota}, memory {memory}"
 
 
 def _short(facts: Facts) -> str:
@@ -70,7 +77,11 @@ def profile_table(profile: Profile) -> Table:
         for stage in replica.stages:
             table.add_row(
                 str(replica.index),
-                str(stage.numa_node),
+                # Where its memory lives differs from its CPUs' node on grouped replicas
+                # and memoryless nodes.
+                stage.memory_nodes
+                if stage.memory_nodes not in ("", str(stage.numa_node))
+                else str(stage.numa_node),
                 stage.name,
                 stage.cpus,
                 gib(stage.kv_cache_memory_bytes),

@@ -87,18 +87,16 @@ def serve(
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
 ) -> None:
+    from omni_cpu.launch.plan import with_weights
+    from omni_cpu.launch.resolve import resolve
     from omni_cpu.serve.plan import build_serve_plan
 
-    if deploy_profile == "auto":
-        from omni_cpu.plan import plan_for_machine
-
-        _, profile = plan_for_machine(model, weights=weights)
-    else:
-        from omni_cpu.profile import load_profile
-
-        profile = load_profile(Path(deploy_profile))
-    from omni_cpu.launch.plan import with_weights
-
+    # The same resolver as run/bench/tune: a profile naming CPUs this machine cannot
+    # give refuses to start instead of serving with its binding silently dropped.
+    resolved = resolve(deploy_profile, model, weights)
+    for problem in resolved.problems:
+        err_console.print(f"[yellow]warning:[/] {problem.message}", highlight=False)
+    profile = resolved.profile
     plan = build_serve_plan(
         model,
         with_weights(profile, weights),

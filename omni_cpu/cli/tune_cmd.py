@@ -46,19 +46,25 @@ def tune_command(
     )
     from omni_cpu.cli.bench_cmd import BENCH_TEXT
     from omni_cpu.errors import OmniCpuError
-    from omni_cpu.launch.plan import resolve_profile
     from omni_cpu.launch.request import build_requests, read_model_info
+    from omni_cpu.launch.resolve import resolve
     from omni_cpu.plan import choose_dtype
     from omni_cpu.profile import save_profile
 
     info = read_model_info(model)
     speaker = info.speakers[0] if info.speakers else "ryan"
     build_requests(info, [BENCH_TEXT], speaker, max_frames=frames)
-    # The auto plan already carries the weights in its env.
-    profile, _problems = resolve_profile("auto", model, weights)
-    from omni_cpu.hardware.probe import read_facts
+    # The auto plan already carries the weights in its env; every variant is planned
+    # from the same facts and options with one or more choices fixed.
+    resolved = resolve("auto", model, weights)
+    profile, facts = resolved.profile, resolved.facts
+    footprint, options = resolved.footprint, resolved.options
+    assert footprint is not None and options is not None  # auto always has both
 
-    dtypes = ("bfloat16", "float32") if choose_dtype(read_facts("/")) == "bfloat16" else ()
+    def variant(point):
+        return variant_profile(facts, footprint, options, point)
+
+    dtypes = ("bfloat16", "float32") if choose_dtype(facts) == "bfloat16" else ()
     points = grid_points(profile, dtypes, max_points)
     auto = auto_point(profile)
     rows: list[dict[str, Any]] = []
@@ -73,7 +79,7 @@ def tune_command(
             return build_requests(info, [BENCH_TEXT] * count, speaker, max_frames=frames)
 
         try:
-            row.update(measure_point(model, variant_profile(profile, point), make_requests))
+            row.update(measure_point(model, variant(point), make_requests))
         except OmniCpuError as error:  # one failing point (e.g. float32) must not end the sweep
             row["error"] = error.one_line()
             err_console.print(f"[yellow]point failed:[/] {row['error']}", highlight=False)
@@ -88,7 +94,7 @@ def tune_command(
     best = None if dry_run else best_point(rows)
     if best is not None and output is not None:
         chosen = points[[row["point"] for row in rows].index(best["point"])]
-        save_profile(variant_profile(profile, chosen), output)
+        save_profile(variant(chosen), output)
         result["best_profile"] = str(output)
     if table is not None:
         table.write_text(json.dumps(result, indent=2) + "\n")

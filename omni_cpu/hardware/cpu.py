@@ -2,10 +2,13 @@
 
 Counts come from the sysfs sibling lists of the online CPUs of each core type:
 cores are the distinct thread-sibling sets, sockets the distinct core-sibling
-(package) sets, threads per core the largest thread-sibling set; s390 states
-cores per socket in /proc/sysinfo instead. Where a kernel does not describe
-sockets (s390 reports books/drawers; aarch64 without an ACPI PPTT table calls
-its clusters packages) sockets is None.
+(package) sets, threads per core the size of the thread-sibling sets (a list
+of the distinct sizes where cores differ, e.g. SMT off on some cores); s390
+states cores per socket in /proc/sysinfo instead. Where a kernel does not
+describe sockets (s390 reports books/drawers; aarch64 without an ACPI PPTT
+table, on kernels that predate `cluster_id`, calls its clusters packages)
+sockets is None. A kernel that states clusters apart from packages means its
+packages (`package_cpus_list`, `physical_package_id`), PPTT or not.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.hardware import arm_ids
@@ -66,7 +70,7 @@ class Topology:
     core_types: list[CoreType]
     sockets: int | list[int | None] | None
     cores_per_socket: int | list[int | None] | None
-    threads_per_core: int | list[int | None] | None
+    threads_per_core: Any
 
 
 def read_cpu_sets(sysroot: SysRoot, cpuinfo: CpuInfo) -> CpuSets:
@@ -99,8 +103,13 @@ def read_topology(
     groups = _group_by_core_type(sysroot, cpuinfo, architecture, siblings)
     max_thread_id = _int_or_none(cpuinfo.first("max thread id"))
     sw_cores_per_socket = _sysinfo_cores_per_socket(sysroot)
-    sockets_unstated = architecture == "aarch64" and not sysroot.exists(
-        "/sys/firmware/acpi/tables/PPTT"
+    states_clusters = any(
+        sysroot.exists(f"{CPU_DIR}/cpu{s.cpu}/topology/cluster_id") for s in siblings[:1]
+    )
+    sockets_unstated = (
+        architecture == "aarch64"
+        and not sysroot.exists("/sys/firmware/acpi/tables/PPTT")
+        and not states_clusters
     )
 
     core_types: list[CoreType] = []
@@ -279,14 +288,15 @@ def _count(
     max_thread_id: int | None,
     sw_cores_per_socket: int | None,
     sockets_unstated: bool,
-) -> tuple[int | None, int | None, int | None]:
+) -> tuple[int | None, int | None, int | list[int] | None]:
     """(sockets, cores per socket, threads per core) of one core type, lscpu's way."""
     cores = {m.threads for m in members if m.threads}
     packages = {m.package for m in members if m.package}
     books = {m.book for m in members if m.book}
     if not cores and not packages:
         return None, None, None
-    threads = max((len(m.threads) for m in members if m.threads), default=1)
+    sizes = sorted({len(core) for core in cores}) or [1]
+    threads: int | list[int] = sizes[0] if len(sizes) == 1 else sizes
     if max_thread_id is not None:
         threads = max_thread_id + 1  # s390 states its SMT width
     if sw_cores_per_socket is not None:
@@ -298,9 +308,7 @@ def _count(
     return sockets, cores_per_socket, threads
 
 
-def _collapse(
-    values: list[int | None], none_if_all_none: bool = False
-) -> int | list[int | None] | None:
+def _collapse(values: list, none_if_all_none: bool = False) -> Any:
     """One value on uniform machines, a list (one per core type) on hybrid ones."""
     if not values:
         return None

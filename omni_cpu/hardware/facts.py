@@ -13,7 +13,10 @@ from typing import Any
 
 from omni_cpu.cpulist import parse_cpu_list
 
-SCHEMA_VERSION = 1
+# 2: nodes state has_memory / generic initiators / distances, limits carry cpuset.mems,
+# threads_per_core may list the distinct counts of one core type, facts carry notes
+# and the preload libraries found. Version-1 dicts still load (new fields default).
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,9 @@ class CoreType:
     cpus: str  # kernel list syntax
     sockets: int | None
     cores_per_socket: int | None
-    threads_per_core: int | None
+    # One number, or the distinct counts (ascending) where cores of this type differ
+    # (some siblings offline, SMT enabled per core).
+    threads_per_core: int | list[int] | None
     # Relative single-thread capacity where the kernel states it (cpu_capacity,
     # 1024 = biggest core); None elsewhere.
     capacity: int | None = None
@@ -53,9 +58,27 @@ class CoreType:
 @dataclass(frozen=True)
 class NumaNode:
     id: int
-    cpus: str  # kernel list syntax; "" for a memory-only node
+    cpus: str  # online CPUs, kernel list syntax; "" for a memory-only node
     memory_bytes: int | None  # MemTotal of the node
     free_bytes: int | None = None  # MemFree of the node
+    # The kernel's node state masks (has_memory, has_generic_initiator); None where
+    # the dump has no mask. A node without memory is a CPU-only (memoryless) node.
+    has_memory: bool | None = None
+    generic_initiator: bool = False
+    # The node's row of the SLIT distance table: node id -> distance (10 = local).
+    distances: dict[int, int] = field(default_factory=dict)
+
+    def holds_memory(self) -> bool:
+        """Whether allocations can land here: the mask where stated, else MemTotal."""
+        if self.has_memory is not None:
+            return self.has_memory
+        return bool(self.memory_bytes)
+
+    def distance_to(self, other: int) -> int:
+        """SLIT distance; without a table, 10 to itself and 20 to any other node."""
+        if other in self.distances:
+            return self.distances[other]
+        return 10 if other == self.id else 20
 
 
 @dataclass(frozen=True)
@@ -64,6 +87,7 @@ class Limits:
 
     cgroup_version: int | None = None  # 1, 2 or None (no cgroup fs readable)
     cpuset_cpus: str | None = None  # effective cpuset, kernel list syntax
+    cpuset_mems: str | None = None  # effective cpuset.mems: nodes memory may come from
     cpu_quota_cores: float | None = None  # cpu.max / cfs quota as cores
     memory_max_bytes: int | None = None  # memory.max / v1 limit; None = unlimited
     affinity_cpus: str | None = None  # os.sched_getaffinity, live machine only
@@ -95,7 +119,7 @@ class Facts:
     # ones, as lscpu prints them; sockets is None where the kernel does not say.
     sockets: int | list[int | None] | None
     cores_per_socket: int | list[int | None] | None
-    threads_per_core: int | list[int | None] | None
+    threads_per_core: int | list[int | list[int] | None] | None
     core_types: list[CoreType]
     cpus: list[LogicalCpu]  # online CPUs
     numa_nodes: list[NumaNode]
@@ -105,9 +129,36 @@ class Facts:
     memory_available_bytes: int | None  # /proc/meminfo MemAvailable
     limits: Limits
     libnuma: Libnuma | None = None
+    # Where `isa` came from: "cpuinfo", "hwcap" (the ELF auxiliary vector, when
+    # cpuinfo is unreadable), or None where nothing stated it (then isa is empty
+    # because unknown, not because the CPU lacks the flags).
+    isa_source: str | None = "cpuinfo"
+    # What could not be read and what was assumed instead (one line each).
+    notes: list[str] = field(default_factory=list)
+    # Libraries worth preloading into stage processes (Intel OpenMP, tcmalloc), found
+    # under the root and, live, the running interpreter's prefix: part of the facts so
+    # a plan from a saved `probe --json` equals the live one.
+    preload_libraries: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     # -- derived views (pure) -------------------------------------------------
+
+    def usable_memory_nodes(self) -> tuple[int, ...]:
+        """Nodes allocations may come from: holding memory, and in cpuset.mems if set."""
+        nodes = {node.id for node in self.numa_nodes if node.holds_memory()}
+        if not any(node.memory_bytes is not None or node.has_memory for node in self.numa_nodes):
+            # No node states its memory (most dumps): every node counts.
+            nodes = {node.id for node in self.numa_nodes}
+        if self.limits.cpuset_mems is not None:
+            allowed = set(parse_cpu_list(self.limits.cpuset_mems))
+            nodes = nodes & allowed if nodes & allowed else nodes
+        return tuple(sorted(nodes))
+
+    def node(self, node_id: int) -> NumaNode | None:
+        for entry in self.numa_nodes:
+            if entry.id == node_id:
+                return entry
+        return None
 
     def usable_cpus(self) -> tuple[int, ...]:
         """Online CPUs this process may use: cpuset and affinity applied."""
@@ -133,7 +184,15 @@ class Facts:
         data = dict(data)
         data["core_types"] = [CoreType(**c) for c in data.get("core_types", [])]
         data["cpus"] = [LogicalCpu(**c) for c in data.get("cpus", [])]
-        data["numa_nodes"] = [NumaNode(**n) for n in data.get("numa_nodes", [])]
+        data["numa_nodes"] = [
+            NumaNode(
+                **{
+                    **n,
+                    "distances": {int(k): int(v) for k, v in n.get("distances", {}).items()},
+                }
+            )
+            for n in data.get("numa_nodes", [])
+        ]
         data["limits"] = Limits(**data.get("limits", {}))
         libnuma = data.get("libnuma")
         if libnuma is not None:
@@ -142,4 +201,5 @@ class Facts:
                 int(k): v for k, v in libnuma.get("node_memory_bytes", {}).items()
             }
             data["libnuma"] = Libnuma(**libnuma)
+        data["schema_version"] = SCHEMA_VERSION
         return cls(**data)

@@ -94,3 +94,42 @@ def _riscv_extensions(cpuinfo: CpuInfo) -> set[str]:
         extensions = letters | set(multi)
         common = extensions if common is None else common & extensions
     return (common or set()) & set(RISCV_EXTENSIONS)
+
+
+# The ELF auxiliary vector (/proc/self/auxv): what the kernel tells every process
+# about its CPU, readable where /proc/cpuinfo is not. 64-bit little-endian pairs.
+AT_HWCAP = 16
+AT_HWCAP2 = 26
+# arch/arm64/include/uapi/asm/hwcap.h
+AARCH64_HWCAP_BITS = {
+    "fp": 0, "asimd": 1, "fphp": 9, "asimdhp": 10, "asimddp": 20, "sve": 22, "asimdfhm": 23,
+}  # fmt: skip
+AARCH64_HWCAP2_BITS = {
+    "sve2": 1, "svei8mm": 9, "svebf16": 12, "i8mm": 13, "bf16": 14, "sme": 23,
+}  # fmt: skip
+
+
+def parse_auxv(data: bytes | None) -> dict[int, int]:
+    """auxv entries (type -> value); empty where missing or truncated."""
+    entries: dict[int, int] = {}
+    if not data:
+        return entries
+    for offset in range(0, len(data) - 15, 16):
+        kind = int.from_bytes(data[offset : offset + 8], "little")
+        value = int.from_bytes(data[offset + 8 : offset + 16], "little")
+        if kind == 0:  # AT_NULL ends the vector
+            break
+        entries.setdefault(kind, value)
+    return entries
+
+
+def isa_from_hwcaps(auxv: dict[int, int], architecture: str) -> list[str] | None:
+    """Flags the hwcaps state (aarch64 only: x86 hwcaps do not name AVX-512); None if none."""
+    if architecture != "aarch64" or AT_HWCAP not in auxv:
+        return None
+    hwcap, hwcap2 = auxv.get(AT_HWCAP, 0), auxv.get(AT_HWCAP2, 0)
+    found = {name for name, bit in AARCH64_HWCAP_BITS.items() if hwcap >> bit & 1}
+    found |= {name for name, bit in AARCH64_HWCAP2_BITS.items() if hwcap2 >> bit & 1}
+    if {"fphp", "asimdhp"} <= found:
+        found.add("fp16")
+    return sorted(found)

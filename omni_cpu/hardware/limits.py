@@ -1,10 +1,17 @@
 """Container limits from the cgroup file system (v2 and v1), read under a root.
 
-The process's cgroup comes from /proc/self/cgroup; where its controllers are
-mounted from /proc/self/mountinfo (or, in dumps without one, the usual
-/sys/fs/cgroup layout). Quotas and memory limits bind at every level of the
-hierarchy, so the tightest value from the process's cgroup up to the mount
-point wins; the cpuset's effective list already folds in its ancestors.
+The process's cgroup comes from /proc/self/cgroup (v1's cpuset also from
+/proc/self/cpuset); where its controllers are mounted from /proc/self/mountinfo,
+else /proc/mounts (any mount point; a `noprefix` cpuset names its files `cpus`,
+`mems`), else the usual /sys/fs/cgroup layout. A dump without /proc/self is read
+from the cgroup tree it holds: the chain of single child directories below the
+mount, which is what a dump of one process's cgroup looks like.
+
+Quotas and memory limits bind at every level of the hierarchy, so the tightest
+value from the process's cgroup up to the mount point wins; the cpuset's
+effective lists already fold in their ancestors, and where the process's own
+directory is absent (a dump that stopped short) its deepest present ancestor
+speaks for it.
 """
 
 from __future__ import annotations
@@ -28,35 +35,70 @@ _V1_UNLIMITED_BYTES = 1 << 62
 class _Mount:
     mountpoint: str  # where the hierarchy is mounted, on the probed machine
     root: str  # which cgroup of the hierarchy sits at the mount point
+    noprefix: bool = False  # v1 cpuset files named `cpus`, not `cpuset.cpus`
+
+
+_V1_CONTROLLERS = ("cpuset", "cpu", "memory")
 
 
 def read_limits(sysroot: SysRoot) -> Limits:
     """cgroup limits of the probing process (or of the dump's recorded process)."""
     memberships = _parse_proc_cgroup(sysroot.read_text("/proc/self/cgroup"))
+    cpuset_path = sysroot.read_line("/proc/self/cpuset")
+    if cpuset_path and cpuset_path.startswith("/"):
+        memberships.setdefault("cpuset", cpuset_path)
+    known = bool(memberships)
     v1_mounts, v2_mount = _find_mounts(sysroot)
-    v1 = {
-        name: _cgroup_dirs(sysroot, v1_mounts[name], path)
-        for name, path in memberships.items()
-        if name in v1_mounts and name in ("cpuset", "cpu", "memory")
-    }
+    v1 = {}
+    for name in _V1_CONTROLLERS:
+        if name not in v1_mounts:
+            continue
+        if name in memberships:
+            v1[name] = _cgroup_dirs(sysroot, v1_mounts[name], memberships[name])
+        elif not known:
+            v1[name] = _cgroup_dirs(
+                sysroot, v1_mounts[name], _single_chain(sysroot, v1_mounts[name])
+            )
     if v1:
-        return _read_v1(sysroot, v1)
+        noprefix = "cpuset" in v1_mounts and v1_mounts["cpuset"].noprefix
+        return _read_v1(sysroot, v1, noprefix)
     if v2_mount is not None:
-        path = memberships.get("", "/")
+        path = memberships.get("") or ("/" if known else _single_chain(sysroot, v2_mount))
         return _read_v2(sysroot, _cgroup_dirs(sysroot, v2_mount, path))
     return Limits()
+
+
+def _single_chain(sysroot: SysRoot, mount: _Mount) -> str:
+    """The cgroup a dump without /proc/self holds: single child directories, followed down."""
+    path = "/"
+    here = mount.mountpoint
+    for _ in range(32):  # cgroup trees are shallow; a loop guard, not a limit anyone meets
+        children = [name for name in sysroot.listdir(here) if sysroot.is_dir(f"{here}/{name}")]
+        if len(children) != 1:
+            break
+        here = f"{here}/{children[0]}"
+        path = posixpath.join(path, children[0])
+    return posixpath.join(mount.root, path.lstrip("/")) if mount.root != "/" else path
 
 
 # -- v2 --------------------------------------------------------------------------
 
 
 def _read_v2(sysroot: SysRoot, dirs: list[str]) -> Limits:
+    # The effective lists fold in every ancestor; where a level lacks them (cpuset
+    # not enabled below it), the nearest level that has them speaks.
     cpuset = _first_cpu_list(sysroot, [f"{d}/cpuset.cpus.effective" for d in dirs])
+    if cpuset is None:
+        cpuset = _intersection(sysroot, [f"{d}/cpuset.cpus" for d in dirs])
+    mems = _first_cpu_list(sysroot, [f"{d}/cpuset.mems.effective" for d in dirs])
+    if mems is None:
+        mems = _intersection(sysroot, [f"{d}/cpuset.mems" for d in dirs])
     quotas = [_parse_cpu_max(sysroot.read_line(f"{d}/cpu.max")) for d in dirs]
     memory = [_parse_v2_bytes(sysroot.read_line(f"{d}/memory.max")) for d in dirs]
     return Limits(
         cgroup_version=2,
         cpuset_cpus=cpuset,
+        cpuset_mems=mems,
         cpu_quota_cores=_tightest(quotas),
         memory_max_bytes=_tightest(memory),
     )
@@ -90,12 +132,22 @@ def _parse_v2_bytes(line: str | None) -> int | None:
 # -- v1 --------------------------------------------------------------------------
 
 
-def _read_v1(sysroot: SysRoot, dirs: dict[str, list[str]]) -> Limits:
+def _read_v1(sysroot: SysRoot, dirs: dict[str, list[str]], noprefix: bool = False) -> Limits:
     cpuset_dirs = dirs.get("cpuset", [])
-    cpuset = _first_cpu_list(
-        sysroot,
-        [f"{d}/{name}" for d in cpuset_dirs for name in ("cpuset.effective_cpus", "cpuset.cpus")],
-    )
+    # Mounted with `noprefix` (or as the legacy `cpuset` file system) the files drop
+    # their `cpuset.` prefix; try the mount's own spelling first, then the other.
+    prefixes = ("", "cpuset.") if noprefix else ("cpuset.", "")
+
+    def cpuset_files(kind: str) -> list[str]:
+        return [
+            f"{d}/{prefix}{name}"
+            for d in cpuset_dirs
+            for name in (f"effective_{kind}", kind)
+            for prefix in prefixes
+        ]
+
+    cpuset = _first_cpu_list(sysroot, cpuset_files("cpus"))
+    mems = _first_cpu_list(sysroot, cpuset_files("mems"))
     quotas = [
         _parse_cfs_quota(
             sysroot.read_int(f"{d}/cpu.cfs_quota_us"), sysroot.read_int(f"{d}/cpu.cfs_period_us")
@@ -109,6 +161,7 @@ def _read_v1(sysroot: SysRoot, dirs: dict[str, list[str]]) -> Limits:
     return Limits(
         cgroup_version=1,
         cpuset_cpus=cpuset,
+        cpuset_mems=mems,
         cpu_quota_cores=_tightest(quotas),
         memory_max_bytes=_tightest(memory),
     )
@@ -149,9 +202,20 @@ def _parse_proc_cgroup(text: str | None) -> dict[str, str]:
 
 
 def _find_mounts(sysroot: SysRoot) -> tuple[dict[str, _Mount], _Mount | None]:
-    """(v1 controller → mount, v2 mount) from mountinfo, else from the usual layout."""
+    """(v1 controller → mount, v2 mount) from mountinfo, /proc/mounts, or the usual layout."""
     v1: dict[str, _Mount] = {}
     v2: _Mount | None = None
+
+    def add(fstype: str, mountpoint: str, root: str, options: list[str]) -> None:
+        nonlocal v2
+        if fstype == "cgroup2" and v2 is None:
+            v2 = _Mount(mountpoint, root)
+        elif fstype == "cgroup":
+            for option in options:
+                v1.setdefault(option, _Mount(mountpoint, root, "noprefix" in options))
+        elif fstype == "cpuset":  # the legacy cpuset file system: always without prefix
+            v1.setdefault("cpuset", _Mount(mountpoint, root, True))
+
     for line in (sysroot.read_text("/proc/self/mountinfo") or "").splitlines():
         fields = line.split()
         if "-" not in fields:
@@ -159,13 +223,17 @@ def _find_mounts(sysroot: SysRoot) -> tuple[dict[str, _Mount], _Mount | None]:
         sep = fields.index("-")
         if sep < 5 or len(fields) < sep + 3:
             continue
-        root, mountpoint = _unescape(fields[3]), _unescape(fields[4])
-        fstype, super_options = fields[sep + 1], fields[sep + 3].split(",")
-        if fstype == "cgroup2" and v2 is None:
-            v2 = _Mount(mountpoint, root)
-        elif fstype == "cgroup":
-            for option in super_options:
-                v1.setdefault(option, _Mount(mountpoint, root))
+        options = fields[sep + 3].split(",") + fields[5].split(",")
+        add(fields[sep + 1], _unescape(fields[4]), _unescape(fields[3]), options)
+    if v1 or v2:
+        return v1, v2
+    # /proc/mounts (or /proc/self/mounts) has no cgroup root column: the mount shows
+    # the hierarchy's root as far as this namespace can tell.
+    mounts = sysroot.read_text("/proc/self/mounts") or sysroot.read_text("/proc/mounts") or ""
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            add(fields[2], _unescape(fields[1]), "/", fields[3].split(","))
     if v1 or v2:
         return v1, v2
     # Dumps and synthetic roots: /sys/fs/cgroup is v2 when it has cgroup.controllers,
@@ -189,9 +257,12 @@ def _cgroup_dirs(sysroot: SysRoot, mount: _Mount, path: str) -> list[str]:
     if mount.root != "/" and (path == mount.root or path.startswith(mount.root + "/")):
         relative = path[len(mount.root) :] or "/"
     leaf = posixpath.normpath(posixpath.join(mount.mountpoint, relative.lstrip("/")))
-    if not leaf.startswith(mount.mountpoint) or not sysroot.is_dir(leaf):
-        # A path from another cgroup namespace: what we can see is the mount.
+    if not leaf.startswith(mount.mountpoint):
         leaf = mount.mountpoint
+    # A path from another cgroup namespace, or a dump that stopped short of the
+    # process's own directory: its deepest present ancestor is what binds it.
+    while leaf != mount.mountpoint and leaf != "/" and not sysroot.is_dir(leaf):
+        leaf = posixpath.dirname(leaf)
     dirs = [leaf]
     while dirs[-1] != mount.mountpoint and dirs[-1] != "/":
         dirs.append(posixpath.dirname(dirs[-1]))
@@ -208,6 +279,21 @@ def _first_cpu_list(sysroot: SysRoot, files: list[str]) -> str | None:
         except CpuListError:
             continue
     return None
+
+
+def _intersection(sysroot: SysRoot, files: list[str]) -> str | None:
+    """Configured (not effective) lists bind at every level: what all of them allow."""
+    allowed: set[int] | None = None
+    for name in files:
+        line = sysroot.read_line(name)
+        if not line:
+            continue
+        try:
+            cpus = set(parse_cpu_list(line))
+        except CpuListError:
+            continue
+        allowed = cpus if allowed is None else allowed & cpus
+    return None if allowed is None else format_cpu_list(allowed)
 
 
 def _tightest(values: list[float | None] | list[int | None]) -> float | int | None:

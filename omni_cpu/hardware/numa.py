@@ -1,9 +1,12 @@
 """NUMA nodes from /sys/devices/system/node, and the one-node fallback.
 
-Node ids may be sparse (0, 2, 3), a node may hold memory and no CPUs, and a
-node's cpulist is what the kernel states (on s390 it can name possible CPUs
-that are not online). A machine or dump without a node directory is one node
-holding every online CPU and all of /proc/meminfo.
+Node ids may be sparse (0, 2, 3). A node may hold memory and no CPUs (CXL, HBM,
+GPU memory), CPUs and no memory (memoryless), or be a generic initiator; the
+kernel's has_memory / has_generic_initiator masks say which, and each node's
+`distance` row says how far the others are. A node's cpulist can name CPUs that
+are not online (s390, hot-unplugged CPUs): only online CPUs are kept. A machine
+or dump without a node directory is one node holding every online CPU and all
+of /proc/meminfo.
 """
 
 from __future__ import annotations
@@ -44,8 +47,12 @@ def read_numa_nodes(
     memory_free_bytes: int | None,
 ) -> tuple[list[NumaNode], bool]:
     """(nodes, stated): stated is False where one node had to be assumed."""
+    online_set = set(online)
+    has_memory = sysroot.read_cpu_list(f"{NODE_DIR}/has_memory")
+    initiators = set(sysroot.read_cpu_list(f"{NODE_DIR}/has_generic_initiator") or ())
+    ids = numbered_entries(sysroot.listdir(NODE_DIR), "node")
     nodes = []
-    for node_id in numbered_entries(sysroot.listdir(NODE_DIR), "node"):
+    for node_id in ids:
         base = f"{NODE_DIR}/node{node_id}"
         cpus = sysroot.read_cpu_list(f"{base}/cpulist")
         if cpus is None:
@@ -54,9 +61,12 @@ def read_numa_nodes(
         nodes.append(
             NumaNode(
                 id=node_id,
-                cpus=format_cpu_list(cpus),
+                cpus=format_cpu_list(cpu for cpu in cpus if cpu in online_set),
                 memory_bytes=meminfo.get("MemTotal"),
                 free_bytes=meminfo.get("MemFree"),
+                has_memory=None if has_memory is None else node_id in has_memory,
+                generic_initiator=node_id in initiators,
+                distances=_distances(sysroot.read_line(f"{base}/distance"), ids),
             )
         )
     if nodes:
@@ -68,6 +78,17 @@ def read_numa_nodes(
         free_bytes=memory_free_bytes,
     )
     return [fallback], False
+
+
+def _distances(line: str | None, ids: list[int]) -> dict[int, int]:
+    """The node's `distance` row (one number per online node, in id order) by node id."""
+    try:
+        values = [int(word) for word in (line or "").split()]
+    except ValueError:
+        return {}
+    if len(values) != len(ids):
+        return {}
+    return dict(zip(ids, values, strict=True))
 
 
 def node_of_cpus(nodes: list[NumaNode]) -> dict[int, int]:

@@ -17,11 +17,15 @@ from omni_cpu.hardware.arch import read_architecture
 from omni_cpu.hardware.cpu import read_cpu_sets, read_topology
 from omni_cpu.hardware.cpuinfo import parse_cpuinfo
 from omni_cpu.hardware.facts import Facts
-from omni_cpu.hardware.isa import read_isa
+from omni_cpu.hardware.isa import isa_from_hwcaps, parse_auxv, read_isa
 from omni_cpu.hardware.libnuma import read_libnuma
 from omni_cpu.hardware.limits import read_limits
 from omni_cpu.hardware.numa import node_of_cpus, parse_meminfo, read_numa_nodes
+from omni_cpu.hardware.preload import find_preload_libraries
 from omni_cpu.hardware.sysroot import SysRoot
+
+# Present on every aarch64 Linux kernel: the architecture, where cpuinfo cannot say.
+_AARCH64_MIDR = "/sys/devices/system/cpu/cpu0/regs/identification/midr_el1"
 
 
 def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
@@ -35,8 +39,16 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
             "pass the folder that holds the dump's proc/ and sys/",
         )
 
-    cpuinfo = parse_cpuinfo(sysroot.read_text("/proc/cpuinfo"))
+    notes: list[str] = []
+    cpuinfo_text = sysroot.read_text("/proc/cpuinfo")
+    cpuinfo = parse_cpuinfo(cpuinfo_text)
+    cpuinfo_readable = bool(cpuinfo.processors or cpuinfo.common)
+    if not cpuinfo_readable:
+        state = "missing" if cpuinfo_text is None else "unreadable"
+        notes.append(f"/proc/cpuinfo is {state}: architecture and ISA from what else says")
     architecture = read_architecture(sysroot, cpuinfo)
+    if architecture == "unknown" and sysroot.exists(_AARCH64_MIDR):
+        architecture = "aarch64"
     cpu_sets = read_cpu_sets(sysroot, cpuinfo)
     topology = read_topology(sysroot, cpuinfo, architecture, cpu_sets.online)
     meminfo = parse_meminfo(sysroot.read_text("/proc/meminfo"))
@@ -45,6 +57,20 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
     )
     owner = node_of_cpus(nodes)
     cpus = [dataclasses.replace(cpu, node=owner.get(cpu.cpu)) for cpu in topology.cpus]
+
+    isa = read_isa(cpuinfo, architecture)
+    isa_source: str | None = "cpuinfo"
+    if not cpuinfo_readable:
+        from_hwcaps = isa_from_hwcaps(
+            parse_auxv(sysroot.read_bytes("/proc/self/auxv")), architecture
+        )
+        isa, isa_source = (from_hwcaps, "hwcap") if from_hwcaps is not None else ([], None)
+        if isa_source is None:
+            notes.append(
+                "ISA unknown (no cpuinfo flags, no hwcaps): dtype cannot be chosen from it"
+            )
+    if architecture == "unknown":
+        notes.append("architecture unknown: nothing in the dump names it")
 
     limits = read_limits(sysroot)
     libnuma = None
@@ -67,12 +93,23 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
         cpus=cpus,
         numa_nodes=nodes,
         numa_stated=numa_stated,
-        isa=read_isa(cpuinfo, architecture),
+        isa=isa,
+        isa_source=isa_source,
         memory_total_bytes=meminfo.get("MemTotal"),
         memory_available_bytes=meminfo.get("MemAvailable"),
         limits=limits,
         libnuma=libnuma,
+        notes=notes,
+        preload_libraries=_preload_libraries(sysroot),
     )
+
+
+def _preload_libraries(sysroot: SysRoot) -> list[str]:
+    """Preload candidates as paths on the probed machine (a dump's are under its root)."""
+    if sysroot.is_live:
+        return list(find_preload_libraries("/"))
+    found = find_preload_libraries(sysroot.root)
+    return ["/" + os.path.relpath(path, sysroot.root) for path in found]
 
 
 def _affinity() -> str | None:

@@ -47,6 +47,13 @@ class SysRoot:
         except (OSError, ValueError):
             return None
 
+    def read_bytes(self, rel: str) -> bytes | None:
+        """The file's bytes (binary procfs files such as auxv), or None."""
+        try:
+            return self.path(rel).read_bytes()
+        except (OSError, ValueError):
+            return None
+
     def read_line(self, rel: str) -> str | None:
         """The first line, stripped; None where missing."""
         text = self.read_text(rel)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,11 +11,7 @@ import yaml
 
 from omni_cpu.errors import InputError, ProfileMismatchError
 from omni_cpu.platform import WEIGHT_CHOICES, WEIGHTS_ENV
-from omni_cpu.profile import Profile, deploy_config_dict, load_profile, stage_env
-
-# Messages from omni_cpu.profile.check that mean the profile names CPUs this
-# machine cannot give it: running anyway would bind threads to nothing.
-_CPU_PROBLEMS = ("do not exist here", "are offline", "outside this process's")
+from omni_cpu.profile import Profile, deploy_config_dict, stage_env
 
 # Set in the driver (unless already set) and inherited by every stage: vLLM's CPU
 # platform is picked explicitly; vLLM/vLLM-Omni log only errors (VLLM_LOGGING_LEVEL=INFO
@@ -81,42 +76,6 @@ class LaunchPlan:
         return path
 
 
-def resolve_profile(
-    spec: str, model: str, weights: str = "model"
-) -> tuple[Profile, tuple[str, ...]]:
-    """`auto` plans this machine for `model`; a file is loaded and checked against this machine.
-
-    `weights` is a planning input for `auto` (it decides whether the stages share
-    cores on a small box); a file keeps the placement it was written with.
-    """
-    from omni_cpu.hardware.probe import read_facts
-    from omni_cpu.plan.footprint import footprint_for_model
-    from omni_cpu.profile.check import check_profile
-
-    if spec == "auto":
-        from omni_cpu.plan import plan_for_machine
-
-        # Engines start now, on this machine as it is: size for the memory free now.
-        facts, profile = plan_for_machine(
-            model if Path(model).exists() else None, fit_available_memory=True, weights=weights
-        )
-    else:
-        profile = load_profile(spec)
-        facts = read_facts("/")
-    try:
-        footprint = footprint_for_model(model if Path(model).exists() else None)
-    except Exception:  # a footprint is only needed for the memory checks
-        footprint = None
-    problems = check_profile(profile, facts, footprint)
-    fatal = [problem for problem in problems if any(key in problem for key in _CPU_PROBLEMS)]
-    if fatal:
-        raise ProfileMismatchError(
-            f"{spec}: {fatal[0]}" + (f" (and {len(fatal) - 1} more)" if len(fatal) > 1 else ""),
-            "plan this machine instead: --deploy-profile auto, or omni-cpu probe --output FILE",
-        )
-    return profile, tuple(problems)
-
-
 def with_weights(profile: Profile, weights: str) -> Profile:
     """`profile` whose stages load the talker's weights as `weights` ("model" or "int8").
 
@@ -136,19 +95,20 @@ def make_launch_plan(
     """Resolve the profile and build the deploy config for one replica."""
     if weights not in WEIGHT_CHOICES:
         raise InputError(f"--weights {weights}", f"use one of: {', '.join(WEIGHT_CHOICES)}")
-    profile, problems = resolve_profile(deploy_profile, model, weights)
-    profile = with_weights(profile, weights)
+    from omni_cpu.launch.resolve import resolve
+
+    resolved = resolve(deploy_profile, model, weights)
+    profile = with_weights(resolved.profile, weights)
     if not 0 <= replica < len(profile.replicas):
         raise ProfileMismatchError(
             f"the profile has {len(profile.replicas)} replica(s), not {replica + 1}",
             "use --replica 0",
         )
-    source = deploy_profile if deploy_profile == "auto" else os.path.abspath(deploy_profile)
     return LaunchPlan(
         model=model,
         profile=profile,
-        profile_source=source,
+        profile_source=resolved.source,
         replica=replica,
         deploy_config=deploy_config_dict(profile, replica),
-        problems=problems,
+        problems=tuple(problem.message for problem in resolved.problems),
     )

@@ -2,9 +2,11 @@
 
 from omni_cpu.plan.footprint import ModelFootprint, footprint_for_model
 from omni_cpu.plan.machine import plan_for_machine
-from omni_cpu.plan.policy import PlanError, PlanOptions, choose_dtype, plan_profile
+from omni_cpu.plan.placement import MachineTooSmallError, PlanError
+from omni_cpu.plan.policy import PlanOptions, choose_dtype, plan_profile
 
 __all__ = [
+    "MachineTooSmallError",
     "ModelFootprint",
     "PlanError",
     "PlanOptions",

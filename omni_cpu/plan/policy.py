@@ -11,12 +11,28 @@ import json
 from dataclasses import dataclass
 
 from omni_cpu import __version__
-from omni_cpu.cpulist import format_cpu_list
-from omni_cpu.errors import OmniCpuError
+from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import ModelFootprint
-from omni_cpu.plan.topology import NodeCores, PhysicalCore, nodes_with_cores
+from omni_cpu.plan.placement import (
+    PlanError,
+    memory_budget,
+    node_memory_bytes,
+    per_seq_kv_bytes,
+    place_replicas,
+    replica_fixed_memory_bytes,
+    safety_margin,
+)
+from omni_cpu.plan.speed import (
+    SHARED,
+    Calibration,
+    SpeedInputs,
+    best_split,
+    choose_chunk_frames,
+    frame_ms,
+)
+from omni_cpu.plan.topology import NodeCores, PhysicalCore
 from omni_cpu.platform import WEIGHT_CHOICES, WEIGHTS_ENV
 from omni_cpu.profile.deploy import default_stage_settings
 from omni_cpu.profile.model import MachineStamp, Profile, Replica, StagePlan, Streaming
@@ -24,19 +40,21 @@ from omni_cpu.profile.model import MachineStamp, Profile, Replica, StagePlan, St
 BF16_ISA = {"x86_64": ("avx512_bf16", "amx_bf16"), "aarch64": ("bf16",)}
 
 
-class PlanError(OmniCpuError):
-    """The machine cannot hold the pipeline as asked (too little memory or CPUs)."""
-
-
 @dataclass(frozen=True)
 class PlanOptions:
-    """What a user may override on the command line (None = let the planner decide)."""
+    """What a user (or `tune`) may override (None = let the planner decide)."""
 
-    stages: int = 2  # 2: talker and code2wav on their own cores; 1: both share all cores
+    # 2: talker and code2wav on their own cores; 1: both share all cores; None: the
+    # cost model decides (omni_cpu.plan.speed).
+    stages: int | None = None
     reserve: int | None = None  # front-end cores per replica
     max_seqs: int | None = None
-    dtype: str | None = None
-    preload_libraries: tuple[str, ...] = ()  # found on the live machine (iomp, tcmalloc)
+    dtype: str | None = None  # every stage's dtype
+    code2wav_dtype: str | None = None  # code2wav's own, over `dtype`
+    talker_cores: int | None = None  # a fixed split: the talker's cores per replica
+    chunk_frames: int | None = None  # a fixed codec chunk size
+    # What `probe --calibrate` measured here; None: the constants of plan.costs.
+    calibration: Calibration | None = None
     # Size for the memory free right now (`--deploy-profile auto` starting engines on a
     # busy machine) rather than for the machine's capacity (a checked-in profile).
     fit_available_memory: bool = False
@@ -57,50 +75,19 @@ def frontend_reserve(core_count: int) -> int:
     return 0
 
 
-def _stage_ms_per_frame(core_ms: float, cores: int) -> float:
-    """Single-stream time per frame on `cores` cores with sub-linear scaling."""
-    speedup = 1 + (cores - 1) * costs.PARALLEL_EFFICIENCY
-    return core_ms / speedup
-
-
-def code2wav_core_ms(chunk_frames: int) -> float:
-    """Code2wav work per new frame: each chunk also re-runs the vocoder over earlier frames."""
-    overhead = (chunk_frames + costs.CODEC_RECOMPUTED_FRAMES) / chunk_frames
-    return costs.CODE2WAV_CORE_MS_PER_FRAME * overhead
-
-
-def split_cores(core_count: int, chunk_frames: int) -> tuple[int, int]:
-    """Talker and code2wav core counts that minimise the slower stage's time per frame.
-
-    The stages run as a pipeline, so a stream's speed is set by the slower one.
-    With one core there is nothing to split: both stages share it.
-    """
+def split_cores(core_count: int, chunk_frames: int, inputs: SpeedInputs) -> tuple[int, int]:
+    """Talker and code2wav core counts of the fastest split (both stages get >= 1)."""
     if core_count < 2:
         return core_count, core_count
-    c2w_ms = code2wav_core_ms(chunk_frames)
-    best = (1, core_count - 1)
-    best_ms = float("inf")
-    for talker in range(1, core_count):
-        slowest = max(
-            _stage_ms_per_frame(costs.TALKER_CORE_MS_PER_FRAME, talker),
-            _stage_ms_per_frame(c2w_ms, core_count - talker),
-        )
-        if slowest < best_ms:
-            best, best_ms = (talker, core_count - talker), slowest
-    return best
+    talker = min(
+        range(1, core_count),
+        key=lambda t: (frame_ms(t, core_count, chunk_frames, inputs), t),
+    )
+    return talker, core_count - talker
 
 
-def choose_chunk_frames(talker_cores: int, code2wav_cores: int) -> int:
-    """The smallest chunk for which code2wav keeps up with the talker.
-
-    Small chunks give smoother playback but re-decode the 72-frame left context
-    each time; on few cores that overhead would make code2wav the bottleneck.
-    """
-    talker_ms = _stage_ms_per_frame(costs.TALKER_CORE_MS_PER_FRAME, talker_cores)
-    for chunk in costs.CODEC_CHUNK_FRAMES_CHOICES:
-        if _stage_ms_per_frame(code2wav_core_ms(chunk), code2wav_cores) <= talker_ms:
-            return chunk
-    return costs.CODEC_CHUNK_FRAMES_CHOICES[-1]
+def _cpu_nodes(facts: Facts) -> dict[int, int]:
+    return {cpu: node.id for node in facts.numa_nodes for cpu in parse_cpu_list(node.cpus)}
 
 
 def _fingerprint(facts: Facts) -> str:
@@ -115,8 +102,9 @@ def _fingerprint(facts: Facts) -> str:
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def machine_stamp(facts: Facts) -> MachineStamp:
+def machine_stamp(facts: Facts, calibration: Calibration | None = None) -> MachineStamp:
     return MachineStamp(
+        calibration=None if calibration is None else calibration.to_dict(),
         fingerprint=_fingerprint(facts),
         architecture=facts.architecture,
         model_name=" / ".join(facts.model_names) or "unknown",
@@ -129,78 +117,37 @@ def machine_stamp(facts: Facts) -> MachineStamp:
     )
 
 
-def replica_fixed_memory_bytes(footprint: ModelFootprint, dtype: str) -> int:
-    """Everything one replica holds besides the KV caches (measured, see costs)."""
-    return (
-        footprint.talker_weight_bytes(dtype)
-        + costs.TALKER_WORKER_OVERHEAD_BYTES
-        + footprint.code2wav_weight_bytes(dtype)
-        + costs.CODE2WAV_WORKER_OVERHEAD_BYTES
-        + 2 * costs.ENGINE_CORE_PROCESS_BYTES
-        + costs.DRIVER_PROCESS_BYTES
-    )
-
-
-def node_memory_bytes(facts: Facts, node_memory: int | None, notes: list[str]) -> int | None:
-    """A node's memory, trusting /proc/meminfo where the node figures cannot be right.
-
-    Some virtual machines and sandboxes report node meminfo that sums to far less
-    than the machine's MemTotal; then the nodes are scaled up to match it.
-    """
-    stated = sum(n.memory_bytes or 0 for n in facts.numa_nodes)
-    total = facts.memory_total_bytes
-    if node_memory and total and stated < costs.NODE_MEMORY_CREDIBLE_FRACTION * total:
-        notes.append(
-            f"node meminfo sums to {stated / costs.GIB:.1f} GiB but /proc/meminfo says "
-            f"{total / costs.GIB:.1f} GiB: node memory scaled to match"
-        )
-        return node_memory * total // stated
-    return node_memory
-
-
-def _replica_memory_budget(
-    facts: Facts, node: NodeCores, replica_count: int, notes: list[str], fit_available: bool
-) -> int | None:
-    """Bytes one replica may use: its node's memory, or its share of a cgroup limit."""
-    candidates = []
-    memory = node_memory_bytes(facts, node.memory_bytes, notes)
-    if memory:
-        candidates.append(memory)
-    elif facts.memory_total_bytes:
-        candidates.append(facts.memory_total_bytes // max(1, len(facts.numa_nodes)))
-    if facts.limits.memory_max_bytes is not None:
-        candidates.append(facts.limits.memory_max_bytes // replica_count)
-    if fit_available and facts.memory_available_bytes:
-        candidates.append(facts.memory_available_bytes // replica_count)
-    if not candidates:
-        return None
-    budget = min(candidates)
-    margin = max(costs.MEMORY_SAFETY_MIN_BYTES, int(budget * costs.MEMORY_SAFETY_FRACTION))
-    return budget - margin
-
-
 def _talker_batch(
     footprint: ModelFootprint,
     dtype: str,
+    weights: str,
     talker_cores: int,
     max_seqs: int | None,
     budget: int | None,
+    talker_node_room: int | None,
     notes: list[str],
 ) -> tuple[int, int]:
-    """max_num_seqs and KV bytes for the talker: never more KV than the batch can use."""
-    per_seq = footprint.talker_kv_bytes_per_token(dtype) * costs.TALKER_MAX_MODEL_LEN
+    """max_num_seqs and KV bytes for the talker: never more KV than the batch can use.
+
+    `talker_node_room` is what the talker's own node has for its KV where a replica
+    spans nodes: vLLM binds each worker's memory to one node.
+    """
+    per_seq = per_seq_kv_bytes(footprint, dtype)
     seqs = max_seqs or min(
         costs.MAX_NUM_SEQS_CAP, max(1, costs.STREAMS_PER_TALKER_CORE * talker_cores)
     )
     if budget is None:
         notes.append("node memory unknown: KV cache sized to the batch, not to memory")
         return seqs, seqs * per_seq
-    kv_room = budget - replica_fixed_memory_bytes(footprint, dtype) - costs.CODE2WAV_KV_CACHE_BYTES
+    fixed = replica_fixed_memory_bytes(footprint, dtype, weights)
+    kv_room = budget - fixed - costs.CODE2WAV_KV_CACHE_BYTES
+    if talker_node_room is not None:
+        kv_room = min(kv_room, talker_node_room)
     if kv_room < per_seq:
-        gib = (replica_fixed_memory_bytes(footprint, dtype) + per_seq) / costs.GIB
+        need = (fixed + costs.CODE2WAV_KV_CACHE_BYTES + per_seq) / costs.GIB
         raise PlanError(
-            f"a replica needs about {gib:.1f} GiB but has {max(budget, 0) / costs.GIB:.1f} GiB",
-            "use a smaller model, fewer replicas, or raise the memory limit",
+            f"a replica needs about {need:.1f} GiB but its talker's node has room for no stream",
+            "use a smaller model, --weights int8, or fewer replicas",
         )
     if seqs * per_seq > kv_room:
         fitted = max(1, kv_room // per_seq)
@@ -216,32 +163,65 @@ def _replica(
     facts: Facts,
     footprint: ModelFootprint,
     options: PlanOptions,
-    dtype: str,
+    speed: SpeedInputs,
     replica_count: int,
     notes: list[str],
 ) -> tuple[Replica, int]:
+    dtype = speed.talker_dtype
     # Fastest cores first, so the talker (the heavier stage) gets the big ones.
     cores: list[PhysicalCore] = sorted(node.cores, key=lambda c: (-c.capacity, c.cpu))
     reserve = frontend_reserve(len(cores)) if options.reserve is None else options.reserve
-    reserve = min(reserve, max(0, len(cores) - options.stages))
+    reserve = min(reserve, max(0, len(cores) - (options.stages or 2)))
     # The front end takes the last (slowest) cores.
     frontend, compute = cores[len(cores) - reserve :], cores[: len(cores) - reserve]
-    if options.stages == 1:
-        talker_cores = code2wav_cores = compute
-        chunk = costs.CODEC_CHUNK_FRAMES_CHOICES[0]
-    elif len(compute) < 2:
-        chunk = costs.CODEC_CHUNK_FRAMES_CHOICES[0]
-        notes.append("one core: both stages share it (they will contend)")
+    talker_n = _talker_cores(len(compute), options, speed, notes)
+    chunk = options.chunk_frames or choose_chunk_frames(talker_n, len(compute), speed)
+    if options.talker_cores is None and talker_n != SHARED:
+        # The split again, now for the chunk size it led to.
+        if options.stages == 2:
+            talker_n = split_cores(len(compute), chunk, speed)[0]
+        else:
+            talker_n = best_split(len(compute), chunk, speed) or talker_n
+    if talker_n == SHARED:
         talker_cores = code2wav_cores = compute
     else:
-        talker_n, code2wav_n = split_cores(len(compute), costs.CODEC_CHUNK_FRAMES_CHOICES[0])
-        chunk = choose_chunk_frames(talker_n, code2wav_n)
-        talker_n, code2wav_n = split_cores(len(compute), chunk)
         talker_cores, code2wav_cores = compute[:talker_n], compute[talker_n:]
-    budget = _replica_memory_budget(facts, node, replica_count, notes, options.fit_available_memory)
+    budget = memory_budget(facts, node, replica_count, options.fit_available_memory, notes)
+    memory_nodes = node.memory_node_ids()
+    cpu_node = _cpu_nodes(facts)
+
+    def stage_node(group: list[PhysicalCore]) -> int:
+        return cpu_node.get(group[0].cpu, node.node) if group else node.node
+
+    def memory_node_of(group: list[PhysicalCore]) -> int:
+        # vLLM binds a worker's memory to its first CPU's node where visible, else
+        # to the first visible node.
+        first = stage_node(group)
+        return first if first in memory_nodes else memory_nodes[0]
+
+    talker_room = None
+    if len(memory_nodes) > 1:
+        own = node_memory_bytes(facts, node.node_memory.get(memory_node_of(talker_cores)), notes)
+        if own:
+            talker_room = (
+                own
+                - safety_margin(own)
+                - footprint.talker_weight_bytes(dtype, options.weights)
+                - costs.TALKER_WORKER_OVERHEAD_BYTES
+            )
     seqs, talker_kv = _talker_batch(
-        footprint, dtype, len(talker_cores), options.max_seqs, budget, notes
+        footprint,
+        dtype,
+        options.weights,
+        # Sharing, the talker has about half the cores' time (4 streams on 2 shared
+        # cores is what was measured).
+        max(1, len(compute) // 2) if talker_n == SHARED else len(talker_cores),
+        options.max_seqs,
+        budget,
+        talker_room,
+        notes,
     )
+    memory_list = format_cpu_list(memory_nodes)
 
     def cpu_list(group: list[PhysicalCore]) -> str:
         return format_cpu_list(core.cpu for core in group)
@@ -250,7 +230,8 @@ def _replica(
         StagePlan(
             stage_id=0,
             cpus=cpu_list(talker_cores),
-            numa_node=node.node,
+            numa_node=stage_node(talker_cores),
+            memory_nodes=memory_list,
             kv_cache_memory_bytes=talker_kv,
             max_num_seqs=seqs,
             max_num_batched_tokens=costs.TALKER_MAX_NUM_BATCHED_TOKENS,
@@ -261,12 +242,13 @@ def _replica(
         StagePlan(
             stage_id=1,
             cpus=cpu_list(code2wav_cores),
-            numa_node=node.node,
+            numa_node=stage_node(code2wav_cores),
+            memory_nodes=memory_list,
             kv_cache_memory_bytes=costs.CODE2WAV_KV_CACHE_BYTES,
             max_num_seqs=seqs,
             max_num_batched_tokens=costs.CODE2WAV_MAX_NUM_BATCHED_TOKENS,
             max_model_len=costs.CODE2WAV_MAX_MODEL_LEN,
-            dtype=dtype,
+            dtype=speed.code2wav_dtype,
             settings=default_stage_settings(1),
         ),
     )
@@ -274,6 +256,36 @@ def _replica(
         index=index, numa_node=node.node, frontend_cpus=cpu_list(frontend), stages=stages
     )
     return replica, chunk
+
+
+def _talker_cores(compute: int, options: PlanOptions, speed: SpeedInputs, notes: list[str]) -> int:
+    """The talker's share of the compute cores, or SHARED (both stages on all of them)."""
+    if compute < 2:
+        if options.stages != 1:
+            notes.append("one core: both stages share it (they will contend)")
+        return SHARED
+    if options.talker_cores is not None:
+        if options.talker_cores == SHARED:
+            return SHARED
+        if not 1 <= options.talker_cores < compute:
+            raise PlanError(
+                f"a split of {options.talker_cores} talker cores leaves code2wav none of {compute}"
+            )
+        return options.talker_cores
+    if options.stages == 1:
+        return SHARED
+    chunk = options.chunk_frames or costs.CODEC_CHUNK_FRAMES_CHOICES[0]
+    if options.stages == 2:
+        return split_cores(compute, chunk, speed)[0]
+    choice = best_split(compute, chunk, speed)
+    if choice == SHARED:
+        split = split_cores(compute, chunk, speed)[0]
+        notes.append(
+            f"both stages share {compute} cores: {frame_ms(SHARED, compute, chunk, speed):.0f} ms "
+            f"per frame against {frame_ms(split, compute, chunk, speed):.0f} ms for the best "
+            f"split (cost model{', calibrated' if speed.calibration else ''})"
+        )
+    return choice
 
 
 def talker_settings() -> dict:
@@ -295,42 +307,61 @@ def preload_env(libraries: tuple[str, ...]) -> dict[str, str]:
 def plan_profile(
     facts: Facts, footprint: ModelFootprint, options: PlanOptions | None = None
 ) -> Profile:
-    """Plan one pipeline replica per NUMA node that has usable cores."""
+    """Plan one pipeline replica per memory home (NUMA node, or group of nearest nodes)."""
     options = options or PlanOptions()
-    if options.stages not in (1, 2):
+    if options.stages not in (None, 1, 2):
         raise PlanError(f"--stages must be 1 or 2, not {options.stages}")
-    if options.dtype is not None and options.dtype not in ("bfloat16", "float32"):
-        raise PlanError(f"--dtype must be bfloat16 or float32, not {options.dtype}")
+    for flag, value in (("--dtype", options.dtype), ("--code2wav-dtype", options.code2wav_dtype)):
+        if value is not None and value not in ("bfloat16", "float32"):
+            raise PlanError(f"{flag} must be bfloat16 or float32, not {value}")
+    if options.chunk_frames is not None and options.chunk_frames < 1:
+        raise PlanError(f"a codec chunk must be at least 1 frame, not {options.chunk_frames}")
     if options.weights not in WEIGHT_CHOICES:
         raise PlanError(
             f"--weights must be one of {', '.join(WEIGHT_CHOICES)}, not {options.weights}"
         )
-    nodes = nodes_with_cores(facts)
-    if not nodes:
+    if not facts.usable_cpus():
         raise PlanError(
             "no usable CPU: the online CPUs, the cgroup cpuset and the affinity mask do not meet",
             "check the container's cpuset",
         )
-    notes: list[str] = []
+    # What the probe could not read travels with the plan it shaped.
+    notes: list[str] = list(facts.notes)
     dtype = options.dtype or choose_dtype(facts)
+    if options.dtype is None and facts.isa_source is None and facts.architecture in BF16_ISA:
+        notes.append(
+            "the CPU's ISA could not be read: float32 planned; pass --dtype bfloat16 "
+            "if this CPU has avx512_bf16 / AMX / the bf16 hwcap"
+        )
+    nodes = place_replicas(
+        facts, footprint, dtype, options.weights, options.fit_available_memory, notes
+    )
     if options.dtype == "bfloat16" and choose_dtype(facts) != "bfloat16":
         notes.append("bfloat16 forced on a CPU without native bf16: expect it to be slow")
     replicas: list[Replica] = []
     chunks: list[int] = []
+    speed = SpeedInputs(
+        footprint=footprint,
+        talker_dtype=dtype,
+        # Code2wav's own dtype: bf16 convolutions pay off only with native bf16.
+        code2wav_dtype=options.code2wav_dtype or options.dtype or choose_dtype(facts),
+        weights=options.weights,
+        calibration=options.calibration,
+    )
     for index, node in enumerate(nodes):
-        replica, chunk = _replica(index, node, facts, footprint, options, dtype, len(nodes), notes)
+        replica, chunk = _replica(index, node, facts, footprint, options, speed, len(nodes), notes)
         replicas.append(replica)
         chunks.append(chunk)
     env = {
         # The code predictor's torch.compile costs 45-90 s of start-up for ~12 %.
         "VLLM_OMNI_CPU_INDUCTOR": "0",
-        **preload_env(options.preload_libraries),
+        **preload_env(tuple(facts.preload_libraries)),
     }
     if options.weights != "model":
         env[WEIGHTS_ENV] = options.weights
     return Profile(
         generated_by=f"omni-cpu {__version__}",
-        machine=machine_stamp(facts),
+        machine=machine_stamp(facts, options.calibration),
         model=footprint.name,
         model_kind=footprint.kind,
         dtype=dtype,

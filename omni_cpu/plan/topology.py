@@ -1,8 +1,15 @@
-"""Pure views of the facts that the planner reasons about: physical cores per NUMA node."""
+"""Pure views of the facts that the planner reasons about: physical cores per memory home.
+
+A replica's home is a node its memory can come from: a node holding memory that
+the cgroup's cpuset.mems allows. CPUs on a node without such memory (memoryless
+nodes, nodes outside cpuset.mems) join the nearest home by the distance table.
+Memory-only nodes (CXL, HBM, GPU memory) never become a home of their own: a
+home has CPUs.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.hardware.facts import Facts
@@ -19,11 +26,18 @@ class PhysicalCore:
 
 @dataclass(frozen=True)
 class NodeCores:
-    """The usable physical cores of one NUMA node."""
+    """The usable physical cores of one replica's home: one node, or a group of nodes."""
 
-    node: int
+    node: int  # the home: the first node memory comes from
     cores: tuple[PhysicalCore, ...]
-    memory_bytes: int | None
+    memory_bytes: int | None  # of every node in memory_nodes together
+    memory_nodes: tuple[int, ...] = ()  # CPU_VISIBLE_MEMORY_NODES; () = (node,)
+    cpu_nodes: tuple[int, ...] = ()  # the nodes its cores sit on
+    # Memory of each node in memory_nodes (None where unknown).
+    node_memory: dict[int, int | None] = field(default_factory=dict)
+
+    def memory_node_ids(self) -> tuple[int, ...]:
+        return self.memory_nodes or (self.node,)
 
 
 def _cpu_to_node(facts: Facts) -> dict[int, int]:
@@ -78,11 +92,70 @@ def nodes_with_cores(facts: Facts) -> list[NodeCores]:
     for cpu in sorted(usable - listed):
         node = cpu_node.get(cpu, default_node)
         by_node.setdefault(node, []).append(PhysicalCore(cpu=cpu, siblings=(cpu,), capacity=1024))
+    return _homes(facts, by_node, memory)
+
+
+def _homes(
+    facts: Facts, by_node: dict[int, list[PhysicalCore]], memory: dict[int, int | None]
+) -> list[NodeCores]:
+    """Each CPU node's cores under the node its memory comes from."""
+    allowed = set(facts.usable_memory_nodes())
+    with_cpus = {node.id for node in facts.numa_nodes if node.cpus}
+    # A home has CPUs; memory-only nodes are a home only where nothing else is allowed.
+    candidates = sorted(allowed & with_cpus) or sorted(allowed)
+    home_of: dict[int, int] = {}
+    for cpu_node in sorted(by_node):
+        if cpu_node in candidates or not candidates:
+            home_of[cpu_node] = cpu_node
+        else:
+            home_of[cpu_node] = nearest(facts, cpu_node, candidates)
+    grouped: dict[int, list[int]] = {}
+    for cpu_node, home in home_of.items():
+        grouped.setdefault(home, []).append(cpu_node)
     return [
         NodeCores(
-            node=node,
-            cores=tuple(sorted(cores, key=lambda c: c.cpu)),
-            memory_bytes=memory.get(node),
+            node=home,
+            cores=tuple(sorted((c for n in cpu_nodes for c in by_node[n]), key=lambda c: c.cpu)),
+            memory_bytes=memory.get(home),
+            memory_nodes=(home,),
+            cpu_nodes=tuple(cpu_nodes),
+            node_memory={home: memory.get(home)},
         )
-        for node, cores in sorted(by_node.items())
+        for home, cpu_nodes in sorted(grouped.items())
     ]
+
+
+def nearest(facts: Facts, node_id: int, candidates: list[int]) -> int:
+    """The candidate closest to `node_id` by the SLIT table (ties: the lowest id)."""
+    node = facts.node(node_id)
+    if node is None:
+        return candidates[0]
+    return min(candidates, key=lambda other: (node.distance_to(other), other))
+
+
+def home_distance(facts: Facts, a: NodeCores, b: NodeCores) -> int:
+    """How far apart two homes are: the closest pair of their nodes."""
+    distances = []
+    for first in a.memory_node_ids():
+        node = facts.node(first)
+        for second in b.memory_node_ids():
+            distances.append(node.distance_to(second) if node else 20)
+    return min(distances, default=20)
+
+
+def merge_homes(a: NodeCores, b: NodeCores) -> NodeCores:
+    """One replica over both homes: their cores, their memory, the first as home."""
+    first, second = (a, b) if a.node <= b.node else (b, a)
+    memory = (
+        None
+        if first.memory_bytes is None or second.memory_bytes is None
+        else first.memory_bytes + second.memory_bytes
+    )
+    return NodeCores(
+        node=first.node,
+        cores=tuple(sorted((*first.cores, *second.cores), key=lambda c: c.cpu)),
+        memory_bytes=memory,
+        memory_nodes=tuple(sorted({*first.memory_node_ids(), *second.memory_node_ids()})),
+        cpu_nodes=tuple(sorted({*first.cpu_nodes, *second.cpu_nodes})),
+        node_memory={**first.node_memory, **second.node_memory},
+    )

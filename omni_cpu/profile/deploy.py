@@ -73,7 +73,8 @@ def stage_env(profile: Profile, replica: int, stage_id: int) -> dict[str, str]:
     plan = profile.replicas[replica].stage(stage_id)
     return {
         "VLLM_CPU_OMP_THREADS_BIND": plan.cpus,
-        "CPU_VISIBLE_MEMORY_NODES": str(plan.numa_node),
+        # vLLM splits this on commas: no ranges.
+        "CPU_VISIBLE_MEMORY_NODES": ",".join(str(node) for node in plan.memory_node_ids()),
         **profile.env,
     }
 

@@ -10,7 +10,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-PROFILE_SCHEMA_VERSION = 1
+# 2: each replica's stages carry their own sizes, dtype and memory nodes in the
+# omni_cpu block (version 1 kept one `stages:` block for every replica; it still loads).
+PROFILE_SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 STAGE_NAMES = {0: "talker", 1: "code2wav"}
 DTYPES = ("bfloat16", "float32")
 
@@ -21,7 +24,7 @@ class StagePlan:
 
     stage_id: int
     cpus: str  # VLLM_CPU_OMP_THREADS_BIND: one OpenMP thread per listed CPU
-    numa_node: int  # the node its cores and memory live on
+    numa_node: int  # the node its cores live on
     kv_cache_memory_bytes: int  # engine arg kv_cache_memory_bytes
     max_num_seqs: int  # engine arg max_num_seqs
     max_num_batched_tokens: int  # engine arg max_num_batched_tokens
@@ -31,18 +34,27 @@ class StagePlan:
     # vLLM-Omni stage settings omni-cpu does not plan (sampling defaults, connectors),
     # kept as the file has them so a reviewed edit survives a round trip.
     settings: dict[str, Any] = field(default_factory=dict)
+    # CPU_VISIBLE_MEMORY_NODES, kernel list syntax: the nodes its memory may come
+    # from (a memoryless CPU node's nearest memory node; a grouped replica's nodes).
+    # "" = numa_node.
+    memory_nodes: str = ""
 
     @property
     def name(self) -> str:
         return STAGE_NAMES.get(self.stage_id, f"stage{self.stage_id}")
 
+    def memory_node_ids(self) -> tuple[int, ...]:
+        from omni_cpu.cpulist import parse_cpu_list
+
+        return parse_cpu_list(self.memory_nodes) if self.memory_nodes else (self.numa_node,)
+
 
 @dataclass(frozen=True)
 class Replica:
-    """One whole pipeline (talker + code2wav) on one NUMA node."""
+    """One whole pipeline (talker + code2wav) on one NUMA node or group of nearest nodes."""
 
     index: int
-    numa_node: int
+    numa_node: int  # its home: the first node its memory comes from
     frontend_cpus: str  # taskset of the API server / driver; "" = none reserved
     stages: tuple[StagePlan, ...]
 
@@ -73,6 +85,9 @@ class MachineStamp:
     numa_nodes: tuple[dict[str, Any], ...]  # {"id", "cpus", "memory_bytes"}
     isa: tuple[str, ...]
     memory_limit_bytes: int | None
+    # What `probe --calibrate` measured here (omni_cpu.plan.speed.Calibration.to_dict);
+    # None: planned with the constants of omni_cpu.plan.costs.
+    calibration: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

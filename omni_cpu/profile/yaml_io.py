@@ -24,7 +24,7 @@ from omni_cpu.profile.deploy import (
 from omni_cpu.profile.emit import emit_mapping
 from omni_cpu.profile.model import (
     DTYPES,
-    PROFILE_SCHEMA_VERSION,
+    READABLE_SCHEMA_VERSIONS,
     MachineStamp,
     Profile,
     Replica,
@@ -40,6 +40,9 @@ COMMENTS = {
     "omni_cpu.machine": "the machine this was planned for (omni-cpu validate checks it)",
     "omni_cpu.machine.fingerprint": "hash of the facts below",
     "omni_cpu.machine.memory_limit_bytes": "cgroup memory.max; null = none",
+    "omni_cpu.machine.calibration": "measured by probe --calibrate; the planner used it",
+    "omni_cpu.machine.calibration.bandwidth_gb_s": "cores -> GB/s of weights streamed",
+    "omni_cpu.machine.calibration.code2wav_ms_per_frame": "one core, per dtype",
     "omni_cpu.env": "environment of every stage process",
     "omni_cpu.env.VLLM_OMNI_CPU_INDUCTOR": "code predictor torch.compile (1 = on)",
     "omni_cpu.env.OMNI_CPU_WEIGHTS": "talker weights: model (checkpoint dtype) or int8",
@@ -47,9 +50,17 @@ COMMENTS = {
     "omni_cpu.env.LD_PRELOAD": "Intel OpenMP / tcmalloc found on this machine",
     "omni_cpu.notes": "why the planner chose what it chose",
     "omni_cpu.replicas": "one pipeline per NUMA node (omni-cpu serve --replica N)",
-    "omni_cpu.replicas[].numa_node": "CPU_VISIBLE_MEMORY_NODES",
+    "omni_cpu.replicas[].numa_node": "its home: the first node its memory is on",
     "omni_cpu.replicas[].frontend_cpus": 'taskset of the API server; "" = none reserved',
     "omni_cpu.replicas[].stages[].cpus": "VLLM_CPU_OMP_THREADS_BIND (1 thread per core)",
+    "omni_cpu.replicas[].stages[].numa_node": "the node its cores are on",
+    "omni_cpu.replicas[].stages[].memory_nodes": "CPU_VISIBLE_MEMORY_NODES",
+    "omni_cpu.replicas[].stages[].dtype": "engine arg --dtype",
+    "omni_cpu.replicas[].stages[].kv_cache_memory_bytes": "engine arg --kv-cache-memory-bytes",
+    "omni_cpu.replicas[].stages[].max_num_seqs": "engine arg --max-num-seqs",
+    "omni_cpu.replicas[].stages[].max_num_batched_tokens": "engine arg --max-num-batched-tokens",
+    "omni_cpu.replicas[].stages[].max_model_len": "engine arg --max-model-len",
+    "omni_cpu.replicas[].stages[].enforce_eager": "engine arg --enforce-eager",
     "model_runner": "vLLM-Omni model runner (the CPU platform runs v1)",
     "async_chunk": "stream codec chunks talker -> code2wav",
     "connectors.connector_of_shared_memory.extra.codec_chunk_frames": "frames per audio chunk",
@@ -59,7 +70,7 @@ COMMENTS = {
     "connectors.connector_of_shared_memory.extra.initial_codec_chunk_frames": (
         "first chunk: time to first audio"
     ),
-    "stages": "replica 0; the same sizes apply to every replica",
+    "stages": "replica 0 (each replica's own sizes: omni_cpu.replicas)",
     "stages[].dtype": "engine arg --dtype",
     "stages[].kv_cache_memory_bytes": "engine arg --kv-cache-memory-bytes",
     "stages[].max_num_seqs": "engine arg --max-num-seqs (concurrent streams)",
@@ -86,6 +97,7 @@ def _omni_block(profile: Profile) -> dict[str, Any]:
             "isa": list(machine.isa),
             "memory_limit_bytes": machine.memory_limit_bytes,
             "numa_nodes": [dict(node) for node in machine.numa_nodes],
+            **({"calibration": machine.calibration} if machine.calibration else {}),
         },
         "env": dict(profile.env),
         "notes": list(profile.notes),
@@ -94,14 +106,33 @@ def _omni_block(profile: Profile) -> dict[str, Any]:
                 "index": replica.index,
                 "numa_node": replica.numa_node,
                 "frontend_cpus": replica.frontend_cpus,
-                "stages": [
-                    {"stage_id": stage.stage_id, "name": stage.name, "cpus": stage.cpus}
-                    for stage in replica.stages
-                ],
+                "stages": [_replica_stage(stage) for stage in replica.stages],
             }
             for replica in profile.replicas
         ],
     }
+
+
+def _replica_stage(stage: StagePlan) -> dict[str, Any]:
+    return {
+        "stage_id": stage.stage_id,
+        "name": stage.name,
+        "cpus": stage.cpus,
+        "numa_node": stage.numa_node,
+        "memory_nodes": stage.memory_nodes or str(stage.numa_node),
+        **{key: getattr(stage, key) for key in _SIZE_KEYS},
+    }
+
+
+# Per-stage sizes every replica carries (schema 2) beside its binding.
+_SIZE_KEYS = (
+    "dtype",
+    "kv_cache_memory_bytes",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "enforce_eager",
+)
 
 
 def dump_profile(profile: Profile) -> str:
@@ -203,7 +234,7 @@ class _Reader:
 def _machine(reader: _Reader) -> MachineStamp:
     reader.only(
         "fingerprint", "architecture", "model_name", "usable_cpus", "isa",
-        "memory_limit_bytes", "numa_nodes",
+        "memory_limit_bytes", "numa_nodes", "calibration",
     )  # fmt: skip
     nodes = []
     for node in reader.items("numa_nodes"):
@@ -221,7 +252,11 @@ def _machine(reader: _Reader) -> MachineStamp:
     limit = reader.get("memory_limit_bytes", int, optional=True)
     if limit is not None and limit < 0:
         raise ProfileError(f"{reader.path}.memory_limit_bytes must not be negative ({limit})")
+    calibration = reader.get("calibration", dict, optional=True)
+    if calibration is not None:
+        calibration = _calibration(calibration, f"{reader.path}.calibration")
     return MachineStamp(
+        calibration=calibration,
         fingerprint=reader.get("fingerprint", str),
         architecture=reader.get("architecture", str),
         model_name=reader.get("model_name", str),
@@ -230,6 +265,21 @@ def _machine(reader: _Reader) -> MachineStamp:
         isa=tuple(isa),
         memory_limit_bytes=limit,
     )
+
+
+def _calibration(data: dict[str, Any], path: str) -> dict[str, Any]:
+    """A calibration block as `Calibration.to_dict` writes it; anything else names the key."""
+    from omni_cpu.plan.speed import Calibration
+
+    reader = _Reader(data, path)
+    reader.only("bandwidth_gb_s", "code2wav_ms_per_frame", "seconds")
+    try:
+        return Calibration.from_dict(data).to_dict()
+    except (TypeError, ValueError, AttributeError):
+        raise ProfileError(
+            f"{path} must map core counts to GB/s and dtypes to ms",
+            "rerun `omni-cpu probe --calibrate --output FILE`",
+        ) from None
 
 
 def _streaming(root: _Reader) -> Streaming:
@@ -309,10 +359,10 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
         "replicas",
     )
     version = omni.get("schema_version", int)
-    if version != PROFILE_SCHEMA_VERSION:
+    if version not in READABLE_SCHEMA_VERSIONS:
         raise ProfileError(
             f"omni_cpu.schema_version {version} is not supported (this omni-cpu reads "
-            f"{PROFILE_SCHEMA_VERSION})",
+            f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))})",
             "regenerate the profile with `omni-cpu probe --output FILE`",
         )
     if root.get("model_runner", str) != "v1":
@@ -329,18 +379,16 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
         replica.only("index", "numa_node", "frontend_cpus", "stages")
         stages = []
         for stage in replica.items("stages"):
-            stage.only("stage_id", "name", "cpus")
             stage_id = stage.non_negative("stage_id")
             if stage_id not in sizes:
                 raise ProfileError(f"{stage.path}.stage_id {stage_id} has no entry in stages")
-            stages.append(
-                StagePlan(
-                    stage_id=stage_id,
-                    cpus=stage.cpu_list("cpus"),
-                    numa_node=replica.non_negative("numa_node"),
-                    **sizes[stage_id],
-                )
-            )
+            if version == 1:  # one `stages:` block sized every replica
+                stage.only("stage_id", "name", "cpus")
+                numa_node = replica.non_negative("numa_node")
+                own = {**sizes[stage_id], "numa_node": numa_node, "memory_nodes": str(numa_node)}
+            else:
+                own = _replica_stage_sizes(stage, sizes[stage_id]["settings"])
+            stages.append(StagePlan(stage_id=stage_id, cpus=stage.cpu_list("cpus"), **own))
         replicas.append(
             Replica(
                 index=replica.non_negative("index"),
@@ -351,12 +399,14 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
         )
     if not replicas:
         raise ProfileError("omni_cpu.replicas lists no replica")
+    if version > 1:
+        _check_replica_zero(replicas[0], sizes)
     profile = Profile(
         generated_by=omni.get("generated_by", str),
         machine=_machine(omni.child("machine")),
         model=omni.get("model", str),
         model_kind=omni.get("model_kind", str, optional=True) or "",
-        dtype=sizes[0]["dtype"],
+        dtype=replicas[0].stages[0].dtype,
         streaming=_streaming(root),
         replicas=tuple(replicas),
         env=dict(env),
@@ -364,6 +414,45 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
     )
     _check_platform_env(root, profile)
     return profile
+
+
+def _replica_stage_sizes(stage: _Reader, settings: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2: a replica's stage carries its own sizes; settings are shared."""
+    stage.only("stage_id", "name", "cpus", "numa_node", "memory_nodes", *_SIZE_KEYS)
+    dtype = stage.get("dtype", str)
+    if dtype not in DTYPES:
+        raise ProfileError(f"{stage.path}.dtype must be one of {', '.join(DTYPES)}, not {dtype}")
+    memory_nodes = stage.get("memory_nodes", str)
+    try:
+        if not parse_cpu_list(memory_nodes):
+            raise ProfileError(f"{stage.path}.memory_nodes names no node")
+    except CpuListError as bad:
+        raise ProfileError(f"{stage.path}.memory_nodes: {bad}", "write e.g. 0 or 0-1") from None
+    return {
+        "numa_node": stage.non_negative("numa_node"),
+        "memory_nodes": memory_nodes,
+        "dtype": dtype,
+        "kv_cache_memory_bytes": stage.non_negative("kv_cache_memory_bytes"),
+        "max_num_seqs": stage.positive("max_num_seqs"),
+        "max_num_batched_tokens": stage.positive("max_num_batched_tokens"),
+        "max_model_len": stage.positive("max_model_len"),
+        "enforce_eager": stage.get("enforce_eager", bool),
+        "settings": settings,
+    }
+
+
+def _check_replica_zero(replica: Replica, sizes: dict[int, dict[str, Any]]) -> None:
+    """The deploy config's `stages:` is replica 0: both places must say the same."""
+    for stage in replica.stages:
+        for key in _SIZE_KEYS:
+            top = sizes[stage.stage_id][key]
+            if getattr(stage, key) != top:
+                raise ProfileError(
+                    f"stages[{stage.stage_id}].{key} is {top!r} but "
+                    f"omni_cpu.replicas[0].stages[{stage.stage_id}].{key} is "
+                    f"{getattr(stage, key)!r}",
+                    "edit both together, or regenerate with `omni-cpu probe --output FILE`",
+                )
 
 
 def _check_platform_env(root: _Reader, profile: Profile) -> None:

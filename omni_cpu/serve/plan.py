@@ -136,7 +136,11 @@ def build_serve_plan(
 
     env = {
         "VLLM_TARGET_DEVICE": "cpu",
-        "CPU_VISIBLE_MEMORY_NODES": str(chosen.numa_node),
+        # Every node the replica's stages may take memory from (a grouped replica's nodes).
+        "CPU_VISIBLE_MEMORY_NODES": ",".join(
+            str(node)
+            for node in sorted({n for stage in chosen.stages for n in stage.memory_node_ids()})
+        ),
         **profile.env,
         **limits.to_env(),
     }

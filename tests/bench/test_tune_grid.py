@@ -14,11 +14,19 @@ from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.profile import Profile, dump_profile, parse_profile
 from tests.plan.machines import machine
 
+FOOTPRINT = footprint_for_model("0.6b")
+
+
+def _facts(cores: int):
+    return machine({0: list(range(cores))})
+
 
 def _profile(cores: int) -> Profile:
-    return plan_profile(
-        machine({0: list(range(cores))}), footprint_for_model("0.6b"), PlanOptions()
-    )
+    return plan_profile(_facts(cores), FOOTPRINT, PlanOptions())
+
+
+def _variant(cores: int, point) -> Profile:
+    return variant_profile(_facts(cores), FOOTPRINT, PlanOptions(), point)
 
 
 def test_grid_starts_with_the_auto_point() -> None:
@@ -52,7 +60,7 @@ def test_only_the_planned_dtype_without_native_bf16() -> None:
 
 def test_variant_of_the_auto_point_keeps_the_plan() -> None:
     profile = _profile(4)
-    variant = variant_profile(profile, auto_point(profile))
+    variant = _variant(4, auto_point(profile))
     assert variant.stages == profile.stages
     assert variant.streaming == profile.streaming
 
@@ -61,22 +69,39 @@ def test_shared_variant_puts_both_stages_on_every_compute_core() -> None:
     profile = _profile(4)
     point = grid_points(profile, (), 100)[1]
     assert point.talker_cores == SHARED
-    variant = variant_profile(profile, point)
+    variant = _variant(4, point)
     assert variant.stages[0].cpus == variant.stages[1].cpus == "0-3"
 
 
 def test_variant_scales_talker_kv_bytes_with_max_num_seqs() -> None:
     profile = _profile(2)
     auto = auto_point(profile)
-    half = variant_profile(
-        profile, auto.__class__(auto.talker_cores, 25, auto.max_num_seqs // 2, auto.dtype)
-    )
+    half = _variant(2, auto.__class__(auto.talker_cores, 25, auto.max_num_seqs // 2, auto.dtype))
     assert half.stages[0].kv_cache_memory_bytes * 2 == profile.stages[0].kv_cache_memory_bytes
+
+
+def test_float32_variant_holds_twice_the_kv_bytes_per_stream_of_bfloat16() -> None:
+    profile = _profile(2)
+    auto = auto_point(profile)
+    assert auto.dtype == "bfloat16"
+    wide = _variant(2, auto.__class__(auto.talker_cores, 25, auto.max_num_seqs, "float32"))
+    per_seq = [
+        p.stages[0].kv_cache_memory_bytes // p.stages[0].max_num_seqs for p in (profile, wide)
+    ]
+    assert per_seq[1] == 2 * per_seq[0]  # a float32 K/V entry is twice a bf16 one
+    assert {stage.dtype for stage in wide.stages} == {"float32"}
+
+
+def test_every_variant_is_what_the_planner_makes_with_its_choices_fixed() -> None:
+    profile = _profile(8)
+    for point in grid_points(profile, ("bfloat16", "float32"), 100):
+        variant = _variant(8, point)
+        assert auto_point(variant) == point
 
 
 def test_variant_profile_round_trips_through_yaml() -> None:
     profile = _profile(4)
-    variant = variant_profile(profile, grid_points(profile, ("bfloat16", "float32"), 100)[-1])
+    variant = _variant(4, grid_points(profile, ("bfloat16", "float32"), 100)[-1])
     assert parse_profile(dump_profile(variant)).stages == variant.stages
 
 

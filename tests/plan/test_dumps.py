@@ -9,7 +9,13 @@ import pytest
 
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.hardware.probe import read_facts
-from omni_cpu.plan import PlanError, choose_dtype, footprint_for_model, plan_profile
+from omni_cpu.plan import (
+    MachineTooSmallError,
+    PlanError,
+    choose_dtype,
+    footprint_for_model,
+    plan_profile,
+)
 from omni_cpu.profile import parse_profile
 from omni_cpu.profile.check import check_profile
 from tests import sysroots
@@ -29,11 +35,23 @@ def plan_or_skip_small(facts):
     """Plan; a machine too small for the model must say so, not crash."""
     try:
         return plan_profile(facts, FOOTPRINT)
-    except PlanError as error:
-        known = facts.memory_total_bytes or sum(n.memory_bytes or 0 for n in facts.numa_nodes)
-        assert 0 < known < 12 * 2**30, error
-        assert "GiB" in str(error) and error.fix
+    except MachineTooSmallError as error:
         pytest.skip(f"machine too small for the 0.6B model: {error}")
+
+
+def test_every_dump_plans_or_states_in_one_line_why_it_cannot(dump, dump_root):
+    facts = read_facts(dump_root)
+    try:
+        profile = plan_profile(facts, FOOTPRINT)
+    except PlanError as error:
+        # Only memory may stop a plan, and the line says how much is needed and had.
+        assert isinstance(error, MachineTooSmallError), error
+        line = error.one_line()
+        assert "\n" not in line and "needs about" in line and "gives it" in line
+        known = facts.memory_total_bytes or sum(n.memory_bytes or 0 for n in facts.numa_nodes)
+        assert 0 < known < 12 * 2**30, line
+    else:
+        assert profile.replicas
 
 
 def test_every_dump_plans_the_expected_dtype(dump, dump_root):

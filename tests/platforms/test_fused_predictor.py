@@ -81,4 +81,6 @@ def test_fused_codes_equal_the_exact_codes_in_float32(bsz: int) -> None:
         fused.forward(**feed, sample_uniforms=noise, top_k=8),
         exact.forward(**feed, sample_uniforms=noise, top_k=8),
     )
-    assert torch.equal(fused.forward(**feed, do_sample=False), exact.forward(**feed, do_sample=False))
+    assert torch.equal(
+        fused.forward(**feed, do_sample=False), exact.forward(**feed, do_sample=False)
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -60,7 +61,7 @@ def test_second_replica_deploy_config_binds_its_own_node():
 @pytest.mark.parametrize(
     ("old", "new", "key"),
     [
-        ("schema_version: 1", "schema_version: 99", "omni_cpu.schema_version"),
+        ("schema_version: 2", "schema_version: 99", "omni_cpu.schema_version"),
         ("  env:", "  surprise: 1\n  env:", "omni_cpu.surprise"),
         ("max_num_seqs: ", "max_num_seqs: many #", "stages[0].max_num_seqs"),
         ("kv_cache_memory_bytes: ", "kv_cache_memory_bytes: -", "stages[0].kv_cache_memory_bytes"),
@@ -123,3 +124,19 @@ def test_the_model_kind_is_written_and_read_back():
 def test_a_profile_from_before_model_kind_still_loads():
     older = "\n".join(line for line in TEXT.splitlines() if "model_kind" not in line)
     assert parse_profile(older).model_kind == ""
+
+
+V1_FILE = Path(__file__).with_name("v1-epyc-7451-2s-8node.yaml")
+
+
+def test_a_version_1_profile_still_loads_with_one_size_for_every_replica():
+    # Written by omni-cpu before schema 2 (profiles/epyc-7451-2s-8node.yaml at 30bf37c).
+    profile = parse_profile(V1_FILE.read_text())
+    assert len(profile.replicas) == 8
+    sizes = {(s.stage_id, s.kv_cache_memory_bytes, s.max_num_seqs) for r in profile.replicas
+             for s in r.stages}  # fmt: skip
+    assert len(sizes) == 2  # one talker size, one code2wav size, as version 1 meant
+    for replica in profile.replicas:
+        assert all(s.memory_node_ids() == (replica.numa_node,) for s in replica.stages)
+    # Written again it is a version-2 file that loads to the same plan.
+    assert parse_profile(dump_profile(profile)) == profile

@@ -1,0 +1,219 @@
+"""Where replicas live: one per memory home, nearest homes grouped where one is too small.
+
+Pure, like the rest of the planner. A home (omni_cpu.plan.topology) whose memory
+cannot hold a whole replica is merged with its nearest home by the distance
+table, smallest first, until every replica fits; a machine that cannot hold even
+one replica is refused in one line that names the memory needed and what would
+fit instead. A CPU quota (cgroup cpu.max / CFS) caps the cores each replica binds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from omni_cpu.errors import OmniCpuError
+from omni_cpu.hardware.facts import Facts
+from omni_cpu.plan import costs
+from omni_cpu.plan.footprint import ModelFootprint, footprint_for_model
+from omni_cpu.plan.topology import NodeCores, home_distance, merge_homes, nodes_with_cores
+
+
+class PlanError(OmniCpuError):
+    """The machine cannot hold the pipeline as asked (too little memory or CPUs)."""
+
+
+class MachineTooSmallError(PlanError):
+    """Not even one replica fits the machine's memory: `probe` exits with its own code."""
+
+    exit_code = 5
+
+
+def replica_fixed_memory_bytes(
+    footprint: ModelFootprint, dtype: str, weights: str = "model"
+) -> int:
+    """Everything one replica holds besides the KV caches (measured, see costs)."""
+    return (
+        footprint.talker_weight_bytes(dtype, weights)
+        + costs.TALKER_WORKER_OVERHEAD_BYTES
+        + footprint.code2wav_weight_bytes(dtype)
+        + costs.CODE2WAV_WORKER_OVERHEAD_BYTES
+        + 2 * costs.ENGINE_CORE_PROCESS_BYTES
+        + costs.DRIVER_PROCESS_BYTES
+    )
+
+
+def per_seq_kv_bytes(footprint: ModelFootprint, dtype: str) -> int:
+    """Talker KV bytes one stream reserves (a whole max_model_len)."""
+    return footprint.talker_kv_bytes_per_token(dtype) * costs.TALKER_MAX_MODEL_LEN
+
+
+def replica_need_bytes(footprint: ModelFootprint, dtype: str, weights: str = "model") -> int:
+    """The least memory one replica can run in: fixed memory plus one stream's KV."""
+    return (
+        replica_fixed_memory_bytes(footprint, dtype, weights)
+        + costs.CODE2WAV_KV_CACHE_BYTES
+        + per_seq_kv_bytes(footprint, dtype)
+    )
+
+
+def node_memory_bytes(facts: Facts, node_memory: int | None, notes: list[str]) -> int | None:
+    """A node's memory, trusting /proc/meminfo where the node figures cannot be right.
+
+    Some virtual machines and sandboxes report node meminfo that sums to far less
+    than the machine's MemTotal; then the nodes are scaled up to match it.
+    """
+    stated = sum(n.memory_bytes or 0 for n in facts.numa_nodes)
+    total = facts.memory_total_bytes
+    if node_memory and total and stated < costs.NODE_MEMORY_CREDIBLE_FRACTION * total:
+        notes.append(
+            f"node meminfo sums to {stated / costs.GIB:.1f} GiB but /proc/meminfo says "
+            f"{total / costs.GIB:.1f} GiB: node memory scaled to match"
+        )
+        return node_memory * total // stated
+    return node_memory
+
+
+def safety_margin(budget: int) -> int:
+    return max(costs.MEMORY_SAFETY_MIN_BYTES, int(budget * costs.MEMORY_SAFETY_FRACTION))
+
+
+def home_memory_bytes(facts: Facts, home: NodeCores, notes: list[str]) -> int | None:
+    """The memory of a home's nodes together (scaled where node meminfo is not credible)."""
+    known = [
+        node_memory_bytes(facts, home.node_memory.get(node), notes)
+        for node in home.memory_node_ids()
+    ]
+    if known and all(known):
+        return sum(known)  # type: ignore[arg-type]
+    if facts.memory_total_bytes:
+        count = max(1, len(facts.numa_nodes))
+        return facts.memory_total_bytes * len(home.memory_node_ids()) // count
+    return None
+
+
+def memory_budget(
+    facts: Facts, home: NodeCores, replica_count: int, fit_available: bool, notes: list[str]
+) -> int | None:
+    """Bytes one replica may use: its nodes' memory, or its share of a cgroup limit."""
+    candidates = []
+    memory = home_memory_bytes(facts, home, notes)
+    if memory:
+        candidates.append(memory)
+    if facts.limits.memory_max_bytes is not None:
+        candidates.append(facts.limits.memory_max_bytes // replica_count)
+    if fit_available and facts.memory_available_bytes:
+        candidates.append(facts.memory_available_bytes // replica_count)
+    if not candidates:
+        return None
+    budget = min(candidates)
+    return budget - safety_margin(budget)
+
+
+def place_replicas(
+    facts: Facts,
+    footprint: ModelFootprint,
+    dtype: str,
+    weights: str,
+    fit_available: bool,
+    notes: list[str],
+) -> list[NodeCores]:
+    """The homes replicas get: grouped until each holds a replica, then quota-capped."""
+    homes = nodes_with_cores(facts)
+    need = replica_need_bytes(footprint, dtype, weights)
+
+    def fits(home: NodeCores, count: int) -> bool:
+        budget = memory_budget(facts, home, count, fit_available, [])
+        return budget is None or budget >= need
+
+    while True:
+        count = len(homes)
+        small = [home for home in homes if not fits(home, count)]
+        if not small:
+            break
+        if count == 1:
+            budget = memory_budget(facts, homes[0], 1, fit_available, [])
+            raise refusal(facts, footprint, dtype, weights, budget or 0, fit_available)
+        # Smallest first; it joins its nearest home, preferring one that is too small too.
+        home = min(small, key=lambda h: (h.memory_bytes or 0, h.node))
+        others = [other for other in homes if other is not home]
+        partner = min(
+            others,
+            key=lambda o: (
+                home_distance(facts, home, o),
+                fits(o, count),
+                o.memory_bytes or 0,
+                o.node,
+            ),
+        )
+        merged = merge_homes(home, partner)
+        homes = sorted(
+            [h for h in homes if h is not home and h is not partner] + [merged],
+            key=lambda h: h.node,
+        )
+    for home in homes:
+        if len(home.memory_node_ids()) > 1:
+            nodes = "+".join(str(node) for node in home.memory_node_ids())
+            notes.append(
+                f"one node cannot hold a replica (needs {need / costs.GIB:.1f} GiB): nodes "
+                f"{nodes} form one replica with its memory bound to them"
+            )
+    return _cap_to_quota(facts, homes, notes)
+
+
+def _cap_to_quota(facts: Facts, homes: list[NodeCores], notes: list[str]) -> list[NodeCores]:
+    """Bind no more threads than the CPU quota runs: the quota is shared by every replica."""
+    quota = facts.limits.cpu_quota_cores
+    total = sum(len(home.cores) for home in homes)
+    if quota is None or total <= quota:
+        return homes
+    allowed = max(1, math.floor(quota + 1e-9))
+    if allowed < len(homes):
+        homes = homes[:allowed]
+    share = max(1, allowed // len(homes))
+    notes.append(
+        f"CPU quota {quota:g} cores (cgroup cpu.max) for {total} usable cores: "
+        f"{len(homes)} replica(s) of at most {share} core(s)"
+    )
+    capped = []
+    for home in homes:
+        fastest = sorted(home.cores, key=lambda c: (-c.capacity, c.cpu))[:share]
+        capped.append(dataclasses.replace(home, cores=tuple(sorted(fastest, key=lambda c: c.cpu))))
+    return capped
+
+
+def refusal(
+    facts: Facts,
+    footprint: ModelFootprint,
+    dtype: str,
+    weights: str,
+    budget: int,
+    fit_available: bool,
+) -> MachineTooSmallError:
+    """One line: what the model needs, what the machine gives, what would fit instead."""
+    need = replica_need_bytes(footprint, dtype, weights)
+    have = max(budget, 0)
+    what = "free memory" if fit_available else "memory"
+    message = (
+        f"{footprint.name} needs about {need / costs.GIB:.1f} GiB for one replica "
+        f"({dtype}, one stream) but this machine's {what} gives it {have / costs.GIB:.1f} GiB"
+    )
+    options: list[tuple[str, int]] = []
+    if weights != "int8" and facts.architecture in ("x86_64", "i686"):
+        options.append(("--weights int8", replica_need_bytes(footprint, dtype, "int8")))
+    smaller = footprint_for_model("0.6b")
+    if footprint.talker_params > smaller.talker_params:
+        options.append(("--model 0.6b", replica_need_bytes(smaller, dtype, weights)))
+        if weights != "int8" and facts.architecture in ("x86_64", "i686"):
+            options.append(
+                ("--model 0.6b --weights int8", replica_need_bytes(smaller, dtype, "int8"))
+            )
+    fitting = [f"{flag} (about {n / costs.GIB:.1f} GiB)" for flag, n in options if n <= have]
+    if fitting:
+        return MachineTooSmallError(message, "would fit: " + "; ".join(fitting))
+    tried = ", ".join(f"{flag} {n / costs.GIB:.1f} GiB" for flag, n in options)
+    machine_gib = (need + safety_margin(need)) / costs.GIB
+    fix = f"it needs a machine with about {machine_gib:.1f} GiB"
+    if tried:
+        fix = f"nothing smaller fits ({tried}); {fix}"
+    return MachineTooSmallError(message, fix)

@@ -1,0 +1,63 @@
+"""A calibration is a planning input: it moves the split, and it travels in the profile."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
+from omni_cpu.plan.speed import Calibration
+from omni_cpu.profile import dump_profile, parse_profile
+
+from .machines import machine
+
+FOOTPRINT = footprint_for_model("0.6b")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def plan(calibration: Calibration | None):
+    return plan_profile(machine({0: [0, 1]}), FOOTPRINT, PlanOptions(calibration=calibration))
+
+
+def test_without_a_calibration_the_stated_constants_plan():
+    profile = plan(None)
+    assert profile.machine.calibration is None
+    assert profile.stages[0].cpus == profile.stages[1].cpus == "0-1"  # Zen 4 measured shared
+
+
+def test_bandwidth_that_does_not_grow_with_cores_splits_the_stages():
+    flat = Calibration(bandwidth_gb_s={1: 16.0, 2: 16.0}, code2wav_ms_per_frame={"bfloat16": 46})
+    profile = plan(flat)
+    assert (profile.stages[0].cpus, profile.stages[1].cpus) == ("0", "1")
+
+
+def test_bandwidth_that_doubles_with_cores_shares_them():
+    scaling = Calibration(bandwidth_gb_s={1: 16.0, 2: 32.0}, code2wav_ms_per_frame={"bfloat16": 46})
+    profile = plan(scaling)
+    assert profile.stages[0].cpus == profile.stages[1].cpus == "0-1"
+    assert any("calibrated" in note for note in profile.notes)
+
+
+def test_the_calibration_is_kept_in_the_profiles_machine_block():
+    measured = Calibration({1: 11.4, 2: 10.3}, {"bfloat16": 51.3, "float32": 95.7}, 11.3)
+    profile = plan(measured)
+    text = dump_profile(profile)
+    assert "calibration:" in text
+    loaded = parse_profile(text)
+    assert loaded == profile
+    assert Calibration.from_dict(loaded.machine.calibration) == measured
+
+
+def test_probe_without_calibrate_imports_no_torch():
+    code = (
+        "import sys\nfrom omni_cpu.cli import app\n"
+        "app(['probe', '--json'], standalone_mode=False)\n"
+        "heavy = [m for m in ('torch', 'vllm') if m in sys.modules]\n"
+        "print('HEAVY=' + ','.join(heavy), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "HEAVY=\n" in done.stderr
