@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json
+from omni_cpu.cli.common import VERBOSE_HELP, WEIGHTS_HELP, console, err_console, print_json
 
 _HELP = """\
 Measure the pipeline the way its users judge it: time to first audio (TTFA),
@@ -47,6 +47,7 @@ def bench_command(
     warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured requests before level 1."),
     speaker: str | None = typer.Option(None, "--speaker", help="Default: the model's first."),
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
+    verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     plot: Path | None = typer.Option(None, "--plot", help="Write RTF/TTFA vs concurrency PNG."),
 ) -> None:
@@ -81,6 +82,7 @@ def bench_command(
         frames=frames,
         warmup=warmup,
         progress=progress,
+        verbose=verbose,
     )
     data = result.to_dict()
     if plot is not None:
