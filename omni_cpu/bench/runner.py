@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omni_cpu import envs
 from omni_cpu.bench import procstats, steplog
 from omni_cpu.bench.bandwidth import Triad, triad_bandwidth, weight_streaming
 from omni_cpu.bench.session import EngineSession
@@ -223,9 +224,9 @@ def run_bench(
         weights,
     )
     # Stage workers inherit this and log each step's wall time (read per level).
-    if not os.environ.get(STEP_LOG_ENV):
+    if not envs.OMNI_CPU_STEP_LOG:
         os.environ[STEP_LOG_ENV] = tempfile.mkdtemp(prefix="omni-cpu-steps-")
-    step_dir = Path(os.environ[STEP_LOG_ENV])
+    step_dir = Path(envs.OMNI_CPU_STEP_LOG)
     progress("loading the talker and code2wav engines")
     with EngineSession(plan, verbose=verbose) as session:
         result.load_s = session.load_s

@@ -20,7 +20,6 @@ Qwen3-Omni) stays on the stock forward.
 
 from __future__ import annotations
 
-import os
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -34,7 +33,9 @@ CODE_PREDICTOR_ENV = "OMNI_CPU_CODE_PREDICTOR"
 
 def wants_cached_forward() -> bool:
     """Whether the environment leaves the cached forward on (the default)."""
-    return os.environ.get(CODE_PREDICTOR_ENV, "cached").strip().lower() != "stock"
+    from omni_cpu import envs
+
+    return envs.OMNI_CPU_CODE_PREDICTOR != "stock"
 
 
 def install_cached_forward(wrapper: Any) -> bool:
