@@ -59,3 +59,12 @@ def test_quiet_stages_load_weights_without_progress_bars(tiny_checkpoint) -> Non
     assert [stage["use_tqdm_on_load"] for stage in quiet["stages"]] == [False, False]
     assert "use_tqdm_on_load" not in plan.deploy_config["stages"][0]  # the plan is unchanged
     assert logs.quiet_deploy_config(plan.deploy_config, verbose=True) == plan.deploy_config
+
+
+def test_each_stage_names_its_own_device_so_the_stages_start_together(tiny_checkpoint) -> None:  # noqa: F811
+    from omni_cpu.launch.startup import parallel_stages
+
+    plan = make_launch_plan(str(tiny_checkpoint))
+    stages = parallel_stages(plan.deploy_config)["stages"]
+    assert [stage["devices"] for stage in stages] == ["0", "1"]
+    assert "devices" not in plan.deploy_config["stages"][0]  # the plan is unchanged

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_cpu.errors import OmniCpuError, RuntimeMissingError, StageError
-from omni_cpu.launch import logs, processes
+from omni_cpu.launch import logs, processes, startup
 from omni_cpu.launch.plan import DRIVER_ENV_DEFAULTS, LaunchPlan
 from omni_cpu.launch.request import SAMPLE_RATE, SpeechRequest
 
@@ -48,8 +48,8 @@ class Utterance:
 # Start-up, phase by phase, in the order they run in the driver (seconds each).
 STARTUP_PHASES = {
     "runtime_import_s": "importing vLLM-Omni (torch, vLLM, transformers) in the driver",
-    "engines_s": "Omni(): both stages' engine-core and worker processes, one stage after "
-    "the other (each: spawn + imports, weights, KV cache)",
+    "engines_s": "Omni(): both stages' engine-core and worker processes, the two stages at "
+    "once (each: spawn + imports, weights, KV cache)",
     "prompt_tokenizer_s": "the driver's text tokenizer and model config (prompt lengths)",
 }
 
@@ -232,7 +232,9 @@ class PipelineSession:
             self.startup["runtime_import_s"] = time.perf_counter() - start
             launched = dataclasses.replace(
                 self.plan,
-                deploy_config=logs.quiet_deploy_config(self.plan.deploy_config, self.verbose),
+                deploy_config=startup.parallel_stages(
+                    logs.quiet_deploy_config(self.plan.deploy_config, self.verbose)
+                ),
             )
             with tempfile.TemporaryDirectory(prefix="omni-cpu-") as tmp:
                 deploy_path = launched.write_deploy_config(Path(tmp))

@@ -38,6 +38,11 @@ class CPUOmniPlatform(OmniPlatform, CpuPlatform):
     """vLLM-Omni on vLLM's CPU backend: Omni workers built on `CPUWorker`, eager, synchronous."""
 
     _omni_enum = OmniPlatformEnum.OOT
+    # vLLM-Omni scopes this variable to each stage it spawns from the stage's `devices`
+    # and starts stages with distinct devices in parallel (omni_cpu.launch.startup).
+    # vLLM's CPU backend reads CPU_VISIBLE_MEMORY_NODES itself, from the stage env the
+    # profile gives it, so the "device" here is a label that binds nothing.
+    device_control_env_var = "OMNI_CPU_STAGE_DEVICE"
 
     # --- what vLLM-Omni asks of a platform -----------------------------------------------
 
