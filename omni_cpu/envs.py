@@ -66,10 +66,30 @@ _TABLE: tuple[Knob, ...] = (
     ),
     Knob(
         "OMNI_CPU_CODE_PREDICTOR",
-        "cached",
-        "stock keeps vLLM-Omni's re-prefill code predictor (A/B runs); cached is omni-cpu's",
+        "fused",
+        "code predictor: fused (vLLM's CPU kernels), cached (eager, stock rounding) or stock",
         "stage",
         _lower,
+    ),
+    Knob(
+        "OMNI_CPU_CODE2WAV",
+        "stream",
+        "code2wav: stream (carried decoder state) or recompute (vLLM-Omni's re-decoding)",
+        "stage",
+        _lower,
+    ),
+    Knob(
+        "OMNI_CPU_GEMV",
+        "auto",
+        "off/0/false/no turns off the AVX-512 weight-streaming GEMV kernel for the linears",
+        "stage",
+        _lower,
+    ),
+    Knob(
+        "OMNI_CPU_KERNEL_CACHE",
+        "",
+        "where built kernels are cached (default ~/.cache/omni-cpu/kernels)",
+        "stage",
     ),
     Knob(
         "VLLM_OMNI_CPU_INDUCTOR",
@@ -138,6 +158,9 @@ if TYPE_CHECKING:
     OMNI_CPU_VERBOSE: bool
     OMNI_CPU_WEIGHTS: str
     OMNI_CPU_CODE_PREDICTOR: str
+    OMNI_CPU_CODE2WAV: str
+    OMNI_CPU_GEMV: str
+    OMNI_CPU_KERNEL_CACHE: str
     VLLM_OMNI_CPU_INDUCTOR: bool
     OMNI_CPU_STEP_LOG: str
     OMNI_CPU_TORCH_PROFILE: str
