@@ -8,12 +8,13 @@ TINY := checkpoints/tiny
 setup:
 	bash scripts/setup.sh
 
-# Set up, make a tiny random-weight checkpoint, plan this machine, synthesize speech.
+# Set up, make a tiny random-weight checkpoint, plan this machine, stream speech:
+# the audio starts arriving (time to first audio) long before the text is done.
 demo: setup
 	$(BIN)/omni-cpu probe
 	[ -f $(TINY)/config.json ] || $(BIN)/omni-cpu make-checkpoint --size tiny --out $(TINY)
 	mkdir -p out
-	$(BIN)/omni-cpu run --model $(TINY) --deploy-profile auto \
+	$(BIN)/omni-cpu run --model $(TINY) --deploy-profile auto --stream \
 		--text "Hello from omni-cpu." --speaker ryan --max-frames 50 --out out/hello.wav
 
 # Set up, then run the whole test suite (what CI runs).

@@ -69,7 +69,13 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
             if fraction is None
             else f"{streaming['bytes_per_s'] / 1e9:.1f} GB/s = {fraction:.0%} of the triad"
         )
-        + f" · engines loaded in {data['load_s']:.1f} s",
+        + f" · start-up {data['startup']['total_s']:.1f} s ("
+        + ", ".join(
+            f"{name.removesuffix('_s').replace('_', ' ')} {seconds:.1f} s"
+            for name, seconds in data["startup"].items()
+            if name not in ("total_s", "phases")
+        )
+        + ")",
         highlight=False,
     )
     for key, text in data["derivations"].items():

@@ -10,12 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omni_cpu import envs
 from omni_cpu.bench import procstats, steplog
 from omni_cpu.bench.bandwidth import Triad, triad_bandwidth, weight_streaming
 from omni_cpu.bench.session import EngineSession
 from omni_cpu.bench.stats import StreamTrace, summarize_streams
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
+from omni_cpu.launch.pipeline import startup_dict
 from omni_cpu.launch.plan import LaunchPlan
 from omni_cpu.launch.request import FRAME_SAMPLES, SpeechRequest
 
@@ -109,6 +111,7 @@ class BenchResult:
     talker_weight_bytes: int  # streamed per frame at batch 1, in the stage's weight format
     weights: str = "model"
     load_s: float = 0.0
+    startup: dict[str, float] = field(default_factory=dict)  # launch.pipeline.STARTUP_PHASES
     levels: list[Level] = field(default_factory=list)
 
     def weight_streaming(self) -> dict[str, Any]:
@@ -127,6 +130,7 @@ class BenchResult:
             "warmup": self.warmup,
             "weights": self.weights,
             "load_s": round(self.load_s, 3),
+            "startup": startup_dict(self.startup),
             "stage_cpus": self.stage_cpus,
             "memory_bandwidth": self.triad.to_dict(),
             "weight_streaming": self.weight_streaming(),
@@ -192,6 +196,7 @@ def run_bench(
     warmup: int,
     triad_bytes: int | None = None,
     progress: Callable[[str], None] = lambda message: None,
+    verbose: bool = False,
 ) -> BenchResult:
     """Measure the triad, start the engines once, run warm-up then every level."""
     from omni_cpu.plan.footprint import footprint_for_model
@@ -219,14 +224,15 @@ def run_bench(
         weights,
     )
     # Stage workers inherit this and log each step's wall time (read per level).
-    if not os.environ.get(STEP_LOG_ENV):
+    if not envs.OMNI_CPU_STEP_LOG:
         os.environ[STEP_LOG_ENV] = tempfile.mkdtemp(prefix="omni-cpu-steps-")
-    step_dir = Path(os.environ[STEP_LOG_ENV])
+    step_dir = Path(envs.OMNI_CPU_STEP_LOG)
     progress("loading the talker and code2wav engines")
-    with EngineSession(plan) as session:
+    with EngineSession(plan, verbose=verbose) as session:
         result.load_s = session.load_s
+        result.startup = dict(session.startup)
         groups = procstats.stage_groups(session.stage_pids, stage_cpus)
-        progress(f"engines up in {session.load_s:.1f} s")
+        progress(f"engines up in {sum(session.startup.values()):.1f} s")
         for index in range(warmup):
             progress(f"warm-up request {index + 1}/{warmup}")
             session.stream_batch(make_requests(1))

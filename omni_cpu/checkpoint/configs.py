@@ -450,6 +450,11 @@ def tokenizer_config() -> dict[str, Any]:
         "clean_up_tokenization_spaces": False,
         "eos_token": "<|im_end|>",
         "errors": "replace",
+        # transformers 5 suspects a Mistral tokenizer in any local checkpoint whose
+        # config.json has no transformers_version (ours has none, as published) and
+        # warns about its split regex at every load, in every stage process. Qwen2's
+        # regex is right as it is: saying so here silences that and changes nothing.
+        "fix_mistral_regex": False,
         "model_max_length": 131072,
         "pad_token": "<|endoftext|>",
         "split_special_tokens": False,

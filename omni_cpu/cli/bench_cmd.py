@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json
+from omni_cpu.cli.common import VERBOSE_HELP, WEIGHTS_HELP, console, err_console, print_json
 
 _HELP = """\
 Measure the pipeline the way its users judge it: time to first audio (TTFA),
@@ -64,6 +64,7 @@ def bench_command(
         False, "--x-vector-only", help="Base: clone from the speaker embedding only."
     ),
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
+    verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     plot: Path | None = typer.Option(None, "--plot", help="Write RTF/TTFA vs concurrency PNG."),
 ) -> None:
@@ -107,6 +108,7 @@ def bench_command(
         frames=frames,
         warmup=warmup,
         progress=progress,
+        verbose=verbose,
     )
     data = result.to_dict()
     if plot is not None:

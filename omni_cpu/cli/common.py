@@ -26,6 +26,11 @@ WEIGHTS_HELP = (
     "traffic per frame; changes the audio, so listen first)."
 )
 
+VERBOSE_HELP = (
+    "Show the engines' own logs (vLLM INFO lines, transformers notices, load progress); "
+    "OMNI_CPU_VERBOSE=1 does the same for services."
+)
+
 
 def print_json(data: Any) -> None:
     """Machine-readable output: one JSON document on stdout, nothing else."""

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import typer
 
-from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json, state
+from omni_cpu.cli.common import (
+    VERBOSE_HELP,
+    WEIGHTS_HELP,
+    console,
+    err_console,
+    print_json,
+    state,
+)
 
 _HELP = """\
 Synthesize speech with Qwen3-TTS on vLLM's CPU backend, one stage per core set.
@@ -89,6 +96,7 @@ def run_command(
         False, "--dry-run", help="Print per-stage env and engine args, start nothing."
     ),
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
+    verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print timings (or the dry run) as JSON."),
 ) -> None:
     from omni_cpu.launch.plan import make_launch_plan
@@ -123,15 +131,19 @@ def run_command(
     for warning in plan.problems:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
 
+    from omni_cpu.cli.progress import LiveProgress
     from omni_cpu.launch.pipeline import run_pipeline
 
-    def progress(message: str) -> None:
-        if not as_json:
-            err_console.print(f"[dim]…[/] {message}", highlight=False)
-
-    result = run_pipeline(
-        plan, requests, _out_paths(out, len(requests)), stream=stream, progress=progress
-    )
+    with LiveProgress(err_console, enabled=not as_json) as shown:
+        result = run_pipeline(
+            plan,
+            requests,
+            _out_paths(out, len(requests)),
+            stream=stream,
+            progress=shown.message,
+            on_audio=shown.audio,
+            verbose=verbose,
+        )
     if as_json:
         print_json(result.to_dict())
         return
@@ -142,7 +154,7 @@ def run_command(
     console.print(
         f"TTFA {ttfa}{'' if stream else ' (sync: audio arrives at the end)'} · "
         f"audio {result.audio_s:.2f} s · wall {result.wall_s:.2f} s · RTF {rtf} "
-        f"· load {result.load_s:.1f} s"
+        f"· start-up {sum(result.startup.values()):.1f} s"
     )
     if state.debug:
         console.print(f"observed OpenMP binding: {result.binding}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 import signal
 import tempfile
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_cpu.errors import OmniCpuError, RuntimeMissingError, StageError
-from omni_cpu.launch import processes
+from omni_cpu.launch import logs, processes, startup
 from omni_cpu.launch.plan import DRIVER_ENV_DEFAULTS, LaunchPlan
 from omni_cpu.launch.request import SAMPLE_RATE, SpeechRequest
 
@@ -44,6 +45,15 @@ class Utterance:
         return self.samples / SAMPLE_RATE
 
 
+# Start-up, phase by phase, in the order they run in the driver (seconds each).
+STARTUP_PHASES = {
+    "runtime_import_s": "importing vLLM-Omni (torch, vLLM, transformers) in the driver",
+    "engines_s": "Omni(): both stages' engine-core and worker processes, the two stages at "
+    "once (each: spawn + imports, weights, KV cache)",
+    "prompt_tokenizer_s": "the driver's text tokenizer and model config (prompt lengths)",
+}
+
+
 @dataclass
 class RunResult:
     """Timings and outputs of one `run`."""
@@ -54,6 +64,7 @@ class RunResult:
     utterances: list[Utterance]
     binding: dict[str, list[int]] = field(default_factory=dict)  # observed OpenMP binding
     stage_pids: list[int] = field(default_factory=list)
+    startup: dict[str, float] = field(default_factory=dict)  # STARTUP_PHASES -> seconds
 
     @property
     def audio_s(self) -> float:
@@ -90,7 +101,18 @@ class RunResult:
                 for u in self.utterances
             ],
             "binding": self.binding,
+            "startup": startup_dict(self.startup),
         }
+
+
+def startup_dict(phases: dict[str, float]) -> dict[str, Any]:
+    """Start-up by phase for --json: each phase's seconds, their total, what each one is."""
+    rounded = {name: round(seconds, 3) for name, seconds in phases.items()}
+    return {
+        **rounded,
+        "total_s": round(sum(phases.values()), 3),
+        "phases": {name: STARTUP_PHASES[name] for name in phases},
+    }
 
 
 def _audio_array(output: Any) -> Any:
@@ -148,9 +170,11 @@ class PipelineSession:
     `generate`, so both paths send the engines identical requests.
     """
 
-    def __init__(self, plan: LaunchPlan) -> None:
+    def __init__(self, plan: LaunchPlan, *, verbose: bool = False) -> None:
         self.plan = plan
-        self.load_s = 0.0
+        self.verbose = logs.verbose_requested(verbose)
+        self.load_s = 0.0  # Omni(): the engines alone (startup["engines_s"])
+        self.startup: dict[str, float] = {}
         self.stage_pids: list[int] = []
         self.binding: dict[str, list[int]] = {}  # observed OpenMP binding per stage env
         self._omni: Any = None
@@ -159,16 +183,28 @@ class PipelineSession:
     def __enter__(self) -> PipelineSession:
         for key, value in DRIVER_ENV_DEFAULTS.items():
             os.environ.setdefault(key, value)
+        logs.apply_to_this_process(self.verbose)
+        start = time.perf_counter()
         try:
             from vllm_omni.entrypoints.omni import Omni
+
+            from omni_cpu.platform.hf_config import register_qwen3_tts_config
         except ImportError as error:
             raise RuntimeMissingError(
                 f"the inference runtime does not import ({error})",
                 "run scripts/install-runtime.sh .venv, then omni-cpu doctor",
             ) from None
         try:
+            register_qwen3_tts_config()
+            self.startup["runtime_import_s"] = time.perf_counter() - start
+            launched = dataclasses.replace(
+                self.plan,
+                deploy_config=startup.parallel_stages(
+                    logs.quiet_deploy_config(self.plan.deploy_config, self.verbose)
+                ),
+            )
             with tempfile.TemporaryDirectory(prefix="omni-cpu-") as tmp:
-                deploy_path = self.plan.write_deploy_config(Path(tmp))
+                deploy_path = launched.write_deploy_config(Path(tmp))
                 start = time.perf_counter()
                 self._omni = Omni(
                     model=self.plan.model,
@@ -176,12 +212,14 @@ class PipelineSession:
                     stage_init_timeout=STAGE_INIT_TIMEOUT_S,
                     log_stats=False,
                 )
-                self.load_s = time.perf_counter() - start
+                self.load_s = self.startup["engines_s"] = time.perf_counter() - start
             self.stage_pids = processes.descendant_pids()
             self.binding = processes.observed_binding(self.stage_pids)
             from omni_cpu.platform.prompts import PromptBuilder
 
+            start = time.perf_counter()
             self._builder = PromptBuilder(self.plan.model)
+            self.startup["prompt_tokenizer_s"] = time.perf_counter() - start
         except BaseException as error:
             self.close()
             if isinstance(error, (OmniCpuError, KeyboardInterrupt, SystemExit)):
@@ -249,8 +287,14 @@ def run_pipeline(
     *,
     stream: bool = False,
     progress: Callable[[str], None] = lambda message: None,
+    on_audio: Callable[[list[Utterance], float], None] | None = None,
+    verbose: bool = False,
 ) -> RunResult:
-    """Load both stages, synthesize every request into its WAV, stop every stage process."""
+    """Load both stages, synthesize every request into its WAV, stop every stage process.
+
+    `on_audio` sees every utterance and the seconds since generation started after
+    each chunk (a progress display); `verbose` shows the engines' own logs.
+    """
     from omni_cpu.launch.wav import AtomicWavWriter
 
     writers = [AtomicWavWriter(path) for path in out_paths]
@@ -266,21 +310,30 @@ def run_pipeline(
         writers[index].append(audio)
         utterance.samples += audio.size
         utterance.chunks += 1
+        if on_audio is not None:
+            on_audio(utterances, seconds)
 
     interrupts.install()
     try:
         progress("loading the talker and code2wav engines")
-        with PipelineSession(plan) as session:
+        with PipelineSession(plan, verbose=verbose) as session:
             interrupts.check()
             progress(
-                f"engines up in {session.load_s:.1f} s; synthesizing {len(requests)} utterance(s)"
+                f"engines up in {sum(session.startup.values()):.1f} s; "
+                f"synthesizing {len(requests)} utterance(s)"
             )
             wall_s = session.generate(requests, stream=stream, on_chunk=write_chunk)
         interrupts.check()
         for writer in writers:
             writer.commit()
         return RunResult(
-            session.load_s, wall_s, stream, utterances, session.binding, session.stage_pids
+            session.load_s,
+            wall_s,
+            stream,
+            utterances,
+            session.binding,
+            session.stage_pids,
+            session.startup,
         )
     except BaseException:
         for writer in writers:

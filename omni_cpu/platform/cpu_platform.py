@@ -7,7 +7,6 @@ MRO they would hide `CpuPlatform`'s, so each one is answered here for CPU.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -16,6 +15,7 @@ from vllm.logger import init_logger
 from vllm.platforms.cpu import CpuPlatform
 from vllm_omni.platforms.interface import OmniPlatform, OmniPlatformEnum
 
+from omni_cpu import envs
 from omni_cpu.platform import AR_WORKER_QUALNAME, GENERATION_WORKER_QUALNAME
 
 logger = init_logger(__name__)
@@ -38,6 +38,11 @@ class CPUOmniPlatform(OmniPlatform, CpuPlatform):
     """vLLM-Omni on vLLM's CPU backend: Omni workers built on `CPUWorker`, eager, synchronous."""
 
     _omni_enum = OmniPlatformEnum.OOT
+    # vLLM-Omni scopes this variable to each stage it spawns from the stage's `devices`
+    # and starts stages with distinct devices in parallel (omni_cpu.launch.startup).
+    # vLLM's CPU backend reads CPU_VISIBLE_MEMORY_NODES itself, from the stage env the
+    # profile gives it, so the "device" here is a label that binds nothing.
+    device_control_env_var = "OMNI_CPU_STAGE_DEVICE"
 
     # --- what vLLM-Omni asks of a platform -----------------------------------------------
 
@@ -58,7 +63,7 @@ class CPUOmniPlatform(OmniPlatform, CpuPlatform):
     def supports_torch_inductor(cls) -> bool:
         # Read by the Qwen3 code predictor (vllm_omni common/qwen3_code_predictor.py):
         # False keeps it eager.
-        return os.environ.get(INDUCTOR_ENV, "0") == "1"
+        return envs.VLLM_OMNI_CPU_INDUCTOR
 
     @classmethod
     def supports_talker_mtp_graph_capture(cls) -> bool:

@@ -31,7 +31,6 @@ OpenMP pool, so the stage's thread binding applies).
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,11 +51,15 @@ def cpu_supports() -> bool:
 
 
 def wanted() -> bool:
-    return os.environ.get(GEMV_ENV, "auto").strip().lower() not in ("off", "0", "false", "no")
+    from omni_cpu import envs
+
+    return envs.OMNI_CPU_GEMV not in ("off", "0", "false", "no")
 
 
 def cache_dir() -> Path:
-    configured = os.environ.get(KERNEL_CACHE_ENV)
+    from omni_cpu import envs
+
+    configured = envs.OMNI_CPU_KERNEL_CACHE
     root = Path(configured) if configured else Path.home() / ".cache" / "omni-cpu" / "kernels"
     # One folder per torch build: an extension is tied to the torch it was built against.
     return root / f"torch-{torch.__version__}"

@@ -30,7 +30,6 @@ Written against torch 2.13 (`quantized::linear_prepack`/`linear_dynamic`,
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import torch
@@ -46,7 +45,9 @@ _QUANTIZED_ENGINES = ("x86", "fbgemm")
 
 def requested_weights() -> str:
     """`model` (the checkpoint dtype, default) or `int8`; raises on anything else."""
-    value = os.environ.get(WEIGHTS_ENV, "model").strip().lower() or "model"
+    from omni_cpu import envs
+
+    value = envs.OMNI_CPU_WEIGHTS
     if value not in WEIGHT_CHOICES:
         raise ValueError(f"{WEIGHTS_ENV}={value!r}: expected one of {', '.join(WEIGHT_CHOICES)}")
     return value

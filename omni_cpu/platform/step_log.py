@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from omni_cpu import envs
+
 STEP_LOG_ENV = "OMNI_CPU_STEP_LOG"
 
 
@@ -55,7 +57,7 @@ class StepLog:
 
 def step_log_from_env(kind: str) -> StepLog | None:
     """A log for this worker when `OMNI_CPU_STEP_LOG` names a directory."""
-    directory = os.environ.get(STEP_LOG_ENV, "").strip()
+    directory = envs.OMNI_CPU_STEP_LOG
     return StepLog(Path(directory), kind) if directory else None
 
 
@@ -114,5 +116,5 @@ class StepProfiler:
 
 def step_profiler_from_env(kind: str) -> StepProfiler | None:
     """A profiler for this worker when `OMNI_CPU_TORCH_PROFILE` names a directory."""
-    directory = os.environ.get(PROFILE_ENV, "").strip()
+    directory = envs.OMNI_CPU_TORCH_PROFILE
     return StepProfiler(Path(directory), kind) if directory else None

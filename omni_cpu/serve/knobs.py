@@ -1,8 +1,8 @@
-"""Every environment variable `omni-cpu serve` hands to the API server process, in one table.
+"""The environment variables `omni-cpu serve` hands to the API server process.
 
 The admission middleware runs inside vLLM-Omni's API server, which builds it with
 no arguments (`--middleware` takes an import path), so its limits travel as
-environment variables. Each knob: name, default, what it does.
+environment variables. Each is declared, with its default and doc, in omni_cpu.envs.
 """
 
 from __future__ import annotations
@@ -10,31 +10,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from omni_cpu import envs
+
 MAX_IN_FLIGHT_ENV = "OMNI_CPU_SERVE_MAX_IN_FLIGHT"
 MAX_INPUT_CHARS_ENV = "OMNI_CPU_SERVE_MAX_INPUT_CHARS"
 DRAIN_FILE_ENV = "OMNI_CPU_SERVE_DRAIN_FILE"
 ALLOW_REF_AUDIO_URLS_ENV = "OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS"
 ACCEPT_FRAME_LIMIT_ENV = "OMNI_CPU_SERVE_ACCEPT_FRAME_LIMIT"
 
-KNOBS: dict[str, tuple[str, str]] = {
-    MAX_IN_FLIGHT_ENV: (
-        "0",
-        "speech requests admitted at once (running + waiting); past it: 429. 0 = no limit",
-    ),
-    MAX_INPUT_CHARS_ENV: ("0", "longest `input` text in characters; longer: 400. 0 = no limit"),
-    DRAIN_FILE_ENV: (
-        "",
-        "while this file exists the server is draining: new speech requests and /health get 503",
-    ),
-    ALLOW_REF_AUDIO_URLS_ENV: (
-        "0",
-        "1: the server may fetch an http(s) `ref_audio` URL; 0: such requests get 400",
-    ),
-    ACCEPT_FRAME_LIMIT_ENV: (
-        "0",
-        "1: a Base request that reaches its frame budget returns its audio; 0: vLLM-Omni's 500",
-    ),
-}
 
 # The import path vLLM's `--middleware` option takes.
 MIDDLEWARE_PATH = "omni_cpu.serve.admission.SpeechAdmission"
@@ -66,17 +49,10 @@ class AdmissionLimits:
     @classmethod
     def from_env(cls, environ: dict[str, str] | os._Environ[str] | None = None) -> AdmissionLimits:
         env = os.environ if environ is None else environ
-
-        def number(name: str) -> int:
-            try:
-                return max(0, int(env.get(name, KNOBS[name][0]) or 0))
-            except ValueError:
-                return 0
-
         return cls(
-            max_in_flight=number(MAX_IN_FLIGHT_ENV),
-            max_input_chars=number(MAX_INPUT_CHARS_ENV),
-            drain_file=env.get(DRAIN_FILE_ENV, ""),
-            allow_ref_audio_urls=env.get(ALLOW_REF_AUDIO_URLS_ENV, "0").strip() == "1",
-            accept_frame_limit=env.get(ACCEPT_FRAME_LIMIT_ENV, "0").strip() == "1",
+            max_in_flight=envs.KNOBS[MAX_IN_FLIGHT_ENV].value(env),
+            max_input_chars=envs.KNOBS[MAX_INPUT_CHARS_ENV].value(env),
+            drain_file=envs.KNOBS[DRAIN_FILE_ENV].value(env),
+            allow_ref_audio_urls=envs.KNOBS[ALLOW_REF_AUDIO_URLS_ENV].value(env),
+            accept_frame_limit=envs.KNOBS[ACCEPT_FRAME_LIMIT_ENV].value(env),
         )

@@ -1,4 +1,4 @@
-"""One real `omni-cpu bench` on the tiny checkpoint: the --json result format (one engine start)."""
+"""One real `omni-cpu bench` on the tiny checkpoint: --json and --plot (one engine start)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,12 @@ LEVEL_KEYS = {
 
 
 @pytest.fixture(scope="module")
-def bench(tiny_checkpoint: Path) -> dict:  # noqa: F811 - the imported fixture
+def plot_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("plot") / "bench.png"
+
+
+@pytest.fixture(scope="module")
+def bench(tiny_checkpoint: Path, plot_path: Path) -> dict:  # noqa: F811 - the imported fixture
     run = run_omni_cpu(
         "bench",
         "--model",
@@ -43,6 +48,8 @@ def bench(tiny_checkpoint: Path) -> dict:  # noqa: F811 - the imported fixture
         "4",
         "--warmup",
         "0",
+        "--plot",
+        str(plot_path),
         "--json",
     )
     assert run.returncode == 0, run.stderr[-3000:]
@@ -90,3 +97,13 @@ def test_stage_times_come_from_inside_the_workers(bench: dict) -> None:
         assert 0 < level["code_predictor_ms"] <= level["talker_step_ms"]
         assert level["code2wav_ms_per_frame"] > 0
     assert bench["weights"] == "model"
+
+
+def test_plot_is_written_as_a_png(bench: dict, plot_path: Path) -> None:
+    assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_start_up_is_reported_phase_by_phase(bench: dict) -> None:
+    startup = bench["startup"]
+    assert startup["engines_s"] > 0 and startup["runtime_import_s"] > 0
+    assert startup["total_s"] >= startup["engines_s"]

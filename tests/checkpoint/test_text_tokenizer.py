@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -53,3 +54,19 @@ def test_transformers_auto_tokenizer_loads_it(tiny_checkpoint):
     ids = tokenizer("Hello world")["input_ids"]
     assert ids and all(i < configs.REGULAR_VOCAB_SIZE for i in ids)
     assert tokenizer(PROMPT)["input_ids"][:3] == [151644, ASSISTANT_ID, 198]
+
+
+def test_transformers_loads_it_without_the_mistral_regex_warning(tiny_checkpoint):
+    """Every stage process loads this tokenizer: the warning was one line per process."""
+    transformers = pytest.importorskip("transformers")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    library_logger = logging.getLogger("transformers")
+    library_logger.addHandler(handler)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(tiny_checkpoint))
+    finally:
+        library_logger.removeHandler(handler)
+    assert [r.getMessage() for r in records if "regex" in r.getMessage()] == []
+    assert tokenizer(PROMPT)["input_ids"][:3] == [151644, ASSISTANT_ID, 198]  # split unchanged

@@ -1,11 +1,13 @@
 """`omni-cpu run` end to end on the tiny checkpoint: real engines, real WAV files, real processes.
 
-Two engine runs in all (sync, streaming; about two minutes each on 2 cores), each
-checked for its audio, its stage binding and its leftovers; the bad-input checks
-start no engine. The sync run keeps the checkpoint's weights and writes the
-per-step log; the streaming run loads int8 talker weights, so both weight paths
-produce audio. Both decode code2wav with omni-cpu's streaming decode (the
-default): a 1-frame chunk, then a ragged 11-frame last chunk.
+Two engine runs in all (sync, streaming; about a minute each on 2 cores), each
+checked for its audio, its stage binding and its leftovers, plus one that fails in
+its first stage; the bad-input checks start no engine. The sync run is what a user
+sees (no --json): the checkpoint's weights, the per-step log, and no engine chatter.
+The streaming run is --json --verbose with int8 talker weights, so both weight
+paths produce audio and the engines' own logs show. Both decode
+code2wav with omni-cpu's streaming decode (the default): a 1-frame chunk, then a
+ragged 11-frame last chunk.
 """
 
 from __future__ import annotations
@@ -55,7 +57,13 @@ def stage_cpus(tiny_checkpoint: Path) -> dict[int, str]:
     }
 
 
-def _synthesize(checkpoint: Path, out: Path, *extra: str, env: dict[str, str] | None = None) -> Run:
+def _synthesize(
+    checkpoint: Path,
+    out: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    as_json: bool = True,
+) -> Run:
     run = run_omni_cpu(
         "run",
         "--model",
@@ -70,7 +78,7 @@ def _synthesize(checkpoint: Path, out: Path, *extra: str, env: dict[str, str] | 
         MAX_FRAMES,
         "--out",
         str(out),
-        "--json",
+        *(["--json"] if as_json else []),
         *extra,
         env=env,
     )
@@ -82,16 +90,15 @@ def _synthesize(checkpoint: Path, out: Path, *extra: str, env: dict[str, str] | 
 def sync_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
     out = tmp_path_factory.mktemp("sync") / "hello.wav"
     steps = out.parent / "steps"
-    return _synthesize(tiny_checkpoint, out, env={"OMNI_CPU_STEP_LOG": str(steps)}), out
+    run = _synthesize(tiny_checkpoint, out, env={"OMNI_CPU_STEP_LOG": str(steps)}, as_json=False)
+    return run, out
 
 
 @pytest.fixture(scope="module")
 def stream_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
     out = tmp_path_factory.mktemp("stream") / "hello.wav"
-    # INFO logging lets the test see the talker worker report its int8 layers.
-    run = _synthesize(
-        tiny_checkpoint, out, "--stream", "--weights", "int8", env={"VLLM_LOGGING_LEVEL": "INFO"}
-    )
+    # --verbose lets the test see the talker worker report its int8 layers (INFO).
+    run = _synthesize(tiny_checkpoint, out, "--stream", "--weights", "int8", "--verbose")
     return run, out
 
 
@@ -121,8 +128,8 @@ def test_max_frames_gives_exactly_that_many_frames(sync_run: tuple[Run, Path]) -
 
 @pytest.mark.e2e
 @needs_runtime
-def test_sync_run_reports_timings_for_the_audio_it_wrote(sync_run: tuple[Run, Path]) -> None:
-    run, path = sync_run
+def test_stream_run_reports_timings_for_the_audio_it_wrote(stream_run: tuple[Run, Path]) -> None:
+    run, path = stream_run
     report = run.json()
     _, _, samples = read_wav(path)
     assert report["outputs"][0]["samples"] == samples.size
@@ -152,6 +159,76 @@ def test_each_stage_worker_is_bound_to_its_profile_cpus(
         pinned_cpus = {cpu for text in pinned for cpu in parse_cpu_list(text)}
         assert pinned_cpus <= wanted, f"stage {stage_id} threads on {format_cpu_list(pinned_cpus)}"
         assert bound <= wanted | everything
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_healthy_run_prints_a_few_lines_of_its_own_and_no_error_or_warning(
+    sync_run: tuple[Run, Path],
+) -> None:
+    run, path = sync_run
+    lines = (run.stdout + run.stderr).splitlines()
+    assert len(lines) <= 10, run.stderr[-3000:]
+    assert not [line for line in lines if re.search(r"ERROR|WARNING|Warning", line)], lines
+    assert f"wrote {path}" in run.stdout
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_verbose_run_shows_the_engines_own_logs(stream_run: tuple[Run, Path]) -> None:
+    run, _ = stream_run
+    assert re.search(r"INFO .*Initializing a V1 LLM engine", run.stderr), run.stderr[-3000:]
+    run.json()  # stdout is still only the JSON document
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_run_json_reports_start_up_phase_by_phase(stream_run: tuple[Run, Path]) -> None:
+    startup = stream_run[0].json()["startup"]
+    phases = ("runtime_import_s", "engines_s", "prompt_tokenizer_s")
+    assert all(startup[name] > 0 for name in phases)
+    assert startup["total_s"] == pytest.approx(sum(startup[name] for name in phases), abs=0.01)
+    assert set(startup["phases"]) == set(phases)  # each phase says what it is
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_a_stage_that_fails_to_start_still_shows_its_own_error(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    from omni_cpu.plan import plan_for_machine
+    from omni_cpu.profile import save_profile
+
+    _, profile = plan_for_machine(str(tiny_checkpoint))
+    replica = profile.replicas[0]
+    # 4 KiB of KV cache cannot hold one talker request: vLLM refuses in stage 0's engine core.
+    stages = (
+        dataclasses.replace(replica.stages[0], kv_cache_memory_bytes=4096),
+        *replica.stages[1:],
+    )
+    profile = dataclasses.replace(
+        profile, replicas=(dataclasses.replace(replica, stages=stages), *profile.replicas[1:])
+    )
+    path = tmp_path / "no-kv.yaml"
+    save_profile(profile, path)
+    out = tmp_path / "never.wav"
+    run = run_omni_cpu(
+        "run",
+        "--model",
+        str(tiny_checkpoint),
+        "--deploy-profile",
+        str(path),
+        "--text",
+        "Hi",
+        "--max-frames",
+        "4",
+        "--out",
+        str(out),
+    )
+    assert run.returncode == 4
+    assert "ValueError: No available memory for the cache blocks" in run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith("error: starting the stage engines")
+    assert not out.exists()
 
 
 @pytest.mark.e2e
