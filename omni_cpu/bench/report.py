@@ -69,6 +69,12 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
             if fraction is None
             else f"{streaming['bytes_per_s'] / 1e9:.1f} GB/s = {fraction:.0%} of the triad"
         )
+        + (
+            ""
+            if not streaming.get("fraction_of_stage_read")
+            else f", {streaming['fraction_of_stage_read']:.0%} of what its own cores read "
+            f"({data['talker_read_bandwidth']['gb_per_s']:.1f} GB/s)"
+        )
         + f" · start-up {data['startup']['total_s']:.1f} s ("
         + ", ".join(
             f"{name.removesuffix('_s').replace('_', ' ')} {seconds:.1f} s"

@@ -12,7 +12,7 @@ from typing import Any
 
 from omni_cpu import envs
 from omni_cpu.bench import procstats, steplog
-from omni_cpu.bench.bandwidth import Triad, triad_bandwidth, weight_streaming
+from omni_cpu.bench.bandwidth import Triad, stage_read, triad_bandwidth, weight_streaming
 from omni_cpu.bench.session import EngineSession
 from omni_cpu.bench.stats import StreamTrace, summarize_streams
 from omni_cpu.cpulist import parse_cpu_list
@@ -113,13 +113,15 @@ class BenchResult:
     load_s: float = 0.0
     startup: dict[str, float] = field(default_factory=dict)  # launch.pipeline.STARTUP_PHASES
     levels: list[Level] = field(default_factory=list)
+    stage_read: dict[str, Any] | None = None  # bandwidth.stage_read of the talker's CPUs
 
     def weight_streaming(self) -> dict[str, Any]:
         single = next((lv for lv in self.levels if lv.concurrency == 1), None)
         ms = None
         if single is not None:
             ms = single.talker_step_ms or single.summary["talker_ms_per_frame"]
-        return weight_streaming(self.talker_weight_bytes, ms, self.triad)
+        read = self.stage_read["bytes_per_s"] if self.stage_read else None
+        return weight_streaming(self.talker_weight_bytes, ms, self.triad, read)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -133,6 +135,7 @@ class BenchResult:
             "startup": startup_dict(self.startup),
             "stage_cpus": self.stage_cpus,
             "memory_bandwidth": self.triad.to_dict(),
+            "talker_read_bandwidth": self.stage_read,
             "weight_streaming": self.weight_streaming(),
             "levels": [level.to_dict() for level in self.levels],
             "derivations": DERIVATIONS,
@@ -211,6 +214,8 @@ def run_bench(
     )
     progress("measuring memory bandwidth (triad) before the engines start")
     triad = triad_bandwidth(triad_bytes) if triad_bytes else triad_bandwidth()
+    progress("measuring the read bandwidth of the talker's own cores")
+    talker_read = stage_read(parse_cpu_list(stage_cpus["talker"]))
     procstats.reset_peak_rss()
     result = BenchResult(
         plan.model,
@@ -222,6 +227,7 @@ def run_bench(
         triad,
         weight_bytes,
         weights,
+        stage_read=talker_read,
     )
     # Stage workers inherit this and log each step's wall time (read per level).
     if not envs.OMNI_CPU_STEP_LOG:
