@@ -10,8 +10,8 @@ weights N(0, 0.02), the fused forward omni-cpu runs by default:
    flip early in a frame changes the rest: the per-frame share is the strict one.
 
 "float32" (the same weights in float32) is the yardstick: how often bf16 rounding
-alone flips a code. Schemes: "gemv-w8a8" (omni-cpu's VNNI kernel, 8-bit activations, 32-bit sums) and
-"fbgemm-int8" (PyTorch's dynamic int8, 7-bit activations). The talker's own layer-0
+alone flips a code. Schemes: "gemv-w8a8" (omni-cpu's VNNI kernel, 8-bit activations,
+32-bit sums) and "fbgemm-int8" (PyTorch's dynamic int8, 7-bit activations). The talker's own layer-0
 code is not part of this (it needs the engines); the predictor is where 15 of the 16
 codes of a frame are chosen.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def build(torch, config, talker, dtype):  # noqa: ANN001, ANN201 - script
+def build(torch, config, talker, dtype):
     from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
         Qwen3TTSTalkerConfig,
     )
@@ -91,7 +91,7 @@ def main() -> int:
             layer_error[scheme][name] = float((got - want).norm() / want.norm())
 
     # 2. Greedy codes against bf16.
-    def forward_for(scheme: str | None):  # noqa: ANN202
+    def forward_for(scheme: str | None):
         dtype = torch.float32 if scheme == "float32" else torch.bfloat16
         predictor = build(torch, config, talker, dtype)
         if scheme in (None, "float32"):
