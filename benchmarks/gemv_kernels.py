@@ -1,5 +1,11 @@
 """Which CPU GEMV kernel streams a Qwen3-TTS layer's weights fastest, at batch 1 and 4?
 
+Candidates: omni-cpu's GEMV (omni_cpu.platform.gemv) in bf16 and W8A8, torch's bf16
+linear, vLLM's oneDNN GEMM in bf16 and float32, FBGEMM dynamic int8 (omni-cpu's int8
+path on AVX2), torch's weight-only int8 (`_weight_int8pack_mm`) and vLLM's weight-only
+int4 (`cpu_gemm_wna16`). vLLM's oneDNN W8A8 (`onednn_scaled_mm`) was tried and gave
+wrong results through this direct call (error inf), at FBGEMM's speed; it is left out.
+
 Runs each candidate kernel over the code predictor's 5 layers (the 0.6B shapes:
 qkv 1024->4096, o 2048->1024, gate_up 1024->6144, down 3072->1024), weights
 rotating through DRAM (157 MB in bf16, several times the L3), one thread unless
@@ -77,20 +83,6 @@ def make_kernels(weights: list[torch.Tensor]) -> dict[str, Callable]:
         packed = Int8Weights(w)
         return (lambda x: packed(x)), w.numel(), torch.float32
 
-    def onednn_w8a8(w: torch.Tensor):
-        q, scale = per_channel_int8(w)
-        handler = ops.create_onednn_scaled_mm(
-            q.t(), scale.to(torch.float32), torch.bfloat16, True, False, 32
-        )
-        n = w.shape[0]
-
-        def call(x: torch.Tensor) -> torch.Tensor:
-            xq, xs, _ = ops.onednn_scaled_int8_quant(x, None, None, True)
-            out = torch.empty((x.shape[0], n), dtype=x.dtype)
-            return ops.onednn_scaled_mm(handler, xq, out, xs, None, None, None)
-
-        return call, w.numel(), torch.bfloat16
-
     def int8pack_w8a16(w: torch.Tensor):
         q, scale = per_channel_int8(w)
         scales = scale.to(torch.bfloat16)
@@ -124,11 +116,29 @@ def make_kernels(weights: list[torch.Tensor]) -> dict[str, Callable]:
 
         return call, w.numel() // 2 + scales.numel() * 2, torch.bfloat16
 
+    def omni_bf16(w: torch.Tensor):
+        from omni_cpu.platform import gemv
+
+        module = gemv.kernel()
+        if module is None:
+            raise RuntimeError("no avx512_bf16/vnni here")
+        packed = gemv.PackedBf16Weights(w.to(torch.bfloat16), module)
+        return packed, w.numel() * 2, torch.bfloat16
+
+    def omni_w8a8(w: torch.Tensor):
+        from omni_cpu.platform import gemv
+
+        module = gemv.kernel()
+        if module is None:
+            raise RuntimeError("no avx512_bf16/vnni here")
+        return gemv.PackedInt8Weights(w, module), w.numel(), torch.bfloat16
+
+    kernels["omni-cpu GEMV bf16"] = omni_bf16
+    kernels["omni-cpu GEMV W8A8"] = omni_w8a8
     kernels["torch bf16"] = torch_bf16
     kernels["oneDNN bf16"] = onednn_bf16
     kernels["oneDNN f32"] = onednn_f32
     kernels["FBGEMM dyn int8"] = fbgemm_dynamic
-    kernels["oneDNN W8A8"] = onednn_w8a8
     kernels["torch int8pack W8A16"] = int8pack_w8a16
     kernels["vLLM wna16 int4"] = wna16_int4
     return kernels

@@ -23,7 +23,28 @@ namespace {
 
 constexpr int64_t kRows = 4;
 
-inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+// The four sums of four accumulators at once (a transpose-add tree: ~12 instructions
+// where four separate reductions take ~40, which matters at M = 4 and small K).
+inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  auto fold = [](__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  };
+  __m256 ab = _mm256_hadd_ps(fold(a), fold(b));
+  __m256 cd = _mm256_hadd_ps(fold(c), fold(d));
+  __m256 abcd = _mm256_hadd_ps(ab, cd);
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+inline __m128i hsum4(__m512i a, __m512i b, __m512i c, __m512i d) {
+  auto fold = [](__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+  };
+  __m256i ab = _mm256_hadd_epi32(fold(a), fold(b));
+  __m256i cd = _mm256_hadd_epi32(fold(c), fold(d));
+  __m256i abcd = _mm256_hadd_epi32(ab, cd);
+  return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
+}
 
 // Where results go: y[m, j] = value + bias[j], rounded once to the output dtype.
 template <typename Out>
@@ -54,8 +75,12 @@ void bf16_block(const uint16_t* x, const uint16_t* w, int64_t K, int64_t n, int6
       for (int r = 0; r < kRows; ++r) acc[m][r] = _mm512_dpbf16_ps(acc[m][r], wv[r], xv);
     }
   }
-  for (int m = 0; m < M; ++m)
-    for (int r = 0; r < kRows; ++r) store(m0 + m, n + r, hsum(acc[m][r]));
+  static_assert(kRows == 4, "hsum4 reduces four rows");
+  for (int m = 0; m < M; ++m) {
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
+    for (int r = 0; r < kRows; ++r) store(m0 + m, n + r, sums[r]);
+  }
 }
 
 // Blocks of four weight rows outer, rows of x inner: a block (8-24 KB) stays in
@@ -97,12 +122,16 @@ void w8a8_block(const uint8_t* xq, const int8_t* w, int64_t K, int64_t n, int64_
       for (int r = 0; r < kRows; ++r) acc[m][r] = _mm512_dpbusd_epi32(acc[m][r], xv, wv[r]);
     }
   }
-  for (int m = 0; m < M; ++m)
+  for (int m = 0; m < M; ++m) {
+    alignas(16) int32_t sums[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(sums),
+                    hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
     for (int r = 0; r < kRows; ++r) {
       const int64_t j = n + r;
-      const int32_t dot = _mm512_reduce_add_epi32(acc[m][r]) - 128 * wsum[j];
+      const int32_t dot = sums[r] - 128 * wsum[j];
       store(m0 + m, j, static_cast<float>(dot) * xscale[m] * wscale[j]);
     }
+  }
 }
 
 template <typename Out>
