@@ -49,6 +49,11 @@ def run_command(
         None, "--instruct", help="Style instruction (models that follow them, e.g. 1.7B)."
     ),
     out: Path = typer.Option(Path("out.wav"), "--out", help="WAV file to write (24 kHz mono)."),
+    out_special: bool = typer.Option(
+        False,
+        "--out-special",
+        help="Let --out be a symlink (written through), a device or a FIFO.",
+    ),
     stream: bool = typer.Option(
         False, "--stream", help="Write audio as chunks arrive and report time to first audio."
     ),
@@ -63,9 +68,13 @@ def run_command(
 ) -> None:
     from omni_cpu.launch.plan import make_launch_plan
     from omni_cpu.launch.request import build_requests, read_model_info, read_texts
+    from omni_cpu.launch.wav import check_output_path
 
     info = read_model_info(model)
     texts = read_texts(text, text_file)
+    if not dry_run:
+        for path in _out_paths(out, len(texts)):
+            check_output_path(path, allow_special=out_special)
     requests = build_requests(info, texts, speaker, language, instruct, max_frames)
     plan = make_launch_plan(model, deploy_profile, weights=weights)
 
@@ -87,7 +96,12 @@ def run_command(
             err_console.print(f"[dim]…[/] {message}", highlight=False)
 
     result = run_pipeline(
-        plan, requests, _out_paths(out, len(requests)), stream=stream, progress=progress
+        plan,
+        requests,
+        _out_paths(out, len(requests)),
+        stream=stream,
+        allow_special=out_special,
+        progress=progress,
     )
     if as_json:
         print_json(result.to_dict())
