@@ -100,13 +100,20 @@ def terminate(pids: list[int], timeout_s: float = 10.0) -> list[int]:
     return stubborn
 
 
-def stop_tree(root: int, timeout_s: float, *, include_adopted: bool = False) -> list[int]:
+def stop_tree(
+    root: int,
+    timeout_s: float,
+    *,
+    include_adopted: bool = False,
+    spare: set[int] | frozenset[int] = frozenset(),
+) -> list[int]:
     """SIGTERM `root`, then SIGKILL whatever of its tree is left after `timeout_s`.
 
     The tree is snapshotted before the signal, so processes re-parented when their
     parent dies stay tracked. `include_adopted`: also stop every descendant of this
-    process (right for a supervisor whose only child is `root`, as a subreaper).
-    Returns the pids still running after SIGKILL (empty when the tree is gone).
+    process (right for a supervisor whose only child is `root`, as a subreaper),
+    except the pids in `spare` (its watchdog). Returns the pids still running after
+    SIGKILL (empty when the tree is gone).
     """
     tree = {root, *descendants(root)}
     signal_all([root], signal.SIGTERM)
@@ -114,7 +121,7 @@ def stop_tree(root: int, timeout_s: float, *, include_adopted: bool = False) -> 
     while True:
         tree |= set(descendants(root))  # children started during shutdown count too
         if include_adopted:
-            tree |= set(descendants(os.getpid()))
+            tree |= set(descendants(os.getpid())) - set(spare)
         alive = wait_gone(sorted(tree), 0.0)
         if not alive or time.monotonic() >= deadline:
             break

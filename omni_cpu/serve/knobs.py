@@ -13,6 +13,9 @@ from dataclasses import dataclass
 MAX_IN_FLIGHT_ENV = "OMNI_CPU_SERVE_MAX_IN_FLIGHT"
 MAX_INPUT_CHARS_ENV = "OMNI_CPU_SERVE_MAX_INPUT_CHARS"
 DRAIN_FILE_ENV = "OMNI_CPU_SERVE_DRAIN_FILE"
+DOWN_FILE_ENV = "OMNI_CPU_SERVE_DOWN_FILE"
+MAX_MODEL_LEN_ENV = "OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN"
+TOKENIZER_ENV = "OMNI_CPU_SERVE_TOKENIZER"
 
 KNOBS: dict[str, tuple[str, str]] = {
     MAX_IN_FLIGHT_ENV: (
@@ -24,6 +27,15 @@ KNOBS: dict[str, tuple[str, str]] = {
         "",
         "while this file exists the server is draining: new speech requests and /health get 503",
     ),
+    DOWN_FILE_ENV: (
+        "",
+        "while this file exists a stage is down: /health and speech requests get 503 naming it",
+    ),
+    MAX_MODEL_LEN_ENV: (
+        "0",
+        "the talker's context; prompts that need more positions get 400. 0 = not checked",
+    ),
+    TOKENIZER_ENV: ("", "checkpoint whose tokenizer measures prompts for the context check"),
 }
 
 # The import path vLLM's `--middleware` option takes.
@@ -41,12 +53,18 @@ class AdmissionLimits:
     max_in_flight: int = 0
     max_input_chars: int = 0
     drain_file: str = ""
+    down_file: str = ""
+    talker_max_model_len: int = 0
+    tokenizer: str = ""
 
     def to_env(self) -> dict[str, str]:
         return {
             MAX_IN_FLIGHT_ENV: str(self.max_in_flight),
             MAX_INPUT_CHARS_ENV: str(self.max_input_chars),
             DRAIN_FILE_ENV: self.drain_file,
+            DOWN_FILE_ENV: self.down_file,
+            MAX_MODEL_LEN_ENV: str(self.talker_max_model_len),
+            TOKENIZER_ENV: self.tokenizer,
         }
 
     @classmethod
@@ -63,4 +81,7 @@ class AdmissionLimits:
             max_in_flight=number(MAX_IN_FLIGHT_ENV),
             max_input_chars=number(MAX_INPUT_CHARS_ENV),
             drain_file=env.get(DRAIN_FILE_ENV, ""),
+            down_file=env.get(DOWN_FILE_ENV, ""),
+            talker_max_model_len=number(MAX_MODEL_LEN_ENV),
+            tokenizer=env.get(TOKENIZER_ENV, ""),
         )

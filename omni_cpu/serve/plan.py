@@ -123,6 +123,9 @@ def build_serve_plan(
         max_in_flight=talker.max_num_seqs + waiting,
         max_input_chars=max(0, chars),
         drain_file=str(folder / "draining"),
+        down_file=str(folder / "stage-down"),
+        talker_max_model_len=talker.max_model_len,
+        tokenizer=model,
     )
     notes.append(
         f"at most {limits.max_in_flight} speech requests at once "
