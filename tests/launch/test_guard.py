@@ -75,3 +75,24 @@ def test_a_partial_file_of_a_dead_writer_is_swept_at_the_next_start(tmp_path: Pa
     with StageGuard([tmp_path]):
         assert not stale.exists()
         assert mine.exists()  # a live writer's file is left alone
+
+
+def test_doctor_reports_what_a_finished_run_left_and_how_much_it_holds(tmp_path: Path) -> None:
+    from omni_cpu.doctor import check_shared_memory
+
+    name = f"psm_omni_cpu_test_{os.getpid()}"
+    (shm.SHM_DIR / name).write_bytes(b"\0" * (1 << 20))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    ledger = shm.Ledger(f"test{os.getpid()}", dead.pid, dead.pid, {dead.pid}, {name})
+    ledger.save()
+    try:
+        check = check_shared_memory()
+        assert check.status == "warn"
+        assert name in check.detail and "1.0 MiB" in check.detail
+        assert shm.sweep(ledger) == 1 << 20
+        assert not (shm.SHM_DIR / name).exists()
+        assert name not in check_shared_memory().detail
+    finally:
+        (shm.SHM_DIR / name).unlink(missing_ok=True)
+        ledger.path.unlink(missing_ok=True)
