@@ -198,6 +198,11 @@ class AtomicWavWriter:
         self._temp = None
 
     def _discard(self) -> None:
+        wave_file = getattr(self, "_wave", None)
+        if wave_file is not None:
+            # Closed here (its header write may fail again), not later from __del__.
+            with contextlib.suppress(Exception):
+                wave_file.close()
         with contextlib.suppress(Exception):
             self._file.close()
         if self._temp is not None:
@@ -206,6 +211,4 @@ class AtomicWavWriter:
 
     def abort(self) -> None:
         """Close and delete: no partial file stays behind."""
-        with contextlib.suppress(Exception):
-            self._wave.close()
         self._discard()
