@@ -13,6 +13,7 @@ import contextlib
 import copy
 import logging
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -137,7 +138,7 @@ def _sampling_params(omni: Any, requests: list[SpeechRequest], stream: bool) -> 
 ChunkHandler = Callable[[int, Any, float], None]
 
 
-MEMORY_WORDS = ("out of memory", "memoryerror", "cannot allocate memory", "oom")
+MEMORY_WORDS = re.compile(r"out of memory|memoryerror|cannot allocate memory|\boom\b", re.I)
 STOP_GRACE_S = 2.0  # killed stage processes get this long to be gone
 # Set once engines were started in this process; the CLI then ends with os._exit.
 ENGINES_STARTED = threading.Event()
@@ -195,7 +196,7 @@ def stage_error(phase: str, error: BaseException, watch: _StageWatch | None) -> 
     if dead:
         message = f"{phase} failed: " + ", ".join(p.describe() for p in dead) + " died"
         message += f" ({reason})" if reason else ""
-    memory = isinstance(error, MemoryError) or any(w in reason.lower() for w in MEMORY_WORDS)
+    memory = isinstance(error, MemoryError) or MEMORY_WORDS.search(reason) is not None
     if watch is not None and watch.oom_killed():
         memory = True
         message += "; the kernel's OOM killer ran"

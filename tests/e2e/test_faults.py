@@ -161,7 +161,6 @@ class LiveRun:
         time.sleep(3)  # first chunks are out
 
     def stage_process(self, stage_id: int, role: str) -> int:
-        binds = {"0": 0}  # replaced below from the live processes' environments
         for pid in proctree.descendants(self.process.pid):
             command = proctree.command_line(pid)
             title = f"stage{stage_id}" if role == "EngineCore" else ""
@@ -173,7 +172,7 @@ class LiveRun:
                 for child in psutil.Process(pid).children():
                     if role in " ".join(child.cmdline()):
                         return child.pid
-        raise AssertionError(f"no {role} of stage {stage_id} (binds {binds})")
+        raise AssertionError(f"no {role} of stage {stage_id}")
 
     def finish(self, timeout_s: float = 120) -> tuple[int, str]:
         code = self.process.wait(timeout=timeout_s)
