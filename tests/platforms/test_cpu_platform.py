@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 from importlib import metadata
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -116,10 +117,26 @@ def test_code_predictor_compile_is_off_unless_asked(monkeypatch: pytest.MonkeyPa
     assert CPUOmniPlatform.supports_torch_inductor() is True
 
 
-def test_pinned_code_predictor_asks_the_platform_before_compiling() -> None:
+def test_pinned_code_predictor_asks_the_platform_before_compiling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With our platform current and VLLM_OMNI_CPU_INDUCTOR unset, the code predictor
+    # keeps its eager forward instead of calling torch.compile.
+    import torch
     from vllm_omni.model_executor.models.common import qwen3_code_predictor
 
-    assert "supports_torch_inductor()" in inspect.getsource(qwen3_code_predictor)
+    monkeypatch.delenv("VLLM_OMNI_CPU_INDUCTOR", raising=False)
+    monkeypatch.setattr(qwen3_code_predictor, "current_omni_platform", CPUOmniPlatform())
+    model = torch.nn.Linear(2, 2)
+    model.codec_embedding = torch.nn.ModuleList([torch.nn.Embedding(4, 2)])
+    wrapper = SimpleNamespace(
+        _compiled_model_fwd=None,
+        model=model,
+        lm_head=torch.nn.ModuleList([torch.nn.Linear(2, 4)]),
+        _wrapper_config=SimpleNamespace(use_cuda_graphs=False),
+    )
+    qwen3_code_predictor.CodePredictorWrapper._setup_compile(wrapper)
+    assert wrapper._compiled_model_fwd == model.forward
 
 
 def test_talker_mtp_graphs_are_never_captured() -> None:
