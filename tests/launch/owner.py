@@ -34,7 +34,7 @@ def main(mode: str, folder: str) -> None:
         ready.wait(60)
         print(process.pid, names.get(timeout=60), flush=True)
         if mode == "exit":
-            time.sleep(2.5)  # the watchdog records what the child holds
+            time.sleep(3)  # the watchdog records what the child holds (it polls each second)
             process.kill()
             process.join()
             return
