@@ -135,7 +135,10 @@ class Watchdog:
         while True:
             ready, _, _ = select.select([channel], [], [], None if stopped else POLL_S)
             if not ready:
-                self.record()
+                try:
+                    self.record()
+                except Exception:  # a process that changed under us; the next poll sees it
+                    _log_error(self.token)
                 continue
             try:
                 message = channel.recv(16)
@@ -215,11 +218,28 @@ class StageGuard:
             os.environ[OWNER_ENV] = self._previous
 
 
+def _log_error(token: str) -> None:
+    """The watchdog has no terminal: what went wrong goes to a file in the temp folder."""
+    import tempfile
+    import traceback
+
+    with (
+        contextlib.suppress(OSError),
+        open(Path(tempfile.gettempdir()) / f"omni-cpu-watchdog-{token}.log", "a") as log,
+    ):
+        traceback.print_exc(file=log)
+
+
 def main(argv: list[str]) -> int:
     token, owner = argv[0], int(argv[1])
     watchdog = Watchdog(token, owner, [Path(folder) for folder in argv[2:]])
     channel = socket.socket(fileno=os.dup(sys.stdin.fileno()))
-    watchdog.serve(channel)
+    try:
+        watchdog.serve(channel)
+    except Exception:
+        _log_error(token)
+        watchdog.finish()  # whatever failed, the owner's processes still go
+        return 1
     return 0
 
 
