@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from omni_cpu.launch import shm
+from omni_cpu.launch import procfs, shm
 
 OWNER_ENV = "OMNI_CPU_OWNER"  # the token; one per owner session
 POLL_S = 1.0
@@ -48,7 +48,7 @@ def token_processes(token: str, among: list[psutil.Process] | None = None) -> li
         try:
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if process.environ().get(OWNER_ENV) == token:
+            if procfs.environ(process.pid).get(OWNER_ENV) == token:
                 found.append(process)
         except psutil.Error:
             continue

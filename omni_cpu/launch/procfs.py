@@ -2,8 +2,9 @@
 
 psutil covers process trees, CPU times, RSS, environments and waiting for exit
 (`omni_cpu.launch.proctree`). It has no resident-memory high-water mark, no
-per-thread affinity list, no view of which /dev/shm entries a process holds, and
-no OOM-kill counter; those few reads live here, each tolerant of a process that
+per-thread affinity list, no view of which /dev/shm entries a process holds, no
+OOM-kill counter, and it reads no environment of a process that rewrote its
+title; those few reads live here, each tolerant of a process that
 vanishes mid-read.
 """
 
@@ -73,6 +74,21 @@ def shm_names_in_use() -> set[str]:
         if entry.name.isdigit():
             names |= shm_names_held(int(entry.name))
     return names
+
+
+def environ(pid: int) -> dict[str, str]:
+    """The environment `pid` was started with (empty when unreadable or gone).
+
+    Read by hand: vLLM's stage processes set their title with setproctitle, which
+    overwrites the start of the block, and psutil's parser then returns nothing;
+    the variables after the overwritten part are intact and still count.
+    """
+    try:
+        raw = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
 
 
 def oom_kills() -> int | None:

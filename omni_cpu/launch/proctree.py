@@ -142,10 +142,9 @@ def command_line(pid: int) -> str:
 
 def environ(pid: int) -> dict[str, str]:
     """The environment `pid` was started with (empty when unreadable or gone)."""
-    try:
-        return psutil.Process(pid).environ()
-    except psutil.Error:
-        return {}
+    from omni_cpu.launch import procfs
+
+    return procfs.environ(pid)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -54,7 +54,7 @@ def live_pids_with_token(token: str) -> list[int]:
         try:
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if process.environ().get("OMNI_CPU_E2E_TOKEN") == token:
+            if procfs.environ(process.pid).get("OMNI_CPU_E2E_TOKEN") == token:
                 found.append(process.pid)
         except psutil.Error:
             continue

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from omni_cpu.launch import proctree
+from omni_cpu.launch import proctree, shm
 from tests.e2e.conftest import OMNI_CPU, live_pids_with_token, needs_runtime
 
 SHM = Path("/dev/shm")
@@ -145,6 +145,7 @@ class LiveRun:
         ]  # fmt: skip
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
         self.lines: list[str] = []
+        self.tree: list[int] = []
         self.synthesizing = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -159,6 +160,9 @@ class LiveRun:
     def wait_synthesizing(self, timeout_s: float = 600) -> None:
         assert self.synthesizing.wait(timeout_s), "".join(self.lines)[-3000:]
         time.sleep(3)  # first chunks are out
+        # Stage processes overwrite their environment with their title (setproctitle),
+        # so the token does not find them all: remember the whole tree instead.
+        self.tree = [self.process.pid, *proctree.descendants(self.process.pid)]
 
     def stage_process(self, stage_id: int, role: str) -> int:
         for pid in proctree.descendants(self.process.pid):
@@ -182,8 +186,16 @@ class LiveRun:
     def leftovers(self) -> tuple[list[int], list[str]]:
         """Processes and /dev/shm entries of this run still there after 10 s at most."""
         eventually(lambda: not live_pids_with_token(self.token), 10)
-        eventually(lambda: not set(os.listdir(SHM)) - self.shm_before, 10)
-        return live_pids_with_token(self.token), sorted(set(os.listdir(SHM)) - self.shm_before)
+        left = sorted(
+            set(proctree.wait_gone(self.tree, 10)) | set(live_pids_with_token(self.token))
+        )
+        eventually(lambda: not self.new_shm(), 10)
+        return sorted(left), self.new_shm()
+
+    def new_shm(self) -> list[str]:
+        """Entries made since the start, less other live runs' ledgers (a concurrent test's)."""
+        others = {ledger.path.name for ledger in shm.live_ledgers()}
+        return sorted(set(os.listdir(SHM)) - self.shm_before - others)
 
 
 @pytest.mark.e2e

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from omni_cpu.launch import proctree
-from tests.e2e.conftest import needs_runtime
+from tests.e2e.conftest import needs_runtime, tiny_checkpoint  # noqa: F401 - the fixture
 from tests.serve.test_serve_e2e import REPO, START_TIMEOUT_S, free_port, get, get_status
 
 pytestmark = [pytest.mark.e2e, needs_runtime]
@@ -34,7 +34,8 @@ def talker_worker(root: int) -> int:
 
 
 def test_a_killed_stage_worker_is_named_by_health_and_the_server_exits_4(
-    tiny_checkpoint: Path, tmp_path: Path
+    tiny_checkpoint: Path,  # noqa: F811 - pytest's fixture
+    tmp_path: Path,
 ) -> None:
     port = free_port()
     log = tmp_path / "serve.log"
