@@ -168,7 +168,9 @@ class _StageWatch:
 
     def sample(self) -> None:
         for pid in processes.descendant_pids():
-            if pid not in self.seen:
+            known = self.seen.get(pid)
+            # A spawned process takes its title (engine core, worker) only once it runs.
+            if known is None or known.role == "process" or known.stage_id is None:
                 self.seen[pid] = processes.identify(pid, self.stage_binds)
 
     def _run(self) -> None:

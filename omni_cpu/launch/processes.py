@@ -7,6 +7,7 @@ Walking and stopping process trees is `omni_cpu.launch.proctree`'s job (which
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from omni_cpu.launch import procfs, proctree
@@ -46,11 +47,22 @@ class StageProcess:
         return f"stage {self.stage_id} ({self.stage_name}) {self.role} pid {self.pid}"
 
 
-def identify(pid: int, stage_binds: dict[str, tuple[int, str]]) -> StageProcess:
-    """Which stage (by its `VLLM_CPU_OMP_THREADS_BIND` value) and role `pid` has.
+_STAGE_IN_TITLE = re.compile(r"_stage(\d+)_")
 
-    `stage_binds`: bind list -> (stage id, stage name). Stages sharing one list
-    cannot be told apart; the first one named wins.
+
+def _title_stage(pid: int) -> int | None:
+    found = _STAGE_IN_TITLE.search(proctree.command_line(pid))
+    return int(found.group(1)) if found else None
+
+
+def identify(
+    pid: int, stage_binds: dict[str, tuple[int, str]], stage_names: dict[int, str] | None = None
+) -> StageProcess:
+    """Which stage and role `pid` has: from its title (an engine core names its stage; a
+    worker's parent is its engine core), else by its `VLLM_CPU_OMP_THREADS_BIND`.
+
+    `stage_binds`: bind list -> (stage id, stage name); stages sharing one list
+    cannot be told apart by it, and the first one named wins.
     """
     command = proctree.command_line(pid)
     role = "process"
@@ -60,6 +72,14 @@ def identify(pid: int, stage_binds: dict[str, tuple[int, str]]) -> StageProcess:
         if marker in command:
             role = name
             break
+    names = dict(stage_names or {})
+    for stage_id, name in stage_binds.values():
+        names.setdefault(stage_id, name)
+    stage_id = _title_stage(pid)
+    if stage_id is None and role == "worker":
+        stage_id = _title_stage(proctree.parent(pid) or 0)
+    if stage_id is not None:
+        return StageProcess(pid, role, stage_id, names.get(stage_id, f"stage{stage_id}"))
     stage = stage_binds.get(process_env(pid).get("VLLM_CPU_OMP_THREADS_BIND", ""))
     if stage is None:
         return StageProcess(pid, role, None, None)

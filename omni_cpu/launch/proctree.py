@@ -140,6 +140,14 @@ def command_line(pid: int) -> str:
         return ""
 
 
+def parent(pid: int) -> int | None:
+    """The parent pid of `pid`, or None when it is gone."""
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:
+        return None
+
+
 def environ(pid: int) -> dict[str, str]:
     """The environment `pid` was started with (empty when unreadable or gone)."""
     from omni_cpu.launch import procfs

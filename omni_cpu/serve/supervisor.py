@@ -207,7 +207,8 @@ class Supervisor:
             if bind is not None:
                 stage_id = int(stage["stage_id"])
                 binds.setdefault(bind, (stage_id, STAGE_NAMES.get(stage_id, f"stage{stage_id}")))
-        found = [processes.identify(pid, binds) for pid in proctree.descendants(self.child.pid)]
+        descendants = proctree.descendants(self.child.pid)
+        found = [processes.identify(pid, binds, STAGE_NAMES) for pid in descendants]
         return [p for p in found if p.role in ("engine core", "worker")]
 
     def _stage_down(self, dead: list[processes.StageProcess]) -> None:
