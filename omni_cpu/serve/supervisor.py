@@ -171,7 +171,8 @@ class Supervisor:
         assert self.child is not None
         ready = False
         last_probe = 0.0
-        stages: list[processes.StageProcess] = []
+        stages: dict[int, processes.StageProcess] = {}
+        last_census = 0.0
         while self.stop_requests == 0:
             code = self.child.poll()
             if code is not None:
@@ -179,15 +180,20 @@ class Supervisor:
                     f"the vLLM-Omni API server exited with code {code}",
                     "see its log above; `omni-cpu doctor` checks the runtime",
                 )
-            dead = [stage for stage in stages if not proctree.is_running(stage.pid)]
+            now = time.monotonic()
+            if now - last_census >= 1.0:  # stage processes appear while the server starts
+                last_census = now
+                for stage in self._stage_processes():
+                    known = stages.get(stage.pid)
+                    if known is None or known.stage_id is None:
+                        stages[stage.pid] = stage
+            dead = [stage for stage in stages.values() if not proctree.is_running(stage.pid)]
             if dead:
                 self._stage_down(dead)
-            now = time.monotonic()
             if not ready and now - last_probe >= 2.0:
                 last_probe = now
                 if http_status(local_url(self.plan.host, self.plan.port, "/health")) == 200:
                     ready = True
-                    stages = self._stage_processes()
                     if self.plan.frontend_cpus:
                         pinned = pin_frontend(self.child.pid, self.plan.frontend_cpus)
                         cpus = ",".join(map(str, self.plan.frontend_cpus))
