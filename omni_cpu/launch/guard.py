@@ -182,7 +182,7 @@ class StageGuard:
         ours, theirs = socket.socketpair()
         env = {key: value for key, value in os.environ.items() if key != OWNER_ENV}
         command = [sys.executable, "-m", "omni_cpu.launch.guard", self.token, str(os.getpid())]
-        watchdog = subprocess.Popen(
+        launcher = subprocess.Popen(
             [*command, *map(str, self.output_folders)],
             stdin=theirs,
             stdout=subprocess.DEVNULL,
@@ -191,8 +191,15 @@ class StageGuard:
             start_new_session=True,  # a terminal's Ctrl-C must not reach it
         )
         theirs.close()
-        self.watchdog_pid = watchdog.pid
-        StageGuard.watchdog_pids.add(watchdog.pid)
+        launcher.wait()  # it forks the watchdog and exits: not our child, not in our tree
+        ours.settimeout(30)
+        try:
+            self.watchdog_pid = int(ours.recv(16).decode().strip() or 0) or None
+        except (OSError, ValueError):
+            self.watchdog_pid = None
+        ours.settimeout(None)
+        if self.watchdog_pid is not None:
+            StageGuard.watchdog_pids.add(self.watchdog_pid)
         self._channel = ours
         StageGuard._held.append(ours)
         self._previous = os.environ.get(OWNER_ENV)
@@ -231,7 +238,13 @@ def _log_error(token: str) -> None:
 
 
 def main(argv: list[str]) -> int:
+    # Fork once more and let the first process exit: vLLM's error paths kill the
+    # driver's whole process tree, and the watchdog must survive exactly that.
+    if os.fork() != 0:
+        os._exit(0)
     token, owner = argv[0], int(argv[1])
+    with contextlib.suppress(OSError):
+        os.write(sys.stdin.fileno(), f"{os.getpid()}\n".encode())
     watchdog = Watchdog(token, owner, [Path(folder) for folder in argv[2:]])
     channel = socket.socket(fileno=os.dup(sys.stdin.fileno()))
     try:

@@ -168,16 +168,15 @@ class LiveRun:
         self.tree = [self.process.pid, *proctree.descendants(self.process.pid)]
 
     def stage_process(self, stage_id: int, role: str) -> int:
+        """The engine core of `stage_id`, or (role "Worker") its worker."""
         for pid in proctree.descendants(self.process.pid):
             command = proctree.command_line(pid)
-            title = f"stage{stage_id}" if role == "EngineCore" else ""
-            if role in command and title in command:
-                return pid
-        # Workers do not carry their stage in their title: their parent engine core does.
-        for pid in proctree.descendants(self.process.pid):
-            if f"stage{stage_id}" in proctree.command_line(pid):
+            if "EngineCore" in command and f"_stage{stage_id}_" in command:
+                if role == "EngineCore":
+                    return pid
+                # Workers do not carry their stage in their title: their engine core does.
                 for child in psutil.Process(pid).children():
-                    if role in " ".join(child.cmdline()):
+                    if "Worker" in " ".join(child.cmdline()):
                         return child.pid
         raise AssertionError(f"no {role} of stage {stage_id}")
 
@@ -251,6 +250,7 @@ def test_ctrl_c_mid_stream_exits_130_and_leaves_nothing(
     run.process.send_signal(signal.SIGINT)
     code, stderr = run.finish()
     assert code == 130, stderr[-3000:]
-    assert stderr.strip().splitlines()[-1] == "interrupted"
+    # omni-cpu's own line; a stage's last log lines may land around it.
+    assert "interrupted" in stderr.strip().splitlines()[-3:], stderr[-3000:]
     assert run.leftovers() == ([], [])
     assert list(tmp_path.iterdir()) == []
