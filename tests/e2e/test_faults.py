@@ -250,7 +250,7 @@ def test_ctrl_c_mid_stream_exits_130_and_leaves_nothing(
     run.process.send_signal(signal.SIGINT)
     code, stderr = run.finish()
     assert code == 130, stderr[-3000:]
-    # omni-cpu's own line; a stage's last log lines may land around it.
-    assert "interrupted" in stderr.strip().splitlines()[-3:], stderr[-3000:]
+    # omni-cpu's own line; the stages' log lines may land around it.
+    assert "interrupted" in stderr.strip().splitlines(), stderr[-3000:]
     assert run.leftovers() == ([], [])
     assert list(tmp_path.iterdir()) == []
