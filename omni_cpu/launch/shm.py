@@ -82,17 +82,20 @@ class Ledger:
         return before != (len(self.pids), len(self.names))
 
     def record_new(self, baseline: set[str]) -> None:
-        """Add connector entries that appeared since `baseline`, if no other run is live.
+        """Add connector and OpenMP entries that appeared since `baseline`, if no other run
+        is live.
 
-        Those are held by no process while they wait for their reader, so only their
+        Those are held by no process (a connector segment waiting for its reader, the
+        OpenMP file of a process that came and went between polls), so only their
         timing ties them to this run; with another omni-cpu run alive it cannot.
         """
         try:
             new = set(os.listdir(SHM_DIR)) - baseline
         except OSError:
             return
-        if any(CONNECTOR.match(name) for name in new) and not live_ledgers(self.token):
-            self.names |= {name for name in new if CONNECTOR.match(name)}
+        ours = {name for name in new if CONNECTOR.match(name) or _KMP.match(name)}
+        if ours and not live_ledgers(self.token):
+            self.names |= ours
 
     def finished(self) -> bool:
         return not (_pid_alive(self.owner_pid) or _pid_alive(self.watchdog_pid))
@@ -128,6 +131,9 @@ def leftovers(ledger: Ledger, in_use: set[str]) -> list[Entry]:
     found = []
     for name in sorted(ledger.names):
         path = SHM_DIR / name
+        kmp = _KMP.match(name)
+        if kmp and _pid_alive(int(kmp["pid"])):
+            continue  # an OpenMP file is held by nobody: only a dead pid makes it stale
         if name not in in_use and path.exists():
             found.append(Entry(name, _held(path)))
     for path in SHM_DIR.glob("__KMP_REGISTERED_LIB_*"):
