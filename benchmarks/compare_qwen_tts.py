@@ -30,6 +30,7 @@ from typing import Any
 
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.errors import InputError, OmniCpuError, RuntimeMissingError, StageError
+from omni_cpu.launch import proctree
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_PYTHON = Path("benchmarks/.venv-qwen-tts/bin/python")
@@ -296,7 +297,7 @@ def normalize_omni_cpu(result: dict[str, Any]) -> dict[str, Any]:
 
 
 class TreeRssSampler:
-    """Peak of the summed RSS of a process and all its descendants, sampled from /proc.
+    """Peak of the summed RSS of a process and all its descendants, sampled with psutil.
 
     omni-cpu runs a driver plus an engine-core and a worker process per stage, so no
     single process's peak says what the machine must hold; the reference is one
@@ -310,7 +311,6 @@ class TreeRssSampler:
         self.peak_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self._page_bytes = os.sysconf("SC_PAGE_SIZE")
 
     def __enter__(self) -> TreeRssSampler:
         self._thread.start()
@@ -326,23 +326,7 @@ class TreeRssSampler:
 
     def sample(self) -> int:
         """The summed RSS of the tree now (processes that vanish mid-read count 0)."""
-        children: dict[int, list[int]] = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                # The command name may hold spaces and parentheses: split after the last ')'.
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        total, todo = 0, [self.pid]
-        while todo:
-            pid = todo.pop()
-            todo.extend(children.get(pid, ()))
-            try:
-                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * self._page_bytes
-            except (OSError, IndexError, ValueError):
-                continue
-        return total
+        return proctree.tree_rss_bytes(self.pid)
 
 
 def parse_json_output(stdout: str) -> dict[str, Any] | None:

@@ -226,6 +226,26 @@ def check_isa(isa: list[str], architecture: str) -> Check:
     return Check("ISA", OK, f"{architecture}, {' '.join(isa) or 'no flags'}; plans {dtype}")
 
 
+def check_shared_memory() -> Check:
+    """/dev/shm entries that finished omni-cpu runs left (RAM nobody holds)."""
+    from omni_cpu.launch import shm
+
+    if not shm.SHM_DIR.is_dir():
+        return Check("shared memory", OK, f"no {shm.SHM_DIR}")
+    stale = shm.stale()
+    if not stale:
+        return Check("shared memory", OK, f"nothing left in {shm.SHM_DIR} by finished runs")
+    held = sum(entry.bytes_held for entry in stale)
+    names = ", ".join(entry.name for entry in stale[:3]) + (" ..." if len(stale) > 3 else "")
+    return Check(
+        "shared memory",
+        WARN,
+        f"{len(stale)} entries in {shm.SHM_DIR} left by finished runs hold "
+        f"{held / 2**20:.1f} MiB ({names})",
+        "the next omni-cpu run, serve or bench removes them; or delete them by hand",
+    )
+
+
 def run_checks(include_runtime: bool = True) -> list[Check]:
     """Every check, in the order a person would fix them."""
     from omni_cpu.hardware.probe import read_facts
@@ -244,4 +264,5 @@ def run_checks(include_runtime: bool = True) -> list[Check]:
         checks.extend(runtime_checks(runtime_imports()))
     checks.extend(check_preload_libraries())
     checks.append(check_libnuma())
+    checks.append(check_shared_memory())
     return checks

@@ -145,6 +145,31 @@ _TABLE: tuple[Knob, ...] = (
         _flag,
     ),
     Knob(
+        "OMNI_CPU_SERVE_DOWN_FILE",
+        "",
+        "while this file exists a stage is down: /health and speech requests get 503 naming it",
+        "serve",
+    ),
+    Knob(
+        "OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN",
+        "0",
+        "the talker's context; prompts that need more positions get 400. 0 = not checked",
+        "serve",
+        _count,
+    ),
+    Knob(
+        "OMNI_CPU_SERVE_TOKENIZER",
+        "",
+        "checkpoint whose tokenizer measures prompts for the context check",
+        "serve",
+    ),
+    Knob(
+        "OMNI_CPU_OWNER",
+        "",
+        "set by omni-cpu, not by hand: the run's token its watchdog finds stage processes by",
+        "stage",
+    ),
+    Knob(
         "VLLM_TARGET_DEVICE",
         "",
         "vLLM's own device choice; cpu activates omni-cpu's platform (run and serve set it)",
@@ -183,6 +208,10 @@ if TYPE_CHECKING:
     OMNI_CPU_SERVE_DRAIN_FILE: str
     OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS: bool
     OMNI_CPU_SERVE_ACCEPT_FRAME_LIMIT: bool
+    OMNI_CPU_SERVE_DOWN_FILE: str
+    OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN: int
+    OMNI_CPU_SERVE_TOKENIZER: str
+    OMNI_CPU_OWNER: str
     VLLM_TARGET_DEVICE: str
     OMNI_CPU_TORCH_INDEX: str
     OMNI_CPU_PROBE_ONLY: bool

@@ -52,3 +52,7 @@ class StageError(OmniCpuError):
     """A pipeline stage failed or died."""
 
     exit_code = 4
+
+
+class OutputError(OmniCpuError):
+    """An output path that cannot be written: a directory, a device, a read-only or full disk."""

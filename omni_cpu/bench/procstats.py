@@ -1,4 +1,4 @@
-"""Per-stage CPU time and peak memory from /proc, for the processes of each stage.
+"""Per-stage CPU time (psutil) and peak memory (VmHWM), for the processes of each stage.
 
 A process belongs to a stage when its environment carries that stage's
 `VLLM_CPU_OMP_THREADS_BIND` (vLLM-Omni starts each stage with its platform env,
@@ -8,45 +8,28 @@ list cannot be told apart; they are reported together under a joined name.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
-from omni_cpu.launch import processes
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+from omni_cpu.launch import processes, procfs, proctree
 
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of `pid` (all its threads); 0 when it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    # After the comm field: state is fields[0], utime fields[11], stime fields[12].
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return proctree.cpu_seconds(pid)
 
 
 def peak_rss_bytes(pid: int) -> int:
-    """VmHWM of `pid`: its resident-memory high-water mark since it started."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    """Resident-memory high-water mark of `pid` since it started."""
+    return procfs.peak_rss_bytes(pid)
 
 
 def reset_peak_rss() -> None:
-    """Restart this process's VmHWM from its current RSS (Linux >= 4.0; else unchanged).
+    """Restart this process's peak RSS from its current RSS.
 
     The triad's arrays are freed before the engines start; without this the driver's
     peak would report them instead of what serving costs.
     """
-    with contextlib.suppress(OSError):
-        Path("/proc/self/clear_refs").write_text("5")
+    procfs.reset_peak_rss()
 
 
 def stage_groups(pids: Iterable[int], stage_cpus: Mapping[str, str]) -> dict[str, list[int]]:

@@ -86,6 +86,11 @@ def run_command(
         help="VoiceDesign: the voice in words; CustomVoice 1.7B: a style instruction.",
     ),
     out: Path = typer.Option(Path("out.wav"), "--out", help="WAV file to write (24 kHz mono)."),
+    out_special: bool = typer.Option(
+        False,
+        "--out-special",
+        help="Let --out be a symlink (written through), a device or a FIFO.",
+    ),
     stream: bool = typer.Option(
         False, "--stream", help="Write audio as chunks arrive and report time to first audio."
     ),
@@ -102,9 +107,13 @@ def run_command(
     from omni_cpu.launch.plan import make_launch_plan
     from omni_cpu.launch.ref_audio import read_reference_audio
     from omni_cpu.launch.request import build_requests, read_model_info, read_texts
+    from omni_cpu.launch.wav import check_output_path
 
     info = read_model_info(model)
     texts = read_texts(text, text_file)
+    if not dry_run:
+        for path in _out_paths(out, len(texts)):
+            check_output_path(path, allow_special=out_special)
     reference = read_reference_audio(ref_audio) if ref_audio is not None else None
     requests = build_requests(
         info,
@@ -140,6 +149,7 @@ def run_command(
             requests,
             _out_paths(out, len(requests)),
             stream=stream,
+            allow_special=out_special,
             progress=shown.message,
             on_audio=shown.audio,
             verbose=verbose,

@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import logging
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -23,9 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from omni_cpu.errors import OmniCpuError, RuntimeMissingError, StageError
-from omni_cpu.launch import logs, processes, startup
+from omni_cpu.launch import logs, processes, procfs, proctree, startup
+from omni_cpu.launch.guard import StageGuard
 from omni_cpu.launch.plan import DRIVER_ENV_DEFAULTS, LaunchPlan
+from omni_cpu.launch.prompt import check_prompt_lengths
 from omni_cpu.launch.request import SAMPLE_RATE, SpeechRequest
+from omni_cpu.platform.prompts import PromptBuilder, request_index
 
 STAGE_INIT_TIMEOUT_S = 900  # a 2-core box loads two engines in 1-3 minutes
 
@@ -151,15 +156,78 @@ def _sampling_params(omni: Any, requests: list[SpeechRequest], stream: bool) -> 
 ChunkHandler = Callable[[int, Any, float], None]
 
 
-def _stage_error(phase: str, error: BaseException) -> StageError:
-    # Errors from vLLM-Omni (a stage failed to start or died) have their own
-    # traceback in the log above; say which phase in one line.
+MEMORY_WORDS = re.compile(r"out of memory|memoryerror|cannot allocate memory|\boom\b", re.I)
+STOP_GRACE_S = 2.0  # killed stage processes get this long to be gone
+# Set once engines were started in this process; the CLI then ends with os._exit.
+ENGINES_STARTED = threading.Event()
+TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
+
+
+class _StageWatch:
+    """Remembers every stage process seen during a session, to name the ones that died.
+
+    A thread samples the driver's descendants while the engines start and run:
+    an error from vLLM-Omni rarely says which process went, and a process that
+    is gone can no longer be asked which stage it was.
+    """
+
+    def __init__(self, stage_binds: dict[str, tuple[int, str]]) -> None:
+        self.stage_binds = stage_binds
+        self.seen: dict[int, processes.StageProcess] = {}
+        self.oom_kills_before = procfs.oom_kills()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="omni-cpu-stages")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def sample(self) -> None:
+        for pid in processes.descendant_pids():
+            known = self.seen.get(pid)
+            # A spawned process takes its title (engine core, worker) only once it runs.
+            if known is None or known.role == "process" or known.stage_id is None:
+                self.seen[pid] = processes.identify(pid, self.stage_binds)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self.sample()
+
+    def dead(self) -> list[processes.StageProcess]:
+        """Stage processes (engine cores, workers) seen before and gone now."""
+        return [
+            process
+            for pid, process in self.seen.items()
+            if process.role in ("engine core", "worker") and not proctree.is_running(pid)
+        ]
+
+    def oom_killed(self) -> bool:
+        now = procfs.oom_kills()
+        return None not in (now, self.oom_kills_before) and now > self.oom_kills_before
+
+
+def stage_error(phase: str, error: BaseException, watch: _StageWatch | None) -> StageError:
+    """One line: what failed, which stage process died, and a memory hint only for memory."""
     reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    return StageError(
-        f"{phase} failed: {reason}",
-        "the stage's own error is in the log above (memory: lower kv_cache_memory_bytes "
-        "in the profile or free memory; --debug shows the driver traceback)",
-    )
+    dead = watch.dead() if watch is not None else []
+    message = f"{phase} failed: {reason}"
+    if dead:
+        message = f"{phase} failed: " + ", ".join(p.describe() for p in dead) + " died"
+        message += f" ({reason})" if reason else ""
+    memory = isinstance(error, MemoryError) or MEMORY_WORDS.search(reason) is not None
+    if watch is not None and watch.oom_killed():
+        memory = True
+        message += "; the kernel's OOM killer ran"
+    if memory:
+        fix = (
+            "memory: lower kv_cache_memory_bytes in the profile or free memory "
+            "(--debug shows the driver traceback)"
+        )
+    else:
+        fix = "the stage's own error is in the log above (--debug shows the driver traceback)"
+    return StageError(message, fix)
 
 
 class PipelineSession:
@@ -167,10 +235,19 @@ class PipelineSession:
 
     `run` uses one session for one batch of utterances; `bench` and `tune` send
     many batches through one session. Either way every request goes through
-    `generate`, so both paths send the engines identical requests.
+    `generate`, so both paths send the engines identical requests. Every process
+    the engines start is owned by a `StageGuard`: it ends with the session, or
+    with this process however it ends.
     """
 
-    def __init__(self, plan: LaunchPlan, *, verbose: bool = False) -> None:
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        *,
+        verbose: bool = False,
+        check: list[SpeechRequest] | None = None,
+        output_folders: tuple[Path, ...] = (),
+    ) -> None:
         self.plan = plan
         self.verbose = logs.verbose_requested(verbose)
         self.load_s = 0.0  # Omni(): the engines alone (startup["engines_s"])
@@ -178,11 +255,32 @@ class PipelineSession:
         self.stage_pids: list[int] = []
         self.binding: dict[str, list[int]] = {}  # observed OpenMP binding per stage env
         self._omni: Any = None
-        self._builder: Any = None  # omni_cpu.platform.prompts.PromptBuilder
+        self._builder: PromptBuilder | None = None
+        self._check = check or []
+        self._output_folders = output_folders
+        self._guard: StageGuard | None = None
+        self._watch: _StageWatch | None = None
+
+    @property
+    def talker_max_model_len(self) -> int:
+        return self.plan.profile.replicas[self.plan.replica].stage(0).max_model_len
+
+    def _stage_binds(self) -> dict[str, tuple[int, str]]:
+        binds: dict[str, tuple[int, str]] = {}
+        for stage in self.plan.profile.replicas[self.plan.replica].stages:
+            bind = self.plan.stage_env(stage.stage_id).get("VLLM_CPU_OMP_THREADS_BIND")
+            if bind is not None:
+                binds.setdefault(bind, (stage.stage_id, stage.name))
+        return binds
 
     def __enter__(self) -> PipelineSession:
         for key, value in DRIVER_ENV_DEFAULTS.items():
             os.environ.setdefault(key, value)
+        # The resource tracker unlinks what the stopped stages left when this process
+        # ends, and warns about each kind; that is the cleanup working, not a leak.
+        warnings = os.environ.get("PYTHONWARNINGS", "")
+        if TRACKER_QUIET not in warnings:
+            os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [warnings, TRACKER_QUIET]))
         logs.apply_to_this_process(self.verbose)
         start = time.perf_counter()
         try:
@@ -194,9 +292,18 @@ class PipelineSession:
                 f"the inference runtime does not import ({error})",
                 "run scripts/install-runtime.sh .venv, then omni-cpu doctor",
             ) from None
+        self.startup["runtime_import_s"] = time.perf_counter() - start
+        # Prompts too long for the talker are refused before any engine loads.
+        tokenizer_start = time.perf_counter()
+        self._builder = PromptBuilder(self.plan.model)
+        self.startup["prompt_tokenizer_s"] = time.perf_counter() - tokenizer_start
+        check_prompt_lengths(self._builder, self._check, self.talker_max_model_len)
         try:
+            ENGINES_STARTED.set()
+            self._guard = StageGuard(self._output_folders).__enter__()
+            self._watch = _StageWatch(self._stage_binds())
+            self._watch.start()
             register_qwen3_tts_config()
-            self.startup["runtime_import_s"] = time.perf_counter() - start
             launched = dataclasses.replace(
                 self.plan,
                 deploy_config=startup.parallel_stages(
@@ -213,31 +320,54 @@ class PipelineSession:
                     log_stats=False,
                 )
                 self.load_s = self.startup["engines_s"] = time.perf_counter() - start
+            self._watch.sample()
             self.stage_pids = processes.descendant_pids()
             self.binding = processes.observed_binding(self.stage_pids)
-            from omni_cpu.platform.prompts import PromptBuilder
-
-            start = time.perf_counter()
-            self._builder = PromptBuilder(self.plan.model)
-            self.startup["prompt_tokenizer_s"] = time.perf_counter() - start
         except BaseException as error:
+            failure = error
+            if not isinstance(error, (OmniCpuError, KeyboardInterrupt, SystemExit)):
+                failure = stage_error("starting the stage engines", error, self._watch)
             self.close()
-            if isinstance(error, (OmniCpuError, KeyboardInterrupt, SystemExit)):
+            if failure is error:
                 raise
-            raise _stage_error("starting the stage engines", error) from error
+            raise failure from error
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:
-        """Stop the engines and every process they left."""
+        """Stop the engines and every process they left, and sweep what they left in /dev/shm.
+
+        vLLM-Omni's own close() waits about 10 s on a 2-core box for stages that
+        have nothing left to do; the outputs are committed by now and the watchdog
+        removes what the stages held, so the stage processes are killed first and
+        close() then finds nothing to wait for.
+        """
+        if self._watch is not None:
+            self._watch.stop()
+        spare = StageGuard.watchdog_pids
+        # The resource tracker ignores SIGTERM and ends by itself once this process
+        # does, unlinking what it tracked: leave it to that (and to the watchdog).
+        stages = [
+            pid
+            for pid in processes.descendant_pids()
+            if pid not in spare
+            and processes.RESOURCE_TRACKER_MARK not in proctree.command_line(pid)
+        ]
+        if stages:
+            # Stopping them on purpose: vLLM-Omni's "Stage-N is dead" errors would mislead.
+            logging.getLogger("vllm_omni").setLevel(logging.CRITICAL)
+        proctree.signal_all(stages, signal.SIGKILL)
+        proctree.wait_gone(stages, STOP_GRACE_S)
         if self._omni is not None:
-            # A dead stage can make close() raise; the sweep below still runs.
+            # With its stages gone close() may raise; the sweep below still runs.
             with contextlib.suppress(Exception):
                 self._omni.close()
             self._omni = None
-        processes.terminate(processes.descendant_pids())
+        if self._guard is not None:
+            self._guard.__exit__(None, None, None)
+            self._guard = None
 
     def generate(
         self, requests: list[SpeechRequest], *, stream: bool, on_chunk: ChunkHandler
@@ -251,17 +381,14 @@ class PipelineSession:
 
         if self._omni is None or self._builder is None:
             raise RuntimeError("PipelineSession.generate outside its with block")
-        from omni_cpu.platform.prompts import request_index
-
+        check_prompt_lengths(self._builder, requests, self.talker_max_model_len)
         prompts = [self._builder.prompt(request.additional_information()) for request in requests]
         params = _sampling_params(self._omni, requests, stream)
         start = time.perf_counter()
         try:
             for output in self._omni.generate(prompts, params, py_generator=True, use_tqdm=False):
                 if getattr(output, "error", None):
-                    raise StageError(
-                        f"a stage failed: {output.error}", "see the log above (--debug)"
-                    )
+                    raise stage_error("synthesis", RuntimeError(str(output.error)), self._watch)
                 if not stream and not output.finished:
                     continue
                 audio = _audio_array(output)
@@ -276,7 +403,7 @@ class PipelineSession:
         except (OmniCpuError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as error:
-            raise _stage_error("synthesis", error) from error
+            raise stage_error("synthesis", error, self._watch) from error
         return time.perf_counter() - start
 
 
@@ -286,6 +413,7 @@ def run_pipeline(
     out_paths: list[Path],
     *,
     stream: bool = False,
+    allow_special: bool = False,
     progress: Callable[[str], None] = lambda message: None,
     on_audio: Callable[[list[Utterance], float], None] | None = None,
     verbose: bool = False,
@@ -294,11 +422,21 @@ def run_pipeline(
 
     `on_audio` sees every utterance and the seconds since generation started after
     each chunk (a progress display); `verbose` shows the engines' own logs.
+    The outputs are checked (and opened, unlinked) and the prompts measured before
+    any engine starts; each WAV is committed as soon as its audio is complete.
     """
     from omni_cpu.launch.wav import AtomicWavWriter
 
-    writers = [AtomicWavWriter(path) for path in out_paths]
+    writers: list[AtomicWavWriter] = []
+    try:
+        for path in out_paths:
+            writers.append(AtomicWavWriter(path, allow_special=allow_special))
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
     utterances = [Utterance(index, path) for index, path in enumerate(out_paths)]
+    folders = tuple(sorted({writer.path.parent for writer in writers}))
 
     interrupts = _Interrupts()
 
@@ -316,16 +454,18 @@ def run_pipeline(
     interrupts.install()
     try:
         progress("loading the talker and code2wav engines")
-        with PipelineSession(plan, verbose=verbose) as session:
+        session = PipelineSession(plan, verbose=verbose, check=requests, output_folders=folders)
+        with session:
             interrupts.check()
             progress(
                 f"engines up in {sum(session.startup.values()):.1f} s; "
                 f"synthesizing {len(requests)} utterance(s)"
             )
             wall_s = session.generate(requests, stream=stream, on_chunk=write_chunk)
-        interrupts.check()
-        for writer in writers:
-            writer.commit()
+            interrupts.check()
+            # The audio is complete: the WAVs are in place before the engines stop.
+            for writer in writers:
+                writer.commit()
         return RunResult(
             session.load_s,
             wall_s,

@@ -1,9 +1,11 @@
-"""Process-tree helpers: find, signal and reap everything `run` or `serve` started.
+"""Process trees through psutil: find, signal, wait for and measure what `run` or `serve` started.
 
-vLLM-Omni's API server spawns an engine-core process per stage, which spawn
-workers. If the API server dies first, those are re-parented; as a child
-subreaper the supervisor becomes their parent instead of init, so it can still
-see them (by parent links in /proc), stop them and reap them.
+vLLM-Omni's driver (or API server) spawns an engine-core process per stage, which
+spawn workers; Python adds a resource tracker. If a parent dies first, its
+children are re-parented; as a child subreaper the supervisor becomes their
+parent instead of init, so it can still see them, stop them and reap them.
+What psutil lacks (peak RSS, per-thread affinity, /dev/shm use) is in
+`omni_cpu.launch.procfs`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import ctypes.util
 import os
 import signal
 import time
-from pathlib import Path
+
+import psutil
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -39,43 +42,28 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
     return _prctl(PR_SET_PDEATHSIG, int(sig))
 
 
-def _stat_fields(pid: int, proc: Path) -> tuple[str, int] | None:
-    """(state, ppid) of a process, or None when it is gone."""
-    try:
-        text = (proc / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # The command name is in parentheses and may itself contain spaces or ')'.
-    rest = text[text.rfind(")") + 2 :].split()
-    try:
-        return rest[0], int(rest[1])
-    except (IndexError, ValueError):
-        return None
-
-
-def descendants(root: int, proc: Path = Path("/proc")) -> list[int]:
+def descendants(root: int) -> list[int]:
     """Every live descendant of `root` (not `root` itself), parents before children."""
-    children: dict[int, list[int]] = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name), proc)
-        if fields is not None:
-            children.setdefault(fields[1], []).append(int(entry.name))
-    found: list[int] = []
-    frontier = [root]
-    while frontier:
-        pid = frontier.pop(0)
-        for child in sorted(children.get(pid, [])):
-            found.append(child)
-            frontier.append(child)
-    return found
+    try:
+        children = psutil.Process(root).children(recursive=True)
+    except psutil.Error:
+        return []
+    return [child.pid for child in children if _alive(child)]
 
 
-def is_running(pid: int, proc: Path = Path("/proc")) -> bool:
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def is_running(pid: int) -> bool:
     """True while `pid` exists and is not a zombie."""
-    fields = _stat_fields(pid, proc)
-    return fields is not None and fields[0] not in ("Z", "X")
+    try:
+        return _alive(psutil.Process(pid))
+    except psutil.Error:
+        return False
 
 
 def signal_all(pids: list[int], sig: int) -> None:
@@ -92,7 +80,7 @@ def reap(pids: list[int]) -> None:
             os.waitpid(pid, os.WNOHANG)
 
 
-def wait_gone(pids: list[int], timeout_s: float, poll_s: float = 0.1) -> list[int]:
+def wait_gone(pids: list[int], timeout_s: float, poll_s: float = 0.05) -> list[int]:
     """Wait until none of `pids` runs (reaping our own); the ones still running after."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -103,21 +91,37 @@ def wait_gone(pids: list[int], timeout_s: float, poll_s: float = 0.1) -> list[in
         time.sleep(poll_s)
 
 
-def stop_tree(root: int, timeout_s: float, *, include_adopted: bool = False) -> list[int]:
+def terminate(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+    """SIGTERM, wait, then SIGKILL what is left; returns the pids that had to be killed."""
+    signal_all(pids, signal.SIGTERM)
+    stubborn = wait_gone(pids, timeout_s)
+    signal_all(stubborn, signal.SIGKILL)
+    wait_gone(stubborn, 5.0)
+    return stubborn
+
+
+def stop_tree(
+    root: int,
+    timeout_s: float,
+    *,
+    include_adopted: bool = False,
+    spare: set[int] | frozenset[int] = frozenset(),
+) -> list[int]:
     """SIGTERM `root`, then SIGKILL whatever of its tree is left after `timeout_s`.
 
     The tree is snapshotted before the signal, so processes re-parented when their
     parent dies stay tracked. `include_adopted`: also stop every descendant of this
-    process (right for a supervisor whose only child is `root`, as a subreaper).
-    Returns the pids still running after SIGKILL (empty when the tree is gone).
+    process (right for a supervisor whose only child is `root`, as a subreaper),
+    except the pids in `spare` (its watchdog). Returns the pids still running after
+    SIGKILL (empty when the tree is gone).
     """
-    tree = set([root, *descendants(root)])
+    tree = {root, *descendants(root)}
     signal_all([root], signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while True:
         tree |= set(descendants(root))  # children started during shutdown count too
         if include_adopted:
-            tree |= set(descendants(os.getpid()))
+            tree |= set(descendants(os.getpid())) - set(spare)
         alive = wait_gone(sorted(tree), 0.0)
         if not alive or time.monotonic() >= deadline:
             break
@@ -128,21 +132,56 @@ def stop_tree(root: int, timeout_s: float, *, include_adopted: bool = False) -> 
     return alive
 
 
-def command_line(pid: int, proc: Path = Path("/proc")) -> str:
+def command_line(pid: int) -> str:
     """A process's command line (as set by setproctitle too), or "" when it is gone."""
     try:
-        return (
-            (proc / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        )
-    except OSError:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
         return ""
 
 
-def pin_threads(pid: int, cpus: tuple[int, ...], proc: Path = Path("/proc")) -> bool:
+def parent(pid: int) -> int | None:
+    """The parent pid of `pid`, or None when it is gone."""
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:
+        return None
+
+
+def environ(pid: int) -> dict[str, str]:
+    """The environment `pid` was started with (empty when unreadable or gone)."""
+    from omni_cpu.launch import procfs
+
+    return procfs.environ(pid)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of `pid` (all its threads); 0 when it is gone."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return times.user + times.system
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of `pid` now; 0 when it is gone."""
+    try:
+        return psutil.Process(pid).memory_info().rss
+    except psutil.Error:
+        return 0
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Summed RSS of `root` and its descendants (shared pages count once per process)."""
+    return sum(rss_bytes(pid) for pid in [root, *descendants(root)])
+
+
+def pin_threads(pid: int, cpus: tuple[int, ...]) -> bool:
     """Set the affinity of every thread of `pid` (taskset -a -p); False if it could not."""
     try:
-        tids = [int(task.name) for task in (proc / str(pid) / "task").iterdir()]
-    except OSError:
+        tids = [thread.id for thread in psutil.Process(pid).threads()]
+    except psutil.Error:
         return False
     done = False
     for tid in tids:

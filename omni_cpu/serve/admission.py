@@ -10,8 +10,12 @@ end and latency with it. This middleware sits in front of `POST /v1/audio/speech
 * a `ref_audio` that is an http(s) URL, unless the server was started with
   `--allow-ref-audio-urls`: 400 (vLLM-Omni would fetch whatever URL a client names);
   base64 `data:` audio and `file://` paths under `--ref-audio-dir` go through;
+* a prompt that needs more talker positions than its context (max_model_len):
+  400 with the limit (vLLM-Omni would answer 500 after the engine refused it);
 * while the supervisor drains (its drain file exists): 503 for new speech requests
-  and for `/health`, so load balancers stop sending traffic.
+  and for `/health`, so load balancers stop sending traffic;
+* while a stage is down (the supervisor's down file exists, naming it): 503 for
+  `/health` and speech requests with that name, until the supervisor exits.
 
 It keeps `omni_cpu_speech_requests_in_flight` in vLLM's Prometheus registry, which
 `/metrics` serves and the supervisor reads while draining.
@@ -127,15 +131,59 @@ class SpeechAdmission:
             from omni_cpu.platform.serving import accept_frame_limit
 
             accept_frame_limit()
+        self._builder: Any = None  # omni_cpu.platform.prompts.PromptBuilder, made on first use
 
     def draining(self) -> bool:
         return bool(self.limits.drain_file) and os.path.exists(self.limits.drain_file)
+
+    def stage_down(self) -> str | None:
+        """What the supervisor wrote when a stage died, or None while all are up."""
+        if not self.limits.down_file:
+            return None
+        try:
+            with open(self.limits.down_file) as handle:
+                return handle.read().strip() or "a stage is down"
+        except OSError:
+            return None
+
+    def over_context(self, body: bytes) -> str | None:
+        """Why the request's prompt does not fit the talker's context, or None (or unknown)."""
+        limits = self.limits
+        fields = _fields(body)
+        if not (limits.talker_max_model_len and limits.tokenizer and fields):
+            return None
+        text = fields.get("input")
+        task_type = str(fields.get("task_type") or "CustomVoice")
+        # Base prompts also hold the reference's codec frames, known only once the
+        # server has decoded its audio: the engine still refuses those.
+        if not isinstance(text, str) or task_type not in ("CustomVoice", "VoiceDesign"):
+            return None
+        from omni_cpu.launch.prompt import over_context
+        from omni_cpu.launch.request import SpeechRequest
+        from omni_cpu.platform.prompts import PromptBuilder
+
+        if self._builder is None:
+            self._builder = PromptBuilder(limits.tokenizer)
+        request = SpeechRequest(
+            text=text,
+            speaker=str(fields.get("voice") or ""),
+            language=str(fields.get("language") or "Auto"),
+            instruct=str(fields.get("instructions") or ""),
+            task_type=task_type,
+        )
+        info = request.additional_information()
+        return over_context(self._builder.prompt_length(info), limits.talker_max_model_len)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
+        down = self.stage_down() if path in (HEALTH_PATH, SPEECH_PATH) else None
+        if down is not None:
+            body = error_body(down, "ServiceUnavailableError", 503)
+            await send_json(send, 503, body, [(b"retry-after", b"5")])
+            return
         if path == HEALTH_PATH and self.draining():
             body = error_body("server is draining", "ServiceUnavailableError", 503)
             await send_json(send, 503, body, [])
@@ -169,7 +217,11 @@ class SpeechAdmission:
         self.in_flight += 1
         IN_FLIGHT.inc()
         try:
-            if limits.max_input_chars or not limits.allow_ref_audio_urls:
+            if (
+                limits.max_input_chars
+                or not limits.allow_ref_audio_urls
+                or limits.talker_max_model_len
+            ):
                 body, gone = await read_body(receive)
                 if gone:
                     return
@@ -184,16 +236,25 @@ class SpeechAdmission:
                         send, 400, error_body(message, "BadRequestError", 400, "ref_audio"), []
                     )
                     return
-                length = input_length(body)
-                if (
-                    limits.max_input_chars
-                    and length is not None
-                    and length > limits.max_input_chars
-                ):
+                length = input_length(body) if limits.max_input_chars else None
+                if length is not None and length > limits.max_input_chars:
                     REJECTED.labels("input_too_long").inc()
                     message = (
                         f"input is {length} characters; this server accepts at most "
                         f"{limits.max_input_chars} (split the text into several requests)"
+                    )
+                    await send_json(
+                        send, 400, error_body(message, "BadRequestError", 400, "input"), []
+                    )
+                    return
+                try:
+                    too_long = self.over_context(body)
+                except Exception:  # no tokenizer here: the engine still refuses it
+                    too_long = None
+                if too_long is not None:
+                    REJECTED.labels("over_context").inc()
+                    message = (
+                        f"input is too long: {too_long} (split the text into several requests)"
                     )
                     await send_json(
                         send, 400, error_body(message, "BadRequestError", 400, "input"), []

@@ -18,6 +18,10 @@ DRAIN_FILE_ENV = "OMNI_CPU_SERVE_DRAIN_FILE"
 ALLOW_REF_AUDIO_URLS_ENV = "OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS"
 ACCEPT_FRAME_LIMIT_ENV = "OMNI_CPU_SERVE_ACCEPT_FRAME_LIMIT"
 
+DOWN_FILE_ENV = "OMNI_CPU_SERVE_DOWN_FILE"
+MAX_MODEL_LEN_ENV = "OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN"
+TOKENIZER_ENV = "OMNI_CPU_SERVE_TOKENIZER"
+
 
 # The import path vLLM's `--middleware` option takes.
 MIDDLEWARE_PATH = "omni_cpu.serve.admission.SpeechAdmission"
@@ -36,6 +40,9 @@ class AdmissionLimits:
     drain_file: str = ""
     allow_ref_audio_urls: bool = False
     accept_frame_limit: bool = False
+    down_file: str = ""
+    talker_max_model_len: int = 0
+    tokenizer: str = ""
 
     def to_env(self) -> dict[str, str]:
         return {
@@ -44,6 +51,9 @@ class AdmissionLimits:
             DRAIN_FILE_ENV: self.drain_file,
             ALLOW_REF_AUDIO_URLS_ENV: "1" if self.allow_ref_audio_urls else "0",
             ACCEPT_FRAME_LIMIT_ENV: "1" if self.accept_frame_limit else "0",
+            DOWN_FILE_ENV: self.down_file,
+            MAX_MODEL_LEN_ENV: str(self.talker_max_model_len),
+            TOKENIZER_ENV: self.tokenizer,
         }
 
     @classmethod
@@ -55,4 +65,7 @@ class AdmissionLimits:
             drain_file=envs.KNOBS[DRAIN_FILE_ENV].value(env),
             allow_ref_audio_urls=envs.KNOBS[ALLOW_REF_AUDIO_URLS_ENV].value(env),
             accept_frame_limit=envs.KNOBS[ACCEPT_FRAME_LIMIT_ENV].value(env),
+            down_file=envs.KNOBS[DOWN_FILE_ENV].value(env),
+            talker_max_model_len=envs.KNOBS[MAX_MODEL_LEN_ENV].value(env),
+            tokenizer=envs.KNOBS[TOKENIZER_ENV].value(env),
         )

@@ -128,6 +128,9 @@ def build_serve_plan(
         drain_file=str(folder / "draining"),
         allow_ref_audio_urls=allow_ref_audio_urls,
         accept_frame_limit=accept_frame_limit,
+        down_file=str(folder / "stage-down"),
+        talker_max_model_len=talker.max_model_len,
+        tokenizer=model,
     )
     notes.append(
         f"at most {limits.max_in_flight} speech requests at once "

@@ -7,6 +7,13 @@ drain flag (the admission middleware then turns new speech requests and /health
 away with 503), waits up to `drain_timeout_s` for the in-flight gauge on /metrics
 to reach 0, then stops the server and every process under it. A second signal
 skips the wait.
+
+A stage process that dies while serving is not restarted: vLLM-Omni 0.30.0 then
+answers every request 500 for as long as it runs, and restarting one stage in
+place is not something it supports. The supervisor notices within a second,
+writes which stage died to the down file (the middleware's /health and speech
+requests then answer 503 naming it), stops everything and exits 4, so that
+systemd, Kubernetes or any supervisor restarts the whole server clean.
 """
 
 from __future__ import annotations
@@ -26,11 +33,14 @@ from types import FrameType
 from typing import TextIO
 
 from omni_cpu.errors import InputError, StageError
-from omni_cpu.launch import proctree
+from omni_cpu.launch import processes, proctree
+from omni_cpu.launch.guard import StageGuard
+from omni_cpu.profile.model import STAGE_NAMES
 from omni_cpu.serve.knobs import IN_FLIGHT_METRIC
 from omni_cpu.serve.plan import ServePlan
 
 POLL_S = 0.25
+DOWN_REPORT_S = 2.0  # /health names the dead stage this long before the server stops
 
 
 def local_url(host: str, port: int, path: str) -> str:
@@ -78,6 +88,8 @@ def prepare_workdir(plan: ServePlan) -> None:
         )
     Path(plan.deploy_config_path).write_text(plan.deploy_config_yaml())
     Path(plan.limits.drain_file).unlink(missing_ok=True)
+    if plan.limits.down_file:
+        Path(plan.limits.down_file).unlink(missing_ok=True)
 
 
 def _child_setup(replica_cpus: tuple[int, ...]) -> Callable[[], None]:
@@ -127,6 +139,7 @@ class Supervisor:
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
         }
+        guard = StageGuard().__enter__()  # the token reaches every process the server starts
         try:
             self.child = subprocess.Popen(
                 list(plan.argv),
@@ -141,9 +154,15 @@ class Supervisor:
             return self._watch()
         finally:
             if self.child is not None:
-                left = proctree.stop_tree(self.child.pid, plan.stop_timeout_s, include_adopted=True)
+                left = proctree.stop_tree(
+                    self.child.pid,
+                    plan.stop_timeout_s,
+                    include_adopted=True,
+                    spare=StageGuard.watchdog_pids,
+                )
                 if left:
                     self.say(f"processes still running after SIGKILL: {left}")
+            guard.__exit__(None, None, None)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             shutil.rmtree(plan.workdir, ignore_errors=True)
@@ -152,6 +171,8 @@ class Supervisor:
         assert self.child is not None
         ready = False
         last_probe = 0.0
+        stages: dict[int, processes.StageProcess] = {}
+        last_census = 0.0
         while self.stop_requests == 0:
             code = self.child.poll()
             if code is not None:
@@ -160,6 +181,15 @@ class Supervisor:
                     "see its log above; `omni-cpu doctor` checks the runtime",
                 )
             now = time.monotonic()
+            if now - last_census >= 1.0:  # stage processes appear while the server starts
+                last_census = now
+                for stage in self._stage_processes():
+                    known = stages.get(stage.pid)
+                    if known is None or known.stage_id is None:
+                        stages[stage.pid] = stage
+            dead = [stage for stage in stages.values() if not proctree.is_running(stage.pid)]
+            if dead:
+                self._stage_down(dead)
             if not ready and now - last_probe >= 2.0:
                 last_probe = now
                 if http_status(local_url(self.plan.host, self.plan.port, "/health")) == 200:
@@ -172,6 +202,33 @@ class Supervisor:
             time.sleep(POLL_S)
         self._drain()
         return 0
+
+    def _stage_processes(self) -> list[processes.StageProcess]:
+        """The engine cores and workers of the ready server, each with its stage."""
+        assert self.child is not None
+        binds: dict[str, tuple[int, str]] = {}
+        platform = self.plan.deploy_config.get("platforms", {}).get("cpu", {})
+        for stage in platform.get("stages", []):
+            bind = stage.get("env", {}).get("VLLM_CPU_OMP_THREADS_BIND")
+            if bind is not None:
+                stage_id = int(stage["stage_id"])
+                binds.setdefault(bind, (stage_id, STAGE_NAMES.get(stage_id, f"stage{stage_id}")))
+        descendants = proctree.descendants(self.child.pid)
+        found = [processes.identify(pid, binds, STAGE_NAMES) for pid in descendants]
+        return [p for p in found if p.role in ("engine core", "worker")]
+
+    def _stage_down(self, dead: list[processes.StageProcess]) -> None:
+        """Say which stage died, let /health report it briefly, then fail (exit 4)."""
+        what = ", ".join(process.describe() for process in dead) + " died"
+        self.say(f"{what}; stopping (a stage is not restarted in place)")
+        with contextlib.suppress(OSError):
+            Path(self.plan.limits.down_file).write_text(what + "\n")
+        time.sleep(DOWN_REPORT_S)
+        raise StageError(
+            f"serving stopped: {what}",
+            "its log above says why; restart the server (a supervisor such as systemd "
+            "or Kubernetes does this on the non-zero exit)",
+        )
 
     def _drain(self) -> None:
         """Refuse new work, then wait (bounded) for admitted requests to finish."""

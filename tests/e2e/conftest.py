@@ -12,7 +12,11 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
+
+from omni_cpu.cpulist import format_cpu_list
+from omni_cpu.launch import procfs, proctree
 
 OMNI_CPU = str(Path(sys.executable).with_name("omni-cpu"))
 RUNTIME_MISSING = importlib.util.find_spec("vllm_omni") is None
@@ -30,66 +34,30 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(make_checkpoint("tiny", tmp_path_factory.mktemp("tiny") / "ckpt", seed=0))
 
 
-def _parent_of() -> dict[int, int]:
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int(
-                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
-                )
-            except (OSError, IndexError):
-                continue
-    return parents
-
-
 def descendants(pid: int) -> list[int]:
-    parents = _parent_of()
-    found, frontier = [], [pid]
-    while frontier:
-        current = frontier.pop()
-        children = [child for child, parent in parents.items() if parent == current]
-        found += children
-        frontier += children
-    return found
+    return proctree.descendants(pid)
 
 
 def environ_of(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    return dict(
-        item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item
-    )
+    return proctree.environ(pid)
 
 
 def thread_cpu_lists(pid: int) -> list[str]:
-    """Cpus_allowed_list of every thread of `pid`."""
-    lists = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            status = (task / "status").read_text()
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("Cpus_allowed_list:"):
-                lists.append(line.split(":", 1)[1].strip())
-    return lists
+    """The allowed CPUs of every thread of `pid`, in kernel list syntax."""
+    return [format_cpu_list(cpus) for cpus in procfs.thread_cpus(pid).values()]
 
 
 def live_pids_with_token(token: str) -> list[int]:
     """Processes (not zombies) whose environment carries `token`."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for process in psutil.process_iter():
         try:
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+            if process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if procfs.environ(process.pid).get("OMNI_CPU_E2E_TOKEN") == token:
+                found.append(process.pid)
+        except psutil.Error:
             continue
-        if state != "Z" and environ_of(int(entry.name)).get("OMNI_CPU_E2E_TOKEN") == token:
-            found.append(int(entry.name))
     return found
 
 

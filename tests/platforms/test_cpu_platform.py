@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import inspect
 from importlib import metadata
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import yaml
@@ -62,18 +64,31 @@ def test_platform_is_both_omni_and_vllm_cpu_platform() -> None:
     assert CPUOmniPlatform.device_type == "cpu"
 
 
+def _raises_not_implemented(method: Any) -> bool:
+    """Whether calling `method` (None for every argument) raises NotImplementedError."""
+    parameters = inspect.signature(method).parameters
+    try:
+        method(*([None] * len(parameters)))
+    except NotImplementedError:
+        return True
+    except Exception:  # it got past the stub: an answer that did not like None
+        return False
+    return False
+
+
 def test_pinned_every_abstract_omni_method_is_answered_for_cpu() -> None:
     # OmniPlatform precedes CpuPlatform in the MRO: any method it leaves raising
     # NotImplementedError would hide CpuPlatform's answer, so we must override it.
     abstract = [
         name
         for name, member in vars(OmniPlatform).items()
-        if isinstance(member, classmethod)
-        and "raise NotImplementedError" in inspect.getsource(member.__func__)
+        if isinstance(member, classmethod) and _raises_not_implemented(getattr(OmniPlatform, name))
     ]
     assert abstract, "OmniPlatform changed shape: re-read vllm_omni/platforms/interface.py"
-    missing = [name for name in abstract if name not in vars(CPUOmniPlatform)]
-    assert missing == []
+    unanswered = [
+        name for name in abstract if _raises_not_implemented(getattr(CPUOmniPlatform, name))
+    ]
+    assert unanswered == []
 
 
 def test_worker_class_paths_resolve_to_the_cpu_workers() -> None:
@@ -102,23 +117,54 @@ def test_code_predictor_compile_is_off_unless_asked(monkeypatch: pytest.MonkeyPa
     assert CPUOmniPlatform.supports_torch_inductor() is True
 
 
-def test_pinned_code_predictor_asks_the_platform_before_compiling() -> None:
+def test_pinned_code_predictor_asks_the_platform_before_compiling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With our platform current and VLLM_OMNI_CPU_INDUCTOR unset, the code predictor
+    # keeps its eager forward instead of calling torch.compile.
+    import torch
     from vllm_omni.model_executor.models.common import qwen3_code_predictor
 
-    assert "supports_torch_inductor()" in inspect.getsource(qwen3_code_predictor)
+    monkeypatch.delenv("VLLM_OMNI_CPU_INDUCTOR", raising=False)
+    monkeypatch.setattr(qwen3_code_predictor, "current_omni_platform", CPUOmniPlatform())
+    model = torch.nn.Linear(2, 2)
+    model.codec_embedding = torch.nn.ModuleList([torch.nn.Embedding(4, 2)])
+    wrapper = SimpleNamespace(
+        _compiled_model_fwd=None,
+        model=model,
+        lm_head=torch.nn.ModuleList([torch.nn.Linear(2, 4)]),
+        _wrapper_config=SimpleNamespace(use_cuda_graphs=False),
+    )
+    qwen3_code_predictor.CodePredictorWrapper._setup_compile(wrapper)
+    assert wrapper._compiled_model_fwd == model.forward
 
 
 def test_talker_mtp_graphs_are_never_captured() -> None:
     assert CPUOmniPlatform.supports_talker_mtp_graph_capture() is False
 
 
-def test_pinned_deploy_platform_block_is_keyed_by_device_name() -> None:
-    # vLLM-Omni applies `platforms: {<device_name>: ...}` from the deploy YAML.
-    from vllm_omni.config import stage_config
+def test_pinned_deploy_platform_block_is_keyed_by_device_name(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # vLLM-Omni applies `platforms: {<device_name>: ...}` from the deploy YAML for the
+    # platform it runs on: with ours current, the `cpu` block is the one applied.
+    import vllm_omni.platforms as omni_platforms
+    from vllm_omni.config.stage_config import _apply_platform_overrides, load_deploy_config
 
-    assert "current_omni_platform.device_name" in inspect.getsource(
-        stage_config._apply_platform_overrides
-    )
+    monkeypatch.setattr(omni_platforms, "current_omni_platform", CPUOmniPlatform())
+    deploy = {
+        "model_runner": "v2",
+        "stages": [{"stage_id": 0, "max_num_seqs": 1}],
+        "platforms": {
+            "cpu": {"model_runner": "v1", "stages": [{"stage_id": 0, "env": {"A": "cpu"}}]},
+            "cuda": {"stages": [{"stage_id": 0, "env": {"A": "cuda"}}]},
+        },
+    }
+    path = tmp_path / "deploy.yaml"
+    path.write_text(yaml.safe_dump(deploy))
+    config = _apply_platform_overrides(load_deploy_config(path))
+    assert config.model_runner == "v1"
+    assert [stage.env for stage in config.stages] == [{"A": "cpu"}]
     assert CPUOmniPlatform.device_name == "cpu"
 
 

@@ -14,6 +14,7 @@ from omni_cpu.serve.knobs import AdmissionLimits
 # The middleware runs inside vLLM's server and uses its Prometheus client.
 pytest.importorskip("prometheus_client")
 from omni_cpu.serve.admission import SpeechAdmission
+from tests.e2e.conftest import tiny_checkpoint  # noqa: F401 - the fixture, shared
 
 SPEECH = {"model": "m", "input": "Hello there.", "voice": "ryan"}
 
@@ -172,3 +173,34 @@ def test_base64_ref_audio_reaches_the_server_unchanged():
     inner = _released()
     status, _ = run(call(SpeechAdmission(inner, AdmissionLimits()), "/v1/audio/speech", body))
     assert status == 200 and json.loads(inner.bodies[0]) == body
+
+
+def test_a_down_stage_fails_health_and_speech_with_its_name(tmp_path: Path):
+    down = tmp_path / "stage-down"
+    inner = SlowApp()
+    inner.release.set()
+    app = SpeechAdmission(inner, AdmissionLimits(down_file=str(down)))
+    assert run(call(app, "/health", method="GET"))[0] == 200
+    down.write_text("stage 0 (talker) worker pid 123 died\n")
+    status, body = run(call(app, "/health", method="GET"))
+    assert status == 503
+    assert "stage 0 (talker) worker pid 123 died" in json.loads(body)["error"]["message"]
+    assert run(call(app, "/v1/audio/speech", SPEECH))[0] == 503
+    assert inner.started == 1  # only the /health answered before the stage went down
+
+
+def test_a_prompt_over_the_talkers_context_gets_400_with_the_limit(
+    tiny_checkpoint: Path,  # noqa: F811 - pytest's fixture
+):
+    pytest.importorskip("vllm_omni", reason="the prompt estimate is vLLM-Omni's")
+    inner = SlowApp()
+    inner.release.set()
+    limits = AdmissionLimits(talker_max_model_len=64, tokenizer=str(tiny_checkpoint))
+    app = SpeechAdmission(inner, limits)
+    # Under any character cap, over 64 positions: emoji take several tokens each.
+    status, body = run(call(app, "/v1/audio/speech", {**SPEECH, "input": "😀" * 40}))
+    assert status == 400
+    error = json.loads(body)["error"]
+    assert error["param"] == "input" and "context is 64" in error["message"]
+    assert inner.started == 0
+    assert run(call(app, "/v1/audio/speech", {**SPEECH, "input": "Hi."}))[0] == 200

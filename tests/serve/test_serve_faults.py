@@ -1,0 +1,73 @@
+"""`omni-cpu serve` with a dead stage: it says which, and exits 4 for a supervisor to restart it.
+
+One server start (tiny checkpoint, about a minute on 2 cores); its talker worker is
+killed once it is ready.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from omni_cpu.launch import proctree
+from tests.e2e.conftest import needs_runtime, tiny_checkpoint  # noqa: F401 - the fixture
+from tests.serve.test_serve_e2e import REPO, START_TIMEOUT_S, free_port, get, get_status
+
+pytestmark = [pytest.mark.e2e, needs_runtime]
+
+
+def talker_worker(root: int) -> int:
+    for pid in proctree.descendants(root):
+        if "stage0" in proctree.command_line(pid):
+            for child in psutil.Process(pid).children():
+                if "Worker" in " ".join(child.cmdline()):
+                    return child.pid
+    raise AssertionError("no talker worker")
+
+
+def test_a_killed_stage_worker_is_named_by_health_and_the_server_exits_4(
+    tiny_checkpoint: Path,  # noqa: F811 - pytest's fixture
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    log = tmp_path / "serve.log"
+    command = [
+        sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(tiny_checkpoint),
+        "--host", "127.0.0.1", "--port", str(port), "--max-frames", "12",
+    ]  # fmt: skip
+    with log.open("wb") as sink:
+        server = subprocess.Popen(command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while get_status(f"http://127.0.0.1:{port}/health") != 200:
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(1)
+        tree = [server.pid, *proctree.descendants(server.pid)]
+        victim = talker_worker(server.pid)
+        killed_at = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        named = None
+        while server.poll() is None and time.monotonic() - killed_at < 60:
+            try:
+                status, body = get(f"http://127.0.0.1:{port}/health", 2.0)
+            except OSError:
+                status, body = None, ""
+            if status == 503 and "stage 0 (talker) worker" in body:
+                named = json.loads(body)["error"]["message"]
+            time.sleep(0.2)
+        assert server.wait(timeout=60) == 4, log.read_text()[-4000:]
+        assert time.monotonic() - killed_at < 60
+        assert named is not None and f"pid {victim}" in named
+        assert f"stage 0 (talker) worker pid {victim} died" in log.read_text()
+        assert proctree.wait_gone(tree, 5.0) == []
+    finally:
+        if server.poll() is None:
+            proctree.stop_tree(server.pid, 30)
