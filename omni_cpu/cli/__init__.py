@@ -95,6 +95,9 @@ def main() -> None:
         _exit(code if isinstance(code, int) else (0 if code is None else 1))
 
 
+INTERRUPTED = 130  # exit code after Ctrl-C / SIGINT, as shells report it
+
+
 def _main() -> None:
     try:
         # Without standalone mode click returns typer.Exit's code instead of exiting.
@@ -120,4 +123,7 @@ def _main() -> None:
             usage_error.show()
             sys.exit(usage_error.exit_code)
         raise
+    if code == INTERRUPTED:
+        # typer catches a Ctrl-C inside a command itself and returns 130 without a word.
+        err_console.print("interrupted")
     sys.exit(code if isinstance(code, int) else 0)

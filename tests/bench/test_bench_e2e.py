@@ -78,8 +78,13 @@ def test_every_request_is_cut_at_the_same_fixed_length(bench: dict) -> None:
 
 
 def test_peak_rss_is_reported_per_stage_and_for_the_driver(bench: dict) -> None:
+    # Stages that share their CPUs (the plan on a 2-core bf16 box) are one group, "a+b".
     for level in bench["levels"]:
-        assert set(level["peak_rss_bytes"]) == {*bench["stage_cpus"], "driver"}
+        groups = set(level["peak_rss_bytes"]) - {"driver"}
+        assert "driver" in level["peak_rss_bytes"]
+        assert sorted(name for group in groups for name in group.split("+")) == sorted(
+            bench["stage_cpus"]
+        )
         assert all(value > 0 for value in level["peak_rss_bytes"].values())
 
 
