@@ -56,9 +56,19 @@ def apply_to_this_process(verbose: bool) -> None:
     which an interpreter reads only at start-up: its filter is installed here too.
     """
     for key, value in engine_log_env(verbose).items():
-        os.environ.setdefault(key, value)
+        if key == "PYTHONWARNINGS":  # a list of filters: add ours to the user's
+            add_warning_filter(value)
+        else:
+            os.environ.setdefault(key, value)
     if not verbose:
         warnings.filterwarnings("ignore", message=_DEPRECATED_ROPE_CHECK, category=FutureWarning)
+
+
+def add_warning_filter(entry: str) -> None:
+    """Append one PYTHONWARNINGS filter for the stage interpreters this process spawns."""
+    present = os.environ.get("PYTHONWARNINGS", "")
+    if entry not in present.split(","):
+        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [present, entry]))
 
 
 def quiet_deploy_config(deploy_config: dict[str, Any], verbose: bool) -> dict[str, Any]:

@@ -276,12 +276,10 @@ class PipelineSession:
     def __enter__(self) -> PipelineSession:
         for key, value in DRIVER_ENV_DEFAULTS.items():
             os.environ.setdefault(key, value)
+        logs.apply_to_this_process(self.verbose)
         # The resource tracker unlinks what the stopped stages left when this process
         # ends, and warns about each kind; that is the cleanup working, not a leak.
-        warnings = os.environ.get("PYTHONWARNINGS", "")
-        if TRACKER_QUIET not in warnings:
-            os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [warnings, TRACKER_QUIET]))
-        logs.apply_to_this_process(self.verbose)
+        logs.add_warning_filter(TRACKER_QUIET)
         start = time.perf_counter()
         try:
             from vllm_omni.entrypoints.omni import Omni

@@ -358,8 +358,10 @@ def test_int8_stream_run_quantized_the_talker_and_its_code_predictor(
     stream_run: tuple[Run, Path],
 ) -> None:
     run, _out = stream_run
-    pattern = r"int8 weights .*?: (\d+) vLLM linear layers, (\d+) code-predictor"
-    found = re.search(pattern, run.stderr)
+    # omni_cpu.platform.linears.describe: "talker 28 gemv-w8a8; predictor 20 gemv-w8a8, ..."
+    found = re.search(r"linear kernels \(int8 weights\): talker (.*?); predictor (.*)", run.stderr)
     assert found, run.stderr[-3000:]
-    vllm_layers, predictor_layers = int(found.group(1)), int(found.group(2))
-    assert vllm_layers > 0 and predictor_layers > 0
+    int8_kernels = ("gemv-w8a8", "fbgemm-int8")
+    for side in (found.group(1), found.group(2)):
+        kernels = re.findall(r"(\d+) ([\w-]+)", side)
+        assert sum(int(n) for n, kernel in kernels if kernel in int8_kernels) > 0, side
