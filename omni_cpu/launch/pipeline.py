@@ -171,8 +171,12 @@ class _StageWatch:
     is gone can no longer be asked which stage it was.
     """
 
-    def __init__(self, stage_binds: dict[str, tuple[int, str]]) -> None:
+    def __init__(
+        self, stage_binds: dict[str, tuple[int, str]], stage_names: dict[int, str] | None = None
+    ) -> None:
         self.stage_binds = stage_binds
+        # Stages that share their CPUs share a bind list: names come from the profile.
+        self.stage_names = stage_names or {}
         self.seen: dict[int, processes.StageProcess] = {}
         self.oom_kills_before = procfs.oom_kills()
         self._stop = threading.Event()
@@ -189,7 +193,7 @@ class _StageWatch:
             known = self.seen.get(pid)
             # A spawned process takes its title (engine core, worker) only once it runs.
             if known is None or known.role == "process" or known.stage_id is None:
-                self.seen[pid] = processes.identify(pid, self.stage_binds)
+                self.seen[pid] = processes.identify(pid, self.stage_binds, self.stage_names)
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
@@ -299,7 +303,9 @@ class PipelineSession:
         try:
             ENGINES_STARTED.set()
             self._guard = StageGuard(self._output_folders).__enter__()
-            self._watch = _StageWatch(self._stage_binds())
+            stages = self.plan.profile.replicas[self.plan.replica].stages
+            names = {stage.stage_id: stage.name for stage in stages}
+            self._watch = _StageWatch(self._stage_binds(), names)
             self._watch.start()
             register_qwen3_tts_config()
             launched = dataclasses.replace(
