@@ -16,13 +16,14 @@ MIB = 1 << 20
 # 667 ms median talker decode step with OMNI_CPU_STEP_LOG, 441 ms of it the code
 # predictor; code2wav ~100 ms per frame, 92 % in upsampling convolutions that bf16
 # does not help without native bf16), and bfloat16 on the 2-core AVX-512-bf16 Zen 4
-# KVM guest (DESIGN.md, 2026-12-01: talker step 380 ms per frame, code2wav 46 ms per
-# decoded frame on one core: bf16 convolutions are fast with native bf16).
-TALKER_CORE_MS_PER_FRAME = {"bfloat16": 380.0, "float32": 640.0}
-# --weights int8 (FBGEMM): talker step 144 ms on the Zen 4 (bf16 elsewhere), RTF 5.7
-# (~456 ms per frame) on the AVX2 EPYC (float32 elsewhere).
-INT8_TALKER_CORE_MS_PER_FRAME = {"bfloat16": 144.0, "float32": 456.0}
-CODE2WAV_CORE_MS_PER_FRAME = {"bfloat16": 46.0, "float32": 100.0}
+# KVM guest (benchmarks/RESULTS.md, 2026-12-01 12:36, `omni-cpu bench` on a 1 + 1
+# split: talker step 261 ms per frame with the fused code predictor and omni-cpu's
+# GEMV, was 380 ms; code2wav 43 ms per decoded frame with the streaming decode).
+TALKER_CORE_MS_PER_FRAME = {"bfloat16": 261.0, "float32": 640.0}
+# --weights int8: talker step 147 ms on the Zen 4 (W8A8 GEMV; bf16 elsewhere), RTF 5.7
+# (~456 ms per frame, FBGEMM) on the AVX2 EPYC (float32 elsewhere).
+INT8_TALKER_CORE_MS_PER_FRAME = {"bfloat16": 147.0, "float32": 456.0}
+CODE2WAV_CORE_MS_PER_FRAME = {"bfloat16": 43.0, "float32": 100.0}
 # Earlier frames each chunk decodes again. omni-cpu's streaming decode
 # (omni_cpu.platform.code2wav_stream, the default) carries the decoder's state
 # between chunks and re-decodes none. vLLM-Omni's own async-chunk decode, kept as
@@ -36,7 +37,10 @@ CODEC_RECOMPUTED_FRAMES = 0
 # Zen 4 bf16 split 1+1 RTF 5.35, shared 4.61; EPYC float32 split 12.1, shared 12.3;
 # EPYC int8 split 5.7, shared 6.9 (with SHARED_SPIN_LOSS below, each pair is met
 # within 1 %). `probe --calibrate` measures the bandwidth per core count instead.
-PARALLEL_EFFICIENCY = {"bfloat16": 0.75, "float32": 0.55}
+# With omni-cpu's GEMV (2026-12-01 12:36, Zen 4 bf16) the pair is split RTF 3.85, shared
+# 4.71: a second core adds only the read bandwidth it brings (one core 21.6-22.4 GB/s,
+# both 26.1 GB/s: +18 %), so bf16 is set from that, 0.2; shared then loses as measured.
+PARALLEL_EFFICIENCY = {"bfloat16": 0.2, "float32": 0.55}
 INT8_PARALLEL_EFFICIENCY = 0.40
 # Stages sharing cores run in turn, and each loses ~22 % to the other's idle
 # OpenMP threads spinning on the same cores (DESIGN.md, py-spy on the workers).

@@ -23,7 +23,8 @@ def plan(calibration: Calibration | None):
 def test_without_a_calibration_the_stated_constants_plan():
     profile = plan(None)
     assert profile.machine.calibration is None
-    assert profile.stages[0].cpus == profile.stages[1].cpus == "0-1"  # Zen 4 measured shared
+    # Zen 4 with omni-cpu's GEMV, measured: split RTF 3.85, shared 4.71 (costs.py).
+    assert (profile.stages[0].cpus, profile.stages[1].cpus) == ("0", "1")
 
 
 def test_bandwidth_that_does_not_grow_with_cores_splits_the_stages():
