@@ -192,9 +192,22 @@ def test_per_stage_env_from_the_cpu_block_reaches_each_stage(tmp_path) -> None:
     ]
 
 
-def test_pinned_cpu_platform_turns_async_scheduling_off() -> None:
-    source = inspect.getsource(CpuPlatform.check_and_update_config)
-    assert "scheduler_config.async_scheduling = False" in source
+def test_the_platform_turns_async_scheduling_and_cuda_graphs_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # vLLM-Omni's deploy YAMLs turn async scheduling on per stage; whatever vLLM's own
+    # CpuPlatform checks (stubbed here: it needs a whole engine config), ours insists.
+    from vllm.config import CUDAGraphMode
+
+    monkeypatch.setattr(CpuPlatform, "check_and_update_config", classmethod(lambda cls, c: None))
+    config = SimpleNamespace(
+        scheduler_config=SimpleNamespace(async_scheduling=True),
+        compilation_config=SimpleNamespace(cudagraph_mode=CUDAGraphMode.FULL),
+        cache_config=SimpleNamespace(kv_cache_memory_bytes=1 << 30, gpu_memory_utilization=0.9),
+    )
+    CPUOmniPlatform.check_and_update_config(config)
+    assert config.scheduler_config.async_scheduling is False
+    assert config.compilation_config.cudagraph_mode == CUDAGraphMode.NONE
 
 
 def test_torchvision_imports_beside_the_cpu_torch() -> None:
