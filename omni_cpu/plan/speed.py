@@ -88,7 +88,8 @@ def talker_ms(cores: int, inputs: SpeedInputs) -> float:
 
 
 def code2wav_core_ms(chunk_frames: int, inputs: SpeedInputs) -> float:
-    """Code2wav work per new frame on one core: each chunk also re-runs earlier frames."""
+    """Code2wav work per new frame on one core, with each chunk's re-decoded earlier frames
+    (none with omni-cpu's streaming decode; 12 on vLLM-Omni's recompute path)."""
     dtype = inputs.code2wav_dtype
     measured = inputs.calibration.code2wav_ms_per_frame if inputs.calibration else {}
     per_frame = measured.get(dtype, costs.CODE2WAV_CORE_MS_PER_FRAME[dtype])
@@ -128,8 +129,8 @@ def best_split(compute: int, chunk_frames: int, inputs: SpeedInputs) -> int:
 def choose_chunk_frames(talker_cores: int, compute: int, inputs: SpeedInputs) -> int:
     """The smallest chunk for which code2wav keeps up with the talker.
 
-    Small chunks give smoother playback but re-decode the left context each time;
-    on few cores that overhead would make code2wav the bottleneck. Sharing cores,
+    Small chunks give smoother playback; where a chunk re-decodes earlier frames
+    (OMNI_CPU_CODE2WAV=recompute) that overhead can make code2wav the bottleneck. Sharing cores,
     every chunk size costs the same turns, so the smallest is taken.
     """
     choices = costs.CODEC_CHUNK_FRAMES_CHOICES
