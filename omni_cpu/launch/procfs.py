@@ -100,3 +100,14 @@ def oom_kills() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (signal 0; another user's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -98,17 +98,7 @@ class Ledger:
             self.names |= ours
 
     def finished(self) -> bool:
-        return not (_pid_alive(self.owner_pid) or _pid_alive(self.watchdog_pid))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return not (procfs.pid_alive(self.owner_pid) or procfs.pid_alive(self.watchdog_pid))
 
 
 @dataclass(frozen=True)
@@ -132,13 +122,13 @@ def leftovers(ledger: Ledger, in_use: set[str]) -> list[Entry]:
     for name in sorted(ledger.names):
         path = SHM_DIR / name
         kmp = _KMP.match(name)
-        if kmp and _pid_alive(int(kmp["pid"])):
+        if kmp and procfs.pid_alive(int(kmp["pid"])):
             continue  # an OpenMP file is held by nobody: only a dead pid makes it stale
         if name not in in_use and path.exists():
             found.append(Entry(name, _held(path)))
     for path in SHM_DIR.glob("__KMP_REGISTERED_LIB_*"):
         match = _KMP.match(path.name)
-        if match and int(match["pid"]) in ledger.pids and not _pid_alive(int(match["pid"])):
+        if match and int(match["pid"]) in ledger.pids and not procfs.pid_alive(int(match["pid"])):
             found.append(Entry(path.name, _held(path)))
     return found
 

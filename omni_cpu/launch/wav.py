@@ -21,6 +21,7 @@ from typing import BinaryIO
 import numpy as np
 
 from omni_cpu.errors import OutputError
+from omni_cpu.launch import procfs
 from omni_cpu.launch.request import SAMPLE_RATE
 
 SPECIAL_FLAG = "--out-special"
@@ -83,22 +84,12 @@ def sweep_partials(folder: Path) -> list[Path]:
     with contextlib.suppress(OSError):
         for entry in folder.iterdir():
             match = _PARTIAL.match(entry.name)
-            if match is None or _pid_alive(int(match.group("pid"))):
+            if match is None or procfs.pid_alive(int(match.group("pid"))):
                 continue
             with contextlib.suppress(OSError):
                 entry.unlink()
                 removed.append(entry)
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _open_hidden(folder: Path, name: str) -> tuple[BinaryIO, Path | None]:
