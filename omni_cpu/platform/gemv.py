@@ -31,6 +31,9 @@ OpenMP pool, so the stage's thread binding applies).
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,12 +60,20 @@ def wanted() -> bool:
 
 
 def cache_dir() -> Path:
+    """One build folder per torch build and kernel source.
+
+    An extension is tied to the torch it was built against; the source's hash
+    (with the flags) keys the rest. torch's `load` rebuilds whenever the
+    source's *path* changes, so the source is compiled from a copy inside the
+    folder: every checkout of the same kernel (a worktree, a CI clone) shares
+    one build instead of rebuilding it (~30 s) each time another one runs.
+    """
     from omni_cpu import envs
 
     configured = envs.OMNI_CPU_KERNEL_CACHE
     root = Path(configured) if configured else Path.home() / ".cache" / "omni-cpu" / "kernels"
-    # One folder per torch build: an extension is tied to the torch it was built against.
-    return root / f"torch-{torch.__version__}"
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    return root / f"torch-{torch.__version__}-{digest}"
 
 
 @functools.cache
@@ -74,10 +85,15 @@ def kernel() -> Any | None:
 
     build = cache_dir()
     build.mkdir(parents=True, exist_ok=True)
+    source = build / SOURCE.name
+    if not source.exists():  # the folder's name is the content's hash: copy once
+        tmp = source.with_suffix(f".{os.getpid()}.tmp")
+        shutil.copyfile(SOURCE, tmp)
+        os.replace(tmp, source)
     try:
         return load(
             name="omni_cpu_gemv",
-            sources=[str(SOURCE)],
+            sources=[str(source)],
             extra_cflags=FLAGS,
             build_directory=str(build),
             verbose=False,
