@@ -118,3 +118,27 @@ def test_bench_request_fills_the_voice_a_user_left_out(kinds, voice_wav):
 def test_bench_request_refuses_a_base_model_without_reference(kinds):
     with pytest.raises(InputError, match="--ref-audio"):
         bench_request(read_model_info(str(kinds["base"])), 10)
+
+
+VOICE_OPTIONS = (
+    "--query-type",
+    "--speaker",
+    "--instruct",
+    "--ref-audio",
+    "--ref-text",
+    "--x-vector-only",
+)
+
+
+def test_run_bench_and_tune_offer_the_same_voice_options():
+    import typer.main
+
+    from omni_cpu.cli import app
+
+    group = typer.main.get_command(app)
+    offered = {}
+    for name in ("run", "bench", "tune"):
+        command = group.commands[name]  # type: ignore[attr-defined]
+        options = {opt: param for param in command.params for opt in param.opts}
+        offered[name] = {opt: (options[opt].help, options[opt].default) for opt in VOICE_OPTIONS}
+    assert offered["run"] == offered["bench"] == offered["tune"]
