@@ -59,10 +59,10 @@ class Server:
         )
 
 
-def wav_data_url(seconds: float, rate: int = 16000) -> str:
+def wav_data_url(seconds: float, rate: int = 16000, amplitude: float = 0.3) -> str:
     """`seconds` of a voice-like tone as a base64 WAV data URL."""
     t = np.arange(int(seconds * rate)) / rate
-    voice = 0.3 * np.sin(2 * np.pi * 180 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 4 * t))
+    voice = amplitude * np.sin(2 * np.pi * 180 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 4 * t))
     buffer = io.BytesIO()
     soundfile.write(buffer, voice, rate, format="WAV", subtype="PCM_16")
     return "data:audio/wav;base64," + base64.b64encode(buffer.getvalue()).decode()

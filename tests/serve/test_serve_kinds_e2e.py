@@ -147,10 +147,18 @@ def test_base_without_a_transcript_is_400(base_server, reference_data_url):
     assert status == 400 and "ref_text" in _error(reply)
 
 
-@pytest.mark.parametrize(("seconds", "words"), [(0.5, "too short"), (31.0, "too long")])
-def test_a_reference_outside_1_to_30_seconds_is_400(base_server, seconds, words):
+@pytest.mark.parametrize(
+    ("ref_audio", "words"),
+    [
+        (lambda: wav_data_url(0.5), "too short"),
+        (lambda: wav_data_url(31.0), "too long"),
+        (lambda: wav_data_url(2.0, amplitude=0.0), "silent"),
+        (lambda: "data:audio/wav;base64,UklGRg==", "cannot read"),
+    ],
+)
+def test_a_reference_run_would_refuse_is_400(base_server, ref_audio, words):
     status, reply = _speech(
-        base_server, task_type="Base", ref_audio=wav_data_url(seconds), ref_text="A test clip."
+        base_server, task_type="Base", ref_audio=ref_audio(), ref_text="A test clip."
     )
     assert status == 400 and words in _error(reply)
 
