@@ -11,13 +11,14 @@ import yaml
 
 from omni_cpu.errors import InputError, ProfileMismatchError
 from omni_cpu.launch.logs import engine_log_env
-from omni_cpu.platform import WEIGHT_CHOICES, WEIGHTS_ENV
+from omni_cpu.platform import DRIVER_ENV, WEIGHT_CHOICES, WEIGHTS_ENV
 from omni_cpu.profile import Profile, deploy_config_dict, stage_env
 
 # Set in the driver (unless already set) and inherited by every stage: vLLM's CPU
-# platform is picked explicitly. What the engines print is launch.logs' (errors only
-# unless --verbose), and goes to stderr, so stdout keeps only omni-cpu's own output.
-DRIVER_ENV_DEFAULTS = {"VLLM_TARGET_DEVICE": "cpu"}
+# platform, one process per stage (omni_cpu.platform.DRIVER_ENV says why). What the
+# engines print is launch.logs' (errors only unless --verbose), and goes to stderr,
+# so stdout keeps only omni-cpu's own output.
+DRIVER_ENV_DEFAULTS = dict(DRIVER_ENV)
 
 
 @dataclass(frozen=True)

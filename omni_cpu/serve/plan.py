@@ -17,6 +17,7 @@ import yaml
 
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
+from omni_cpu.platform import DRIVER_ENV
 from omni_cpu.profile import Profile, deploy_config_dict
 from omni_cpu.serve.knobs import MIDDLEWARE_PATH, AdmissionLimits
 
@@ -138,7 +139,7 @@ def build_serve_plan(
     )
 
     env = {
-        "VLLM_TARGET_DEVICE": "cpu",
+        **DRIVER_ENV,
         # Every node the replica's stages may take memory from (a grouped replica's nodes).
         "CPU_VISIBLE_MEMORY_NODES": ",".join(
             str(node)

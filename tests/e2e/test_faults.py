@@ -218,10 +218,11 @@ def test_a_killed_driver_leaves_no_process_shared_memory_or_file(
 @needs_runtime
 @pytest.mark.parametrize(
     ("stage_id", "role", "named"),
+    # One process per stage: the worker runs inside its engine core (vLLM's "uni"
+    # executor, omni_cpu.platform.DRIVER_ENV), so each stage is killed there.
     [
-        (0, "Worker", "stage 0 (talker) worker"),
-        (1, "Worker", "stage 1 (code2wav) worker"),
         (0, "EngineCore", "stage 0 (talker) engine core"),
+        (1, "EngineCore", "stage 1 (code2wav) engine core"),
     ],
 )
 def test_a_killed_stage_process_fails_the_run_naming_it(

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from omni_cpu.errors import ProfileError
 from omni_cpu.plan import footprint_for_model, plan_profile
 from omni_cpu.profile import deploy_config_dict, dump_profile, parse_profile
+from omni_cpu.profile.deploy import openmp_binding_env
 
 from ..plan.machines import machine
 
@@ -84,6 +85,41 @@ def test_bad_value_is_one_line_naming_the_key(old, new, key):
 def test_platform_env_that_disagrees_with_the_plan_is_refused():
     text = edited('VLLM_CPU_OMP_THREADS_BIND: "0-2"', 'VLLM_CPU_OMP_THREADS_BIND: "0-3"')
     with pytest.raises(ProfileError, match=r"platforms\.cpu\.stages\[0\]\.env"):
+        parse_profile(text)
+
+
+def test_stage_env_binds_the_openmp_runtime_one_thread_per_cpu():
+    stage = PROFILE.replicas[0].stages[0]
+    env = deploy_config_dict(PROFILE, 0)["platforms"]["cpu"]["stages"][0]["env"]
+    assert stage.cpus == "0-2"
+    assert env["OMP_NUM_THREADS"] == "3"
+    assert env["OMP_PLACES"] == "{0},{1},{2}"
+    assert env["OMP_PROC_BIND"] == "true"
+
+
+def test_intel_openmp_in_ld_preload_gets_kmp_affinity_instead():
+    env = openmp_binding_env("4,6-7", "/opt/libiomp5.so:/opt/libtcmalloc.so")
+    assert env == {
+        "OMP_NUM_THREADS": "3",
+        "KMP_AFFINITY": "granularity=fine,explicit,proclist=[4,6,7]",
+        "KMP_BLOCKTIME": "5",
+        "KMP_TPAUSE": "0",
+    }
+
+
+def test_file_written_before_the_openmp_env_still_loads():
+    lines = [
+        line
+        for line in TEXT.splitlines(keepends=True)
+        if not line.strip().startswith(("OMP_NUM_THREADS:", "OMP_PLACES:", "OMP_PROC_BIND:"))
+    ]
+    assert len(lines) < len(TEXT.splitlines())
+    assert parse_profile("".join(lines)) == PROFILE
+
+
+def test_openmp_env_that_disagrees_with_the_binding_is_refused():
+    text = edited('OMP_NUM_THREADS: "3"', 'OMP_NUM_THREADS: "8"')
+    with pytest.raises(ProfileError, match=r"env\.OMP_NUM_THREADS"):
         parse_profile(text)
 
 
