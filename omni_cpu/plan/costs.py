@@ -62,14 +62,21 @@ FRONTEND_RESERVE_MIN_CORES = 8
 FRONTEND_RESERVED_CORES = 1
 
 # --- Memory ---------------------------------------------------------------------
-# Measured peak resident memory beyond the weights (DESIGN.md, 0.6B, bf16):
-# talker worker 4.3 GiB with a 1 GiB KV cache and 1.8 GiB of weights,
-# code2wav worker 2.2 GiB with 0.68 GiB of weights, each engine-core process
-# 0.7 GiB, the driver / API process 0.9 GiB.
-TALKER_WORKER_OVERHEAD_BYTES = int(1.5 * GIB)
-CODE2WAV_WORKER_OVERHEAD_BYTES = int(1.5 * GIB)
-ENGINE_CORE_PROCESS_BYTES = int(0.7 * GIB)
-DRIVER_PROCESS_BYTES = int(0.9 * GIB)
+# Each process's peak PSS beyond its weights and KV cache, 0.6B bf16 on the 2-core
+# Zen 4 (benchmarks/RESULTS.md, 2026-12-01 "memory per process (issue 11)":
+# benchmarks/memory_per_process.py around `omni-cpu run`, 24 frames). PSS, not RSS:
+# torch's, vLLM's and triton's libraries are mapped by every process and counted
+# once over all of them, where VmHWM counts them in each (sum of VmHWM 8.47 GiB,
+# sum of peak PSS 7.57 GiB, peak of the simultaneous total 6.46 GiB). Measured:
+# talker worker 4.02 GiB = 1.81 GiB weights (talker, speaker and tokenizer
+# encoders) + 0.98 GiB KV + 1.23 GiB (interpreter, torch/vLLM heap, the load's
+# mapped safetensors pages); code2wav worker 1.31 GiB = 0.21 GiB decoder + 256 MiB
+# planned KV + 0.85 GiB; each engine-core process 0.56 GiB (imports only); the
+# driver 0.91 GiB (imports and the prompt tokenizer).
+TALKER_WORKER_OVERHEAD_BYTES = int(1.25 * GIB)
+CODE2WAV_WORKER_OVERHEAD_BYTES = int(0.85 * GIB)
+ENGINE_CORE_PROCESS_BYTES = int(0.6 * GIB)
+DRIVER_PROCESS_BYTES = int(0.95 * GIB)
 # Left for the OS, page cache of the weights and everything else on the node.
 MEMORY_SAFETY_FRACTION = 0.10
 MEMORY_SAFETY_MIN_BYTES = 1 * GIB
