@@ -77,6 +77,13 @@ TALKER_WORKER_OVERHEAD_BYTES = int(1.25 * GIB)
 CODE2WAV_WORKER_OVERHEAD_BYTES = int(0.85 * GIB)
 ENGINE_CORE_PROCESS_BYTES = int(0.6 * GIB)
 DRIVER_PROCESS_BYTES = int(0.95 * GIB)
+# vLLM's CPU backend pages the KV cache in blocks of 128 tokens (vllm/platforms/cpu.py,
+# 0.30.0) and its block pool keeps one of them as the null block. A stream needs
+# whole blocks for max_model_len, and the cache one block more: with exactly one
+# stream's 2304 tokens (252 MiB for the 0.6B) the talker refused to start
+# ("0.25 GiB KV cache is needed ... available 0.23 GiB", measured 2026-12-01).
+KV_BLOCK_TOKENS = 128
+KV_RESERVED_BLOCKS = 1
 # Left for the OS, page cache of the weights and everything else on the node.
 MEMORY_SAFETY_FRACTION = 0.10
 MEMORY_SAFETY_MIN_BYTES = 1 * GIB
