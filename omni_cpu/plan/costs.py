@@ -64,17 +64,18 @@ FRONTEND_RESERVED_CORES = 1
 # --- Memory ---------------------------------------------------------------------
 # Each process's peak PSS beyond its weights and KV cache, 0.6B bf16 on the 2-core
 # Zen 4 (benchmarks/RESULTS.md, 2026-12-01 "memory per process (issue 11)":
-# benchmarks/memory_per_process.py around `omni-cpu run`, 24 frames). PSS, not RSS:
-# torch's, vLLM's and triton's libraries are mapped by every process and counted
-# once over all of them, where VmHWM counts them in each (sum of VmHWM 8.47 GiB,
-# sum of peak PSS 7.57 GiB, peak of the simultaneous total 6.46 GiB). Measured:
-# talker worker 4.02 GiB = 1.81 GiB weights (talker, speaker and tokenizer
-# encoders) + 0.98 GiB KV + 1.23 GiB (interpreter, torch/vLLM heap, the load's
-# mapped safetensors pages); code2wav worker 1.31 GiB = 0.21 GiB decoder + 256 MiB
-# planned KV + 0.85 GiB; each engine-core process 0.56 GiB (imports only); the
-# driver 0.91 GiB (imports and the prompt tokenizer).
-TALKER_WORKER_OVERHEAD_BYTES = int(1.25 * GIB)
-CODE2WAV_WORKER_OVERHEAD_BYTES = int(0.85 * GIB)
+# benchmarks/memory_per_process.py around `omni-cpu run`, 24 frames, one and four
+# streams, the larger of the two). PSS, not RSS: torch's, vLLM's and triton's
+# libraries are mapped by every process and counted once over all of them, where
+# VmHWM counts them in each. With the checkpoint's pages dropped as they are copied
+# (omni_cpu.platform.lean_load): talker worker 2.99 GiB with one stream = 1.81 GiB
+# weights (talker, speaker and tokenizer encoders) + 0.27 GiB KV + 0.91 GiB
+# (interpreter, torch/vLLM heap, the largest tensor's file pages while copied);
+# code2wav worker 1.05 GiB = 0.21 GiB decoder + 0.84 GiB, of which the 256 MiB KV
+# budget below (its decoder has no vLLM attention layer, so nothing fills it);
+# each engine-core process 0.53-0.56 GiB (imports only); the driver 0.78-0.91 GiB.
+TALKER_WORKER_OVERHEAD_BYTES = int(0.95 * GIB)
+CODE2WAV_WORKER_OVERHEAD_BYTES = int(0.6 * GIB)
 ENGINE_CORE_PROCESS_BYTES = int(0.6 * GIB)
 DRIVER_PROCESS_BYTES = int(0.95 * GIB)
 # vLLM's CPU backend pages the KV cache in blocks of 128 tokens (vllm/platforms/cpu.py,
