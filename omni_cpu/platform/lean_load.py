@@ -13,6 +13,14 @@ pages stay in the page cache (a later read, or the next run, does not go to the
 disk), and a later access to the tensor, which loaders that collect tensors for
 later do, reads the same bytes again: the mapping is private and the loaders
 never write to it. Only pages of a mapped `.safetensors` file are touched.
+
+The speech tokenizer's encoder (talker stage) and decoder (code2wav stage) are
+built with transformers' `_from_config`, which fills every parameter with random
+values that the load then overwrites: 1.8-2.8 s for the encoder and 1.6 s for
+the decoder on one Zen 4 core, 0.2 and 0.1 s without it (`no_init_weights`). The
+tensors the checkpoint does not hold are computed buffers (conv strides, RoPE
+frequencies), the same either way, and vLLM's loader refuses a model whose
+parameters the checkpoint leaves unloaded.
 """
 
 from __future__ import annotations
@@ -94,8 +102,35 @@ def released(
         release(previous)
 
 
+def _built_without_random_init(cls: Any) -> None:
+    """`cls._from_config` under transformers' no_init_weights (idempotent)."""
+    from transformers.initialization import no_init_weights
+
+    original = cls._from_config
+    if getattr(original, "_omni_cpu_no_init", False):
+        return
+
+    def from_config(config: Any, **kwargs: Any) -> Any:
+        with no_init_weights():
+            return original(config, **kwargs)
+
+    from_config._omni_cpu_no_init = True  # type: ignore[attr-defined]
+    cls._from_config = staticmethod(from_config)
+
+
+def skip_random_init() -> None:
+    """Build the speech tokenizer's encoder and decoder without random weights."""
+    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
+        modeling_qwen3_tts_tokenizer_v2 as codec,
+    )
+
+    _built_without_random_init(codec.Qwen3TTSTokenizerV2Encoder)
+    _built_without_random_init(codec.Qwen3TTSTokenizerV2Decoder)
+
+
 def install() -> None:
-    """Make vLLM's default loader release each tensor's file pages (idempotent)."""
+    """Lean loading in this worker: file pages released, no random init (idempotent)."""
+    skip_random_init()
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
     original = DefaultModelLoader._get_weights_iterator

@@ -76,3 +76,49 @@ def test_tensors_that_are_not_a_mapped_file_are_left_alone(checkpoint: Path) -> 
     anonymous = [("a", torch.ones(1024, 1024)), ("b", torch.ones(1024, 1024))]
     out = list(released(iter(anonymous), madvise=lambda *args: calls.append(args) or 0))
     assert calls == [] and [name for name, _ in out] == ["a", "b"]
+
+
+def test_codec_modules_built_without_random_init_compute_the_same_buffers(tmp_path: Path) -> None:
+    pytest.importorskip("vllm_omni")
+    from safetensors import safe_open
+
+    from omni_cpu.checkpoint.writer import make_checkpoint
+    from omni_cpu.platform import lean_load
+
+    model = Path(make_checkpoint("tiny", tmp_path / "tiny", seed=0))
+    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
+        configuration_qwen3_tts_tokenizer_v2 as codec_config,
+    )
+    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
+        modeling_qwen3_tts_tokenizer_v2 as codec,
+    )
+
+    config = codec_config.Qwen3TTSTokenizerV2Config.from_pretrained(
+        str(model), subfolder="speech_tokenizer"
+    )
+    with safe_open(str(model / "speech_tokenizer" / "model.safetensors"), framework="pt") as f:
+        names = set(f.keys())
+    classes = {
+        "encoder.": (codec.Qwen3TTSTokenizerV2Encoder, config.encoder_config),
+        "decoder.": (codec.Qwen3TTSTokenizerV2Decoder, config.decoder_config),
+    }
+    plain = {prefix: cls._from_config(cfg) for prefix, (cls, cfg) in classes.items()}
+    originals = {cls: cls.__dict__.get("_from_config") for cls, _ in classes.values()}
+    try:
+        lean_load.skip_random_init()
+        lean = {prefix: cls._from_config(cfg) for prefix, (cls, cfg) in classes.items()}
+    finally:
+        for cls, original in originals.items():
+            if original is None:
+                delattr(cls, "_from_config")
+            else:
+                cls._from_config = original
+    for prefix in classes:
+        built = dict(plain[prefix].state_dict(keep_vars=True))
+        built.update(dict(plain[prefix].named_buffers()))
+        skipped = dict(lean[prefix].state_dict(keep_vars=True))
+        skipped.update(dict(lean[prefix].named_buffers()))
+        not_loaded = [name for name in built if prefix + name not in names]
+        assert not_loaded, "the checkpoint should leave some computed buffers to the module"
+        for name in not_loaded:
+            assert torch.equal(built[name], skipped[name]), name
