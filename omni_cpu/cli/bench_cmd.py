@@ -7,8 +7,18 @@ from pathlib import Path
 import typer
 
 from omni_cpu.cli.common import VERBOSE_HELP, WEIGHTS_HELP, console, err_console, print_json
+from omni_cpu.cli.voice import (
+    BENCH_VOICE,
+    InstructOption,
+    QueryTypeOption,
+    RefAudioOption,
+    RefTextOption,
+    SpeakerOption,
+    XVectorOnlyOption,
+    bench_request,
+)
 
-_HELP = """\
+_HELP = f"""\
 Measure the pipeline the way its users judge it: time to first audio (TTFA),
 real-time factor (RTF) and total throughput per concurrency level, with the
 talker's time per frame, each stage's peak memory and the machine's memory
@@ -17,10 +27,11 @@ bandwidth (a STREAM-like triad taken before the engines start).
 The engines start once; each level then submits its requests as concurrent
 streams. Every request generates exactly --frames codec frames (80 ms each),
 since random weights rarely stop on their own.
-"""
 
-BENCH_TEXT = "The quick brown fox jumps over the lazy dog, and the CPU keeps up with speech."
-BENCH_VOICE = "A calm, clear male voice at an even pace."
+Every request says the same sentence in the voice the options give (as for
+`run`); left out, a CustomVoice model speaks as ryan and a VoiceDesign model as
+{BENCH_VOICE!r}.
+"""
 
 
 def register(app: typer.Typer) -> None:
@@ -30,11 +41,7 @@ def register(app: typer.Typer) -> None:
 
 def bench_command(
     model: str = typer.Option(..., "--model", help="Checkpoint directory or Hugging Face id."),
-    query_type: str | None = typer.Option(
-        None,
-        "--query-type",
-        help="CustomVoice, VoiceDesign or Base (default: what the model is).",
-    ),
+    query_type: QueryTypeOption = None,
     deploy_profile: str = typer.Option(
         "auto", "--deploy-profile", help="`auto` (plan this machine) or a profile YAML file."
     ),
@@ -48,45 +55,33 @@ def bench_command(
         50, "--frames", min=2, help="Codec frames per request (80 ms of audio each)."
     ),
     warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured requests before level 1."),
-    speaker: str | None = typer.Option(
-        None, "--speaker", help="CustomVoice: default the model's first."
-    ),
-    instruct: str | None = typer.Option(
-        None, "--instruct", help=f"VoiceDesign: the voice in words (default {BENCH_VOICE!r})."
-    ),
-    ref_audio: Path | None = typer.Option(
-        None, "--ref-audio", help="Base: the voice to clone (1-30 s; any rate and channels)."
-    ),
-    ref_text: str | None = typer.Option(
-        None, "--ref-text", help="Base: what the reference audio says."
-    ),
-    x_vector_only: bool = typer.Option(
-        False, "--x-vector-only", help="Base: clone from the speaker embedding only."
-    ),
+    speaker: SpeakerOption = None,
+    instruct: InstructOption = None,
+    ref_audio: RefAudioOption = None,
+    ref_text: RefTextOption = None,
+    x_vector_only: XVectorOnlyOption = False,
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
     verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     plot: Path | None = typer.Option(None, "--plot", help="Write RTF/TTFA vs concurrency PNG."),
 ) -> None:
     from omni_cpu.bench.report import print_bench, require_matplotlib, write_plot
-    from omni_cpu.bench.runner import check_query_type, parse_concurrency, run_bench
+    from omni_cpu.bench.runner import parse_concurrency, run_bench
     from omni_cpu.launch.plan import make_launch_plan
-    from omni_cpu.launch.ref_audio import read_reference_audio
-    from omni_cpu.launch.request import build_requests, read_model_info
+    from omni_cpu.launch.request import read_model_info
 
     levels = parse_concurrency(concurrency)
     if plot is not None:
         require_matplotlib()
-    info = read_model_info(model)
-    (first,) = build_requests(  # checks everything once, before the engines start
-        info,
-        [BENCH_TEXT],
-        max_frames=frames,
-        query_type=None if query_type is None else check_query_type(query_type),
-        ref_audio=None if ref_audio is None else read_reference_audio(ref_audio),
-        ref_text=ref_text,
-        x_vector_only=x_vector_only,
-        **_voice(info, query_type, speaker, instruct),
+    first = bench_request(  # checks everything once, before the engines start
+        read_model_info(model),
+        frames,
+        query_type,
+        speaker,
+        instruct,
+        ref_audio,
+        ref_text,
+        x_vector_only,
     )
     kind = first.task_type
     plan = make_launch_plan(model, deploy_profile, weights=weights)
@@ -118,16 +113,3 @@ def bench_command(
         print_json(data)
     else:
         print_bench(console, data)
-
-
-def _voice(
-    info: object, query_type: str | None, speaker: str | None, instruct: str | None
-) -> dict[str, str | None]:
-    """Speaker and instruction for the model's task type, with bench defaults filled in."""
-    task = (query_type or getattr(info, "task_type", "") or "CustomVoice").lower()
-    speakers = getattr(info, "speakers", ())
-    if task == "customvoice":
-        return {"speaker": speaker or (speakers[0] if speakers else "ryan"), "instruct": instruct}
-    if task == "voicedesign":
-        return {"speaker": speaker, "instruct": instruct or BENCH_VOICE}
-    return {"speaker": speaker, "instruct": instruct}

@@ -14,6 +14,14 @@ from omni_cpu.cli.common import (
     print_json,
     state,
 )
+from omni_cpu.cli.voice import (
+    InstructOption,
+    QueryTypeOption,
+    RefAudioOption,
+    RefTextOption,
+    SpeakerOption,
+    XVectorOnlyOption,
+)
 
 _HELP = """\
 Synthesize speech with Qwen3-TTS on vLLM's CPU backend, one stage per core set.
@@ -60,31 +68,13 @@ def run_command(
     text_file: Path | None = typer.Option(
         None, "--text-file", help="A file with one utterance per line (one WAV each)."
     ),
-    speaker: str | None = typer.Option(
-        None, "--speaker", help="CustomVoice: a speaker from the model's config (default ryan)."
-    ),
-    query_type: str | None = typer.Option(
-        None,
-        "--query-type",
-        help="CustomVoice, VoiceDesign or Base (default: what the model is).",
-    ),
-    ref_audio: Path | None = typer.Option(
-        None, "--ref-audio", help="Base: the voice to clone (1-30 s; any rate and channels)."
-    ),
-    ref_text: str | None = typer.Option(
-        None, "--ref-text", help="Base: what the reference audio says."
-    ),
-    x_vector_only: bool = typer.Option(
-        False,
-        "--x-vector-only",
-        help="Base: clone from the speaker embedding only (no --ref-text).",
-    ),
+    speaker: SpeakerOption = None,
+    query_type: QueryTypeOption = None,
+    ref_audio: RefAudioOption = None,
+    ref_text: RefTextOption = None,
+    x_vector_only: XVectorOnlyOption = False,
     language: str = typer.Option("auto", "--language", help="auto, english, chinese, ..."),
-    instruct: str | None = typer.Option(
-        None,
-        "--instruct",
-        help="VoiceDesign: the voice in words; CustomVoice 1.7B: a style instruction.",
-    ),
+    instruct: InstructOption = None,
     out: Path = typer.Option(Path("out.wav"), "--out", help="WAV file to write (24 kHz mono)."),
     out_special: bool = typer.Option(
         False,

@@ -9,6 +9,15 @@ from typing import Any
 import typer
 
 from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json
+from omni_cpu.cli.voice import (
+    InstructOption,
+    QueryTypeOption,
+    RefAudioOption,
+    RefTextOption,
+    SpeakerOption,
+    XVectorOnlyOption,
+    bench_request,
+)
 
 _HELP = """\
 Check the planner against measurements on this machine: start the pipeline once
@@ -17,6 +26,8 @@ dtype where the CPU has native bf16), measure single-stream RTF and 4-stream
 throughput with a few frames, print every run with the auto profile's marked,
 and say whether auto is within 10 % of the best point on both.
 
+Every point measures the same request, in the voice the options give as for
+`bench` (a Base model needs --ref-audio and --ref-text, or --x-vector-only).
 Each point is one engine start (one to three minutes on a small box).
 """
 
@@ -30,6 +41,12 @@ def tune_command(
     model: str = typer.Option(..., "--model", help="Checkpoint directory or Hugging Face id."),
     max_points: int = typer.Option(6, "--max-points", min=1, help="Grid points to run at most."),
     frames: int = typer.Option(25, "--frames", min=2, help="Codec frames per request."),
+    query_type: QueryTypeOption = None,
+    speaker: SpeakerOption = None,
+    instruct: InstructOption = None,
+    ref_audio: RefAudioOption = None,
+    ref_text: RefTextOption = None,
+    x_vector_only: XVectorOnlyOption = False,
     output: Path | None = typer.Option(None, "--output", help="Write the best profile here."),
     table: Path | None = typer.Option(None, "--table", help="Write all runs as JSON here."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the grid points, run nothing."),
@@ -44,16 +61,22 @@ def tune_command(
         variant_profile,
         verdict,
     )
-    from omni_cpu.cli.bench_cmd import BENCH_TEXT
     from omni_cpu.errors import OmniCpuError
-    from omni_cpu.launch.request import build_requests, read_model_info
+    from omni_cpu.launch.request import read_model_info
     from omni_cpu.launch.resolve import resolve
     from omni_cpu.plan import choose_dtype
     from omni_cpu.profile import save_profile
 
-    info = read_model_info(model)
-    speaker = info.speakers[0] if info.speakers else "ryan"
-    build_requests(info, [BENCH_TEXT], speaker, max_frames=frames)
+    request = bench_request(  # checks the voice (and reads the reference) before any engine
+        read_model_info(model),
+        frames,
+        query_type,
+        speaker,
+        instruct,
+        ref_audio,
+        ref_text,
+        x_vector_only,
+    )
     # The auto plan already carries the weights in its env; every variant is planned
     # from the same facts and options with one or more choices fixed.
     resolved = resolve("auto", model, weights)
@@ -76,7 +99,7 @@ def tune_command(
         err_console.print(f"[dim]…[/] point {index}/{len(points)}: {point.label()}")
 
         def make_requests(count: int):
-            return build_requests(info, [BENCH_TEXT] * count, speaker, max_frames=frames)
+            return [request] * count
 
         try:
             row.update(measure_point(model, variant(point), make_requests))
@@ -85,6 +108,7 @@ def tune_command(
             err_console.print(f"[yellow]point failed:[/] {row['error']}", highlight=False)
     result = {
         "model": model,
+        "query_type": request.task_type,
         "frames": frames,
         "weights": weights,
         "dry_run": dry_run,
@@ -110,7 +134,10 @@ def _print_runs(result: dict[str, Any]) -> None:
     def cell(value: Any) -> str:
         return "–" if value is None else str(value)
 
-    out = Table(title=f"omni-cpu tune · {result['model']} · {result['frames']} frames")
+    out = Table(
+        title=f"omni-cpu tune · {result['model']} · {result['query_type']} · "
+        f"{result['frames']} frames"
+    )
     for column in ("", "point", "RTF 1 stream", "TTFA 1 s", "audio-s/wall-s 4 streams", "error"):
         out.add_column(column)
     for row in result["runs"]:

@@ -9,8 +9,10 @@ is one `InputError` line, raised before any engine starts.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -90,18 +92,32 @@ def from_samples(source: str, samples: np.ndarray, rate: int) -> ReferenceAudio:
     return check_reference(audio)
 
 
-def read_reference_audio(path: Path) -> ReferenceAudio:
-    """Read `path` (WAV, FLAC, OGG... anything libsndfile reads) as a checked reference."""
+def _decode(source: str, file: str | BinaryIO) -> ReferenceAudio:
+    """Decode a path or an open file with soundfile (any format libsndfile reads), checked."""
     import soundfile
 
-    if not path.is_file():
-        raise InputError(f"reference audio {path} does not exist", "check the --ref-audio path")
     try:
-        data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        data, rate = soundfile.read(file, dtype="float32", always_2d=True)
     except (soundfile.LibsndfileError, RuntimeError, OSError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise InputError(
-            f"cannot read reference audio {path}: {reason}",
+            f"cannot read reference audio {source}: {reason}",
             "give a WAV, FLAC or OGG file that soundfile can open",
         ) from None
-    return from_samples(str(path), data, rate)
+    return from_samples(source, data, rate)
+
+
+def read_reference_audio(path: Path) -> ReferenceAudio:
+    """Read `path` (WAV, FLAC, OGG... anything libsndfile reads) as a checked reference."""
+    if not path.is_file():
+        raise InputError(f"reference audio {path} does not exist", "check the --ref-audio path")
+    return _decode(str(path), str(path))
+
+
+def decode_reference_audio(source: str, data: bytes) -> ReferenceAudio:
+    """The bytes of an audio file (a request's base64 `ref_audio`) as a checked reference.
+
+    The same reading and checks as `run --ref-audio`, so `serve` refuses what `run`
+    refuses: unreadable, silent, or outside 1-30 s.
+    """
+    return _decode(source, io.BytesIO(data))

@@ -10,6 +10,9 @@ end and latency with it. This middleware sits in front of `POST /v1/audio/speech
 * a `ref_audio` that is an http(s) URL, unless the server was started with
   `--allow-ref-audio-urls`: 400 (vLLM-Omni would fetch whatever URL a client names);
   base64 `data:` audio and `file://` paths under `--ref-audio-dir` go through;
+* a base64 `data:` `ref_audio` that is unreadable, silent or outside 1-30 s: 400,
+  by the same rules as `run --ref-audio` (vLLM-Omni checks only the duration: it
+  would clone from silence);
 * a prompt that needs more talker positions than its context (max_model_len):
   400 with the limit (vLLM-Omni would answer 500 after the engine refused it);
 * while the supervisor drains (its drain file exists): 503 for new speech requests
@@ -23,6 +26,7 @@ It keeps `omni_cpu_speech_requests_in_flight` in vLLM's Prometheus registry, whi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -117,6 +121,36 @@ def ref_audio_is_url(body: bytes) -> bool:
         isinstance(item, str) and item.strip().lower().startswith(("http://", "https://"))
         for item in refs
     )
+
+
+def ref_audio_problem(body: bytes) -> str | None:
+    """Why a request's base64 reference audio cannot be cloned from, in one line, or None.
+
+    Only `data:...;base64,` references are judged here (URLs and file:// paths are
+    read by vLLM-Omni, after this middleware).
+    """
+    import base64
+    import binascii
+
+    from omni_cpu.errors import InputError
+    from omni_cpu.launch.ref_audio import decode_reference_audio
+
+    ref = _fields(body).get("ref_audio")
+    for item in ref if isinstance(ref, list) else [ref]:
+        if not (isinstance(item, str) and item[:5].lower() == "data:"):
+            continue
+        header, comma, payload = item.partition(",")
+        if not comma or not header.lower().endswith(";base64"):
+            continue
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            return "ref_audio is not valid base64 (send data:audio/wav;base64,<the file's bytes>)"
+        try:
+            decode_reference_audio("in ref_audio", data)
+        except InputError as error:
+            return error.one_line()
+    return None
 
 
 class SpeechAdmission:
@@ -217,50 +251,49 @@ class SpeechAdmission:
         self.in_flight += 1
         IN_FLIGHT.inc()
         try:
-            if (
-                limits.max_input_chars
-                or not limits.allow_ref_audio_urls
-                or limits.talker_max_model_len
-            ):
-                body, gone = await read_body(receive)
-                if gone:
-                    return
-                if not limits.allow_ref_audio_urls and ref_audio_is_url(body):
-                    REJECTED.labels("ref_audio_url").inc()
-                    message = (
-                        "this server does not fetch ref_audio URLs; send the audio as base64 "
-                        "(data:audio/wav;base64,...) or a file:// path under its --ref-audio-dir, "
-                        "or start omni-cpu serve with --allow-ref-audio-urls"
-                    )
-                    await send_json(
-                        send, 400, error_body(message, "BadRequestError", 400, "ref_audio"), []
-                    )
-                    return
-                length = input_length(body) if limits.max_input_chars else None
-                if length is not None and length > limits.max_input_chars:
-                    REJECTED.labels("input_too_long").inc()
-                    message = (
-                        f"input is {length} characters; this server accepts at most "
-                        f"{limits.max_input_chars} (split the text into several requests)"
-                    )
-                    await send_json(
-                        send, 400, error_body(message, "BadRequestError", 400, "input"), []
-                    )
-                    return
-                try:
-                    too_long = self.over_context(body)
-                except Exception:  # no tokenizer here: the engine still refuses it
-                    too_long = None
-                if too_long is not None:
-                    REJECTED.labels("over_context").inc()
-                    message = (
-                        f"input is too long: {too_long} (split the text into several requests)"
-                    )
-                    await send_json(
-                        send, 400, error_body(message, "BadRequestError", 400, "input"), []
-                    )
-                    return
-                receive = replay(body, receive)
+            body, gone = await read_body(receive)
+            if gone:
+                return
+            if not limits.allow_ref_audio_urls and ref_audio_is_url(body):
+                REJECTED.labels("ref_audio_url").inc()
+                message = (
+                    "this server does not fetch ref_audio URLs; send the audio as base64 "
+                    "(data:audio/wav;base64,...) or a file:// path under its --ref-audio-dir, "
+                    "or start omni-cpu serve with --allow-ref-audio-urls"
+                )
+                await send_json(
+                    send, 400, error_body(message, "BadRequestError", 400, "ref_audio"), []
+                )
+                return
+            # Decoding up to 30 s of audio stays off the event loop.
+            bad_ref = None
+            if b"ref_audio" in body:
+                bad_ref = await asyncio.to_thread(ref_audio_problem, body)
+            if bad_ref is not None:
+                REJECTED.labels("ref_audio").inc()
+                await send_json(
+                    send, 400, error_body(bad_ref, "BadRequestError", 400, "ref_audio"), []
+                )
+                return
+            length = input_length(body) if limits.max_input_chars else None
+            if length is not None and length > limits.max_input_chars:
+                REJECTED.labels("input_too_long").inc()
+                message = (
+                    f"input is {length} characters; this server accepts at most "
+                    f"{limits.max_input_chars} (split the text into several requests)"
+                )
+                await send_json(send, 400, error_body(message, "BadRequestError", 400, "input"), [])
+                return
+            try:
+                too_long = self.over_context(body)
+            except Exception:  # no tokenizer here: the engine still refuses it
+                too_long = None
+            if too_long is not None:
+                REJECTED.labels("over_context").inc()
+                message = f"input is too long: {too_long} (split the text into several requests)"
+                await send_json(send, 400, error_body(message, "BadRequestError", 400, "input"), [])
+                return
+            receive = replay(body, receive)
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1

@@ -168,11 +168,44 @@ def test_a_ref_audio_url_is_400_unless_the_server_allows_fetching():
     assert run(call(allowed, "/v1/audio/speech", body))[0] == 200
 
 
+def _wav_url(seconds: float, amplitude: float = 0.3, rate: int = 16000) -> str:
+    """A base64 WAV data URL of a 200 Hz tone, as clients send `ref_audio`."""
+    import base64
+    import io
+
+    import numpy as np
+    import soundfile
+
+    t = np.arange(int(seconds * rate)) / rate
+    buffer = io.BytesIO()
+    soundfile.write(buffer, amplitude * np.sin(2 * np.pi * 200 * t), rate, format="WAV")
+    return "data:audio/wav;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
 def test_base64_ref_audio_reaches_the_server_unchanged():
-    body = {**CLONE, "ref_audio": "data:audio/wav;base64,UklGRg=="}
+    body = {**CLONE, "ref_audio": _wav_url(2.0)}
     inner = _released()
     status, _ = run(call(SpeechAdmission(inner, AdmissionLimits()), "/v1/audio/speech", body))
     assert status == 200 and json.loads(inner.bodies[0]) == body
+
+
+@pytest.mark.parametrize(
+    ("ref_audio", "words"),
+    [
+        (lambda: _wav_url(2.0, amplitude=0.0), "is silent"),
+        (lambda: _wav_url(0.5), "too short"),
+        (lambda: _wav_url(31.0), "too long"),
+        (lambda: "data:audio/wav;base64,UklGRg==", "cannot read reference audio"),
+        (lambda: "data:audio/wav;base64,not base64!", "not valid base64"),
+    ],
+)
+def test_base64_ref_audio_run_would_refuse_is_400_before_the_server(ref_audio, words):
+    body = {**CLONE, "ref_audio": ref_audio()}
+    inner = _released()
+    status, raw = run(call(SpeechAdmission(inner, AdmissionLimits()), "/v1/audio/speech", body))
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == "ref_audio" and inner.started == 0
+    assert words in error["message"] and "\n" not in error["message"]
 
 
 def test_a_down_stage_fails_health_and_speech_with_its_name(tmp_path: Path):

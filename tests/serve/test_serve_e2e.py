@@ -6,6 +6,7 @@ SIGTERM test runs last and stops it; the fixture's teardown stops it otherwise.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -22,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from omni_cpu.launch import proctree
@@ -56,6 +58,15 @@ class Server:
         return openai.OpenAI(
             base_url=self.url("/v1"), api_key="none", max_retries=0, timeout=REQUEST_TIMEOUT_S
         )
+
+
+def wav_data_url(seconds: float, rate: int = 16000, amplitude: float = 0.3) -> str:
+    """`seconds` of a voice-like tone as a base64 WAV data URL."""
+    t = np.arange(int(seconds * rate)) / rate
+    voice = amplitude * np.sin(2 * np.pi * 180 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 4 * t))
+    buffer = io.BytesIO()
+    soundfile.write(buffer, voice, rate, format="WAV", subtype="PCM_16")
+    return "data:audio/wav;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 def free_port() -> int:
@@ -148,6 +159,7 @@ def test_wav_speech_decodes_as_24khz_whole_frames(server: Server):
     audio, rate = soundfile.read(io.BytesIO(reply.content), dtype="int16")
     assert rate == SAMPLE_RATE
     assert len(audio) > 0 and len(audio) % FRAME_SAMPLES == 0
+    assert int(np.abs(audio.astype(np.int32)).max()) > 0  # not silent
 
 
 def test_pcm_speech_is_whole_frames_of_int16(server: Server):
@@ -180,6 +192,14 @@ def test_unknown_voice_is_400_listing_the_voices(server: Server):
     with pytest.raises(openai.BadRequestError) as caught:
         server.client().audio.speech.create(model=server.model, input="Hi.", voice="nobody")
     assert "ryan" in str(caught.value) and "vivian" in str(caught.value)
+
+
+def test_reference_audio_for_a_custom_voice_model_is_400(server: Server):
+    status, body = post_json(
+        server.url("/v1/audio/speech"),
+        {"model": server.model, "input": "Hi.", "ref_audio": wav_data_url(2.0), "ref_text": "x"},
+    )
+    assert status == 400 and "Base" in json.loads(body)["error"]["message"]
 
 
 def test_empty_input_is_400(server: Server):

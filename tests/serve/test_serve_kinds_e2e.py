@@ -10,7 +10,6 @@ their own, and vLLM-Omni answers a Base request that reaches its budget with 500
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import subprocess
@@ -32,6 +31,7 @@ from tests.serve.test_serve_e2e import (
     free_port,
     get_status,
     post_json,
+    wav_data_url,
 )
 
 pytestmark = pytest.mark.e2e
@@ -88,12 +88,7 @@ def design_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def reference_data_url() -> str:
     """2 s of a voice-like tone at 16 kHz, as a base64 WAV data URL."""
-    rate = 16000
-    t = np.arange(2 * rate) / rate
-    voice = 0.3 * np.sin(2 * np.pi * 180 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 4 * t))
-    buffer = io.BytesIO()
-    soundfile.write(buffer, voice, rate, format="WAV", subtype="PCM_16")
-    return "data:audio/wav;base64," + base64.b64encode(buffer.getvalue()).decode()
+    return wav_data_url(2.0)
 
 
 def _speech(server: Server, **fields) -> tuple[int, bytes]:
@@ -150,6 +145,22 @@ def test_base_streams_a_clone_through_the_openai_client(base_server, reference_d
 def test_base_without_a_transcript_is_400(base_server, reference_data_url):
     status, reply = _speech(base_server, task_type="Base", ref_audio=reference_data_url)
     assert status == 400 and "ref_text" in _error(reply)
+
+
+@pytest.mark.parametrize(
+    ("ref_audio", "words"),
+    [
+        (lambda: wav_data_url(0.5), "too short"),
+        (lambda: wav_data_url(31.0), "too long"),
+        (lambda: wav_data_url(2.0, amplitude=0.0), "silent"),
+        (lambda: "data:audio/wav;base64,UklGRg==", "cannot read"),
+    ],
+)
+def test_a_reference_run_would_refuse_is_400(base_server, ref_audio, words):
+    status, reply = _speech(
+        base_server, task_type="Base", ref_audio=ref_audio(), ref_text="A test clip."
+    )
+    assert status == 400 and words in _error(reply)
 
 
 def test_a_ref_audio_url_is_400_without_allow_ref_audio_urls(base_server):
