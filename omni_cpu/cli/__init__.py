@@ -24,6 +24,7 @@ from omni_cpu.cli import (
     tune_cmd,
 )
 from omni_cpu.cli.common import err_console, state
+from omni_cpu.cli.helptext import reflow_app
 from omni_cpu.errors import OmniCpuError
 
 app = typer.Typer(
@@ -31,9 +32,10 @@ app = typer.Typer(
     help=(
         "Plan, check and run vLLM-Omni speech pipelines (Qwen3-TTS) on CPU servers.\n\n"
         "Typical use:\n\n"
-        "  omni-cpu probe --output deploy.yaml    # read this machine, write a deploy profile\n\n"
-        "  omni-cpu validate deploy.yaml          # check a checked-in profile on this machine\n\n"
-        "  omni-cpu run --model DIR --deploy-profile deploy.yaml --text 'Hello' --out hi.wav"
+        "  omni-cpu probe --output deploy.yaml   # read this machine, write a profile\n"
+        "  omni-cpu validate deploy.yaml         # check a profile on this machine\n"
+        "  omni-cpu run --model DIR --deploy-profile deploy.yaml --text Hi --out hi.wav\n\n"
+        "Each command's --help has its options and examples."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -70,6 +72,7 @@ for _module in (
     tune_cmd,
 ):
     _module.register(app)
+reflow_app(app)  # every command's help: paragraphs rich wraps once, examples kept
 
 
 def _exit(code: int) -> None:

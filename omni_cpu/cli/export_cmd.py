@@ -19,9 +19,11 @@ manager, single-numa-node topology policy).
 
 Examples:
 
-  omni-cpu export k8s --profile deploy.yaml > tts.yaml && kubectl apply -f tts.yaml
+  omni-cpu export k8s --profile deploy.yaml > tts.yaml
+  kubectl apply -f tts.yaml
 
-  omni-cpu export k8s --profile deploy.yaml --replicas 4 --image registry/omni-cpu:0.1.0
+  omni-cpu export k8s --profile deploy.yaml --replicas 4 \\
+      --image registry/omni-cpu:0.1.0
 """
 
 export_app = typer.Typer(help=EXPORT_HELP, no_args_is_help=True)

@@ -18,13 +18,13 @@ Examples:
 
   omni-cpu probe                              # show facts and plan as tables
 
-  omni-cpu probe --output deploy.yaml         # write the profile to check into a repo
+  omni-cpu probe --output deploy.yaml        # the profile, to check in
 
-  omni-cpu probe --sysroot /tmp/dump --json   # plan for another machine's dump
+  omni-cpu probe --sysroot /tmp/dump --json  # another machine's dump
 
-  omni-cpu probe --model 1.7b --max-seqs 4    # another model size, smaller batches
+  omni-cpu probe --model 1.7b --max-seqs 4   # another size, smaller batches
 
-  omni-cpu probe --calibrate --output deploy.yaml   # measure this machine first (<= 15 s)
+  omni-cpu probe --calibrate --output deploy.yaml   # measure first (<= 15 s)
 
 Exit codes: 0 planned; 5 the machine cannot hold the model (the facts still print,
 and one line says what it needs and what would fit); 6 the machine (or dump)

@@ -37,7 +37,7 @@ The task type follows the model (config.json `tts_model_type`):
   CustomVoice  --speaker ryan [--instruct 'Cheerfully.' on the 1.7B]
   VoiceDesign  --instruct 'A warm, low female voice, speaking slowly'
   Base         --ref-audio voice.wav --ref-text 'what the clip says'
-               (or --x-vector-only: clone the timbre from the speaker embedding alone)
+               (or --x-vector-only: the timbre from the speaker embedding)
 
 Reference audio may have any sample rate and channel count (read with soundfile,
 mixed to mono, resampled to 24 kHz); 1-30 s, not silent.

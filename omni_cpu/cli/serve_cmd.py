@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json
+from omni_cpu.cli.common import VERBOSE_HELP, WEIGHTS_HELP, console, err_console, print_json
 
 SERVE_HELP = """Serve speech over HTTP with vLLM-Omni's own OpenAI-compatible server on CPU.
 
@@ -29,9 +29,10 @@ Examples:
 
   omni-cpu serve --model checkpoints/0.6b --port 8000
 
-  omni-cpu serve --model DIR --deploy-profile deploy.yaml --replica 1 --port 8001
+  omni-cpu serve --model DIR --deploy-profile deploy.yaml --replica 1 \\
+      --port 8001
 
-  omni-cpu serve --model DIR --dry-run        # print the command, environment and config
+  omni-cpu serve --model DIR --dry-run   # the command, environment, config
 """
 
 
@@ -85,8 +86,10 @@ def serve(
         False, "--dry-run", help="Print the command, environment and deploy config; start nothing."
     ),
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
+    verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
 ) -> None:
+    from omni_cpu.launch.logs import verbose_requested
     from omni_cpu.launch.plan import with_weights
     from omni_cpu.launch.resolve import resolve
     from omni_cpu.serve.plan import build_serve_plan
@@ -111,6 +114,7 @@ def serve(
         ref_audio_dir=ref_audio_dir,
         allow_ref_audio_urls=allow_ref_audio_urls,
         accept_frame_limit=accept_frame_limit,
+        verbose=verbose_requested(verbose),
     )
     if dry_run:
         if as_json:

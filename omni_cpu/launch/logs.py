@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import os
 import warnings
+from collections.abc import MutableMapping
 from typing import Any
 
 from omni_cpu import envs
@@ -55,20 +56,30 @@ def apply_to_this_process(verbose: bool) -> None:
     The driver reads the same variables as its children, except PYTHONWARNINGS,
     which an interpreter reads only at start-up: its filter is installed here too.
     """
-    for key, value in engine_log_env(verbose).items():
-        if key == "PYTHONWARNINGS":  # a list of filters: add ours to the user's
-            add_warning_filter(value)
-        else:
-            os.environ.setdefault(key, value)
+    merge_log_env(os.environ, engine_log_env(verbose))
     if not verbose:
         warnings.filterwarnings("ignore", message=_DEPRECATED_ROPE_CHECK, category=FutureWarning)
 
 
-def add_warning_filter(entry: str) -> None:
-    """Append one PYTHONWARNINGS filter for the stage interpreters this process spawns."""
-    present = os.environ.get("PYTHONWARNINGS", "")
+def merge_log_env(environ: MutableMapping[str, str], log_env: dict[str, str]) -> None:
+    """Add `log_env` (an `engine_log_env`) to `environ`: values already there win.
+
+    `run` merges it into its own environment (its stages inherit it); `serve` into
+    the environment it starts vLLM-Omni's API server with.
+    """
+    for key, value in log_env.items():
+        if key == "PYTHONWARNINGS":  # a list of filters: add ours to the user's
+            add_warning_filter(value, environ)
+        else:
+            environ.setdefault(key, value)
+
+
+def add_warning_filter(entry: str, environ: MutableMapping[str, str] | None = None) -> None:
+    """Append one PYTHONWARNINGS filter for the interpreters spawned with `environ`."""
+    env = os.environ if environ is None else environ
+    present = env.get("PYTHONWARNINGS", "")
     if entry not in present.split(","):
-        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [present, entry]))
+        env["PYTHONWARNINGS"] = ",".join(filter(None, [present, entry]))
 
 
 def quiet_deploy_config(deploy_config: dict[str, Any], verbose: bool) -> dict[str, Any]:

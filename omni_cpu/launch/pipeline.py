@@ -310,9 +310,7 @@ class PipelineSession:
             register_qwen3_tts_config()
             launched = dataclasses.replace(
                 self.plan,
-                deploy_config=startup.parallel_stages(
-                    logs.quiet_deploy_config(self.plan.deploy_config, self.verbose)
-                ),
+                deploy_config=startup.launch_deploy_config(self.plan.deploy_config, self.verbose),
             )
             with tempfile.TemporaryDirectory(prefix="omni-cpu-") as tmp:
                 deploy_path = launched.write_deploy_config(Path(tmp))

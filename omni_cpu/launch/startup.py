@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from omni_cpu.launch import logs
+
 
 def parallel_stages(deploy_config: dict[str, Any]) -> dict[str, Any]:
     """`deploy_config` whose stages each name their own device, so they start in parallel."""
@@ -21,3 +23,8 @@ def parallel_stages(deploy_config: dict[str, Any]) -> dict[str, Any]:
     for stage in config.get("stages", []):
         stage.setdefault("devices", str(stage["stage_id"]))
     return config
+
+
+def launch_deploy_config(deploy_config: dict[str, Any], verbose: bool) -> dict[str, Any]:
+    """What run, bench, tune and serve hand vLLM-Omni: stages started together, quiet loads."""
+    return parallel_stages(logs.quiet_deploy_config(deploy_config, verbose))

@@ -62,14 +62,29 @@ FRONTEND_RESERVE_MIN_CORES = 8
 FRONTEND_RESERVED_CORES = 1
 
 # --- Memory ---------------------------------------------------------------------
-# Measured peak resident memory beyond the weights (DESIGN.md, 0.6B, bf16):
-# talker worker 4.3 GiB with a 1 GiB KV cache and 1.8 GiB of weights,
-# code2wav worker 2.2 GiB with 0.68 GiB of weights, each engine-core process
-# 0.7 GiB, the driver / API process 0.9 GiB.
-TALKER_WORKER_OVERHEAD_BYTES = int(1.5 * GIB)
-CODE2WAV_WORKER_OVERHEAD_BYTES = int(1.5 * GIB)
-ENGINE_CORE_PROCESS_BYTES = int(0.7 * GIB)
-DRIVER_PROCESS_BYTES = int(0.9 * GIB)
+# Each process's peak PSS beyond its weights and KV cache, 0.6B bf16 on the 2-core
+# Zen 4 (benchmarks/RESULTS.md, 2026-12-01 "memory per process (issue 11)":
+# benchmarks/memory_per_process.py around `omni-cpu run`, 24 frames, one and four
+# streams, the larger of the two). PSS, not RSS: torch's, vLLM's and triton's
+# libraries are mapped by every process and counted once over all of them, where
+# VmHWM counts them in each. With the checkpoint's pages dropped as they are copied
+# (omni_cpu.platform.lean_load): talker worker 2.99 GiB with one stream = 1.81 GiB
+# weights (talker, speaker and tokenizer encoders) + 0.27 GiB KV + 0.91 GiB
+# (interpreter, torch/vLLM heap, the largest tensor's file pages while copied);
+# code2wav worker 1.05 GiB = 0.21 GiB decoder + 0.84 GiB, of which the 256 MiB KV
+# budget below (its decoder has no vLLM attention layer, so nothing fills it);
+# each engine-core process 0.53-0.56 GiB (imports only); the driver 0.78-0.91 GiB.
+TALKER_WORKER_OVERHEAD_BYTES = int(0.95 * GIB)
+CODE2WAV_WORKER_OVERHEAD_BYTES = int(0.6 * GIB)
+ENGINE_CORE_PROCESS_BYTES = int(0.6 * GIB)
+DRIVER_PROCESS_BYTES = int(0.95 * GIB)
+# vLLM's CPU backend pages the KV cache in blocks of 128 tokens (vllm/platforms/cpu.py,
+# 0.30.0) and its block pool keeps one of them as the null block. A stream needs
+# whole blocks for max_model_len, and the cache one block more: with exactly one
+# stream's 2304 tokens (252 MiB for the 0.6B) the talker refused to start
+# ("0.25 GiB KV cache is needed ... available 0.23 GiB", measured 2026-12-01).
+KV_BLOCK_TOKENS = 128
+KV_RESERVED_BLOCKS = 1
 # Left for the OS, page cache of the weights and everything else on the node.
 MEMORY_SAFETY_FRACTION = 0.10
 MEMORY_SAFETY_MIN_BYTES = 1 * GIB

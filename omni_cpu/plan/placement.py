@@ -44,8 +44,15 @@ def replica_fixed_memory_bytes(
 
 
 def per_seq_kv_bytes(footprint: ModelFootprint, dtype: str) -> int:
-    """Talker KV bytes one stream reserves (a whole max_model_len)."""
-    return footprint.talker_kv_bytes_per_token(dtype) * costs.TALKER_MAX_MODEL_LEN
+    """Talker KV bytes one stream reserves: a whole max_model_len, in whole blocks."""
+    blocks = math.ceil(costs.TALKER_MAX_MODEL_LEN / costs.KV_BLOCK_TOKENS)
+    return footprint.talker_kv_bytes_per_token(dtype) * blocks * costs.KV_BLOCK_TOKENS
+
+
+def reserved_kv_bytes(footprint: ModelFootprint, dtype: str) -> int:
+    """Talker KV bytes no stream gets: the block pool's null block."""
+    tokens = costs.KV_RESERVED_BLOCKS * costs.KV_BLOCK_TOKENS
+    return footprint.talker_kv_bytes_per_token(dtype) * tokens
 
 
 def replica_need_bytes(footprint: ModelFootprint, dtype: str, weights: str = "model") -> int:
@@ -53,6 +60,7 @@ def replica_need_bytes(footprint: ModelFootprint, dtype: str, weights: str = "mo
     return (
         replica_fixed_memory_bytes(footprint, dtype, weights)
         + costs.CODE2WAV_KV_CACHE_BYTES
+        + reserved_kv_bytes(footprint, dtype)
         + per_seq_kv_bytes(footprint, dtype)
     )
 

@@ -22,6 +22,7 @@ from omni_cpu.plan.placement import (
     per_seq_kv_bytes,
     place_replicas,
     replica_fixed_memory_bytes,
+    reserved_kv_bytes,
     safety_margin,
 )
 from omni_cpu.plan.speed import (
@@ -133,18 +134,19 @@ def _talker_batch(
     spans nodes: vLLM binds each worker's memory to one node.
     """
     per_seq = per_seq_kv_bytes(footprint, dtype)
+    reserved = reserved_kv_bytes(footprint, dtype)
     seqs = max_seqs or min(
         costs.MAX_NUM_SEQS_CAP, max(1, costs.STREAMS_PER_TALKER_CORE * talker_cores)
     )
     if budget is None:
         notes.append("node memory unknown: KV cache sized to the batch, not to memory")
-        return seqs, seqs * per_seq
+        return seqs, seqs * per_seq + reserved
     fixed = replica_fixed_memory_bytes(footprint, dtype, weights)
-    kv_room = budget - fixed - costs.CODE2WAV_KV_CACHE_BYTES
+    kv_room = budget - fixed - costs.CODE2WAV_KV_CACHE_BYTES - reserved
     if talker_node_room is not None:
-        kv_room = min(kv_room, talker_node_room)
+        kv_room = min(kv_room, talker_node_room - reserved)
     if kv_room < per_seq:
-        need = (fixed + costs.CODE2WAV_KV_CACHE_BYTES + per_seq) / costs.GIB
+        need = (fixed + costs.CODE2WAV_KV_CACHE_BYTES + reserved + per_seq) / costs.GIB
         raise PlanError(
             f"a replica needs about {need:.1f} GiB but its talker's node has room for no stream",
             "use a smaller model, --weights int8, or fewer replicas",
@@ -154,7 +156,7 @@ def _talker_batch(
         if max_seqs is not None:
             notes.append(f"--max-seqs {max_seqs} does not fit in memory; lowered to {fitted}")
         seqs = int(fitted)
-    return seqs, seqs * per_seq
+    return seqs, seqs * per_seq + reserved
 
 
 def _replica(

@@ -17,6 +17,7 @@ from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm_omni.diffusion.data import OmniACK, OmniSleepTask, OmniWakeTask
 from vllm_omni.worker.mixins import OmniWorkerMixin
 
+from omni_cpu.platform import lean_load
 from omni_cpu.platform.runners import CPUARModelRunner, CPUGenerationModelRunner
 
 logger = init_logger(__name__)
@@ -33,6 +34,8 @@ class _CPUOmniWorker(OmniWorkerMixin, CPUWorker):
         # Random-weight checkpoints push fp32 activations into denormals, which are
         # many times slower on x86; real weights lose nothing from flushing them.
         torch.set_flush_denormal(True)
+        # The checkpoint's pages leave the worker as each tensor is copied (lean_load).
+        lean_load.install()
         super().__init__(*args, **kwargs)
 
     def init_device(self) -> None:

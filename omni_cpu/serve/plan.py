@@ -17,14 +17,16 @@ import yaml
 
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
+from omni_cpu.launch import logs, startup
 from omni_cpu.platform import DRIVER_ENV
 from omni_cpu.profile import Profile, deploy_config_dict
 from omni_cpu.serve.knobs import MIDDLEWARE_PATH, AdmissionLimits
 
 TALKER_STAGE = 0
-# vLLM-Omni's own CLI (the `vllm-omni` console script): `serve MODEL --omni` starts its
+# vLLM-Omni's own CLI (the `vllm-omni` console script) behind a wrapper that skips the
+# interpreter teardown (omni_cpu.serve.server_main): `serve MODEL --omni` starts its
 # OpenAI-compatible server; run as a module so it is the venv's, whatever PATH says.
-SERVER_MODULE = "vllm_omni.entrypoints.cli.main"
+SERVER_MODULE = "omni_cpu.serve.server_main"
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,8 @@ class ServePlan:
 
     argv: tuple[str, ...]
     env: dict[str, str]  # set on top of the inherited environment
+    # What the engines print (launch.logs, as for `run`): added where the user set none.
+    log_env: dict[str, str]
     deploy_config: dict[str, Any]  # written to deploy_config_path before the start
     deploy_config_path: str
     workdir: str  # holds the deploy config and the drain flag; removed at exit
@@ -52,7 +56,7 @@ class ServePlan:
         if self.replica_cpus:
             lines.append(["taskset", "-c", ",".join(map(str, self.replica_cpus))])
         lines.append(["env"])
-        lines += [[f"{key}={value}"] for key, value in self.env.items()]
+        lines += [[f"{key}={value}"] for key, value in {**self.log_env, **self.env}.items()]
         lines.append([])
         for word in self.argv:
             if word.startswith("--") and lines[-1]:
@@ -95,6 +99,7 @@ def build_serve_plan(
     ref_audio_dir: Path | None = None,
     allow_ref_audio_urls: bool = False,
     accept_frame_limit: bool = False,
+    verbose: bool = False,
 ) -> ServePlan:
     """The plan that serves `model` with replica `replica` of `profile` on host:port."""
     if not 0 <= replica < len(profile.replicas):
@@ -107,7 +112,8 @@ def build_serve_plan(
     folder = workdir if workdir is not None else default_workdir(port)
     deploy_path = folder / f"deploy-replica{replica}.yaml"
 
-    deploy = deploy_config_dict(profile, replica)
+    # The same launch-time changes as `run`: stages start together, load quietly.
+    deploy = startup.launch_deploy_config(deploy_config_dict(profile, replica), verbose)
     notes: list[str] = []
     if max_frames is not None:
         if max_frames < 1:
@@ -164,6 +170,8 @@ def build_serve_plan(
         "--middleware",
         MIDDLEWARE_PATH,
     ]
+    if not verbose:  # uvicorn's start-up lines and one access line per request and probe
+        argv += ["--uvicorn-log-level", "warning"]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
     if ref_audio_dir is not None:
@@ -193,6 +201,7 @@ def build_serve_plan(
     return ServePlan(
         argv=tuple(argv),
         env=env,
+        log_env=logs.engine_log_env(verbose),
         deploy_config=deploy,
         deploy_config_path=str(deploy_path),
         workdir=str(folder),

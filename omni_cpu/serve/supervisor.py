@@ -33,7 +33,7 @@ from types import FrameType
 from typing import TextIO
 
 from omni_cpu.errors import InputError, StageError
-from omni_cpu.launch import processes, proctree
+from omni_cpu.launch import logs, processes, proctree
 from omni_cpu.launch.guard import StageGuard
 from omni_cpu.profile.model import STAGE_NAMES
 from omni_cpu.serve.knobs import IN_FLIGHT_METRIC
@@ -140,10 +140,12 @@ class Supervisor:
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
         }
         guard = StageGuard().__enter__()  # the token reaches every process the server starts
+        env = {**os.environ, **plan.env}
+        logs.merge_log_env(env, plan.log_env)
         try:
             self.child = subprocess.Popen(
                 list(plan.argv),
-                env={**os.environ, **plan.env},
+                env=env,
                 start_new_session=True,  # a terminal's Ctrl-C reaches only us; we drain first
                 preexec_fn=_child_setup(plan.replica_cpus),
             )

@@ -11,6 +11,7 @@ from omni_cpu.bench.tune import (
     verdict,
 )
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
+from omni_cpu.plan.placement import reserved_kv_bytes
 from omni_cpu.profile import Profile, dump_profile, parse_profile
 from tests.plan.machines import machine
 
@@ -77,7 +78,10 @@ def test_variant_scales_talker_kv_bytes_with_max_num_seqs() -> None:
     profile = _profile(2)
     auto = auto_point(profile)
     half = _variant(2, auto.__class__(auto.talker_cores, 25, auto.max_num_seqs // 2, auto.dtype))
-    assert half.stages[0].kv_cache_memory_bytes * 2 == profile.stages[0].kv_cache_memory_bytes
+    # Streams' blocks scale; the block pool's one null block does not.
+    null_block = reserved_kv_bytes(FOOTPRINT, profile.stages[0].dtype)
+    streams_kv = profile.stages[0].kv_cache_memory_bytes - null_block
+    assert (half.stages[0].kv_cache_memory_bytes - null_block) * 2 == streams_kv
 
 
 def test_float32_variant_holds_twice_the_kv_bytes_per_stream_of_bfloat16() -> None:

@@ -62,7 +62,7 @@ def test_deploy_config_carries_the_replicas_kv_bytes_and_batch_limits():
 
 def test_command_is_vllm_omnis_own_server_with_the_cpu_platform_and_middleware():
     plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), host="127.0.0.1", port=8123)
-    assert plan.argv[1:6] == ("-m", "vllm_omni.entrypoints.cli.main", "serve", "ckpt", "--omni")
+    assert plan.argv[1:6] == ("-m", "omni_cpu.serve.server_main", "serve", "ckpt", "--omni")
     assert option(plan.argv, "--deploy-config") == plan.deploy_config_path
     assert option(plan.argv, "--port") == "8123"
     assert option(plan.argv, "--middleware") == MIDDLEWARE_PATH
@@ -145,7 +145,7 @@ def test_dry_run_prints_command_env_and_config_without_importing_torch_or_vllm(t
     assert done.returncode == 0, done.stderr
     assert "HEAVY=\n" in done.stderr
     assert "VLLM_TARGET_DEVICE=cpu" in done.stdout
-    assert "vllm_omni.entrypoints.cli.main serve ckpt" in done.stdout
+    assert "omni_cpu.serve.server_main serve ckpt" in done.stdout
     assert "--deploy-config /" in done.stdout
     config_text = done.stdout.split("deploy-replica0.yaml:\n", 1)[1]
     assert yaml.safe_load(config_text)["stages"][0]["stage_id"] == 0
@@ -181,8 +181,34 @@ def test_a_ref_audio_dir_that_is_not_a_folder_is_refused(tmp_path):
 
 
 def test_a_grouped_replica_serves_with_memory_from_every_node_of_its_group():
-    small_nodes = machine({n: [2 * n, 2 * n + 1] for n in range(4)}, memory_per_node=8 << 30)
+    small_nodes = machine({n: [2 * n, 2 * n + 1] for n in range(4)}, memory_per_node=6 << 30)
     profile = plan_profile(small_nodes, footprint_for_model("0.6b"), PlanOptions())
     assert len(profile.replicas) == 2
     plan = build_serve_plan("ckpt", profile, replica=1, port=8001)
     assert plan.env["CPU_VISIBLE_MEMORY_NODES"] == "2,3"
+
+
+def test_serve_starts_the_stages_together_and_quietly_like_run():
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), port=8123)
+    stages = plan.deploy_config["stages"]
+    assert [stage["devices"] for stage in stages] == [str(s["stage_id"]) for s in stages]
+    assert all(stage["use_tqdm_on_load"] is False for stage in stages)
+    assert plan.log_env["VLLM_LOGGING_LEVEL"] == "ERROR"
+    assert option(plan.argv, "--uvicorn-log-level") == "warning"
+
+
+def test_verbose_serve_shows_the_engines_and_uvicorns_logs():
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), port=8123, verbose=True)
+    assert plan.log_env["VLLM_LOGGING_LEVEL"] == "INFO"
+    assert "--uvicorn-log-level" not in plan.argv
+    assert "use_tqdm_on_load" not in plan.deploy_config["stages"][0]
+
+
+def test_a_log_level_the_user_set_reaches_the_server():
+    from omni_cpu.launch import logs
+
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), port=8123)
+    env = {"VLLM_LOGGING_LEVEL": "DEBUG", "PYTHONWARNINGS": "error::DeprecationWarning"}
+    logs.merge_log_env(env, plan.log_env)
+    assert env["VLLM_LOGGING_LEVEL"] == "DEBUG"
+    assert env["PYTHONWARNINGS"].startswith("error::DeprecationWarning,ignore:")

@@ -49,6 +49,7 @@ class Server:
     port: int
     model: str
     log: Path
+    startup_log: str = ""  # what the server had printed when /health first answered 200
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -121,6 +122,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"server did not come up; log tail:\n{log.read_text()[-4000:]}")
             time.sleep(2)
+        running.startup_log = log.read_text(errors="replace")
         yield running
     finally:
         if process.poll() is None:
@@ -137,6 +139,12 @@ def get_status(url: str) -> int | None:
 def pcm_samples(data: bytes) -> int:
     assert len(data) % 2 == 0
     return len(data) // 2
+
+
+def test_a_healthy_start_is_quiet(server: Server):
+    lines = server.startup_log.splitlines()
+    assert not [line for line in lines if "ERROR" in line or "WARNING" in line], lines
+    assert len(lines) <= 10, lines
 
 
 def test_models_lists_the_checkpoint(server: Server):

@@ -1,0 +1,74 @@
+"""`omni-cpu COMMAND --help` as a terminal 80 columns wide shows it."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+WIDTH = 80
+COMMANDS = [
+    [],
+    ["probe"],
+    ["validate"],
+    ["diff"],
+    ["make-checkpoint"],
+    ["run"],
+    ["doctor"],
+    ["export", "k8s"],
+    ["serve"],
+    ["bench"],
+    ["tune"],
+]
+
+
+def rendered_help(*command: str) -> list[str]:
+    """The help screen's lines, without the one-column margin rich pads them with."""
+    env = {**os.environ, "COLUMNS": str(WIDTH), "TERMINAL_WIDTH": str(WIDTH)}
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_cpu.cli", *command, "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return [line[1:].rstrip() for line in done.stdout.splitlines()]
+
+
+def prose_paragraph(lines: list[str], starting: str) -> list[str]:
+    first = next(i for i, line in enumerate(lines) if line.startswith(starting))
+    end = next(i for i in range(first, len(lines)) if not lines[i])
+    return lines[first:end]
+
+
+def test_a_help_paragraph_is_filled_to_the_width_once() -> None:
+    lines = rendered_help("make-checkpoint")
+    paragraph = prose_paragraph(lines, "For tests and benchmarks")
+    assert len(paragraph) >= 3
+    for line, following in itertools.pairwise(paragraph):
+        # Greedy filling: a line ends only where the next word would not fit on it.
+        next_word = following.split()[0]
+        assert len(line) + 1 + len(next_word) > WIDTH - 2, (line, following)
+    assert "so `omni-cpu run --model DIR` loads it like a real one." in " ".join(paragraph)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "omni-cpu")
+def test_every_example_line_renders_whole_at_80_columns(command: list[str]) -> None:
+    from typer.main import get_command
+
+    from omni_cpu.cli import app
+
+    click_command = get_command(app)
+    for name in command:
+        click_command = click_command.commands[name]  # type: ignore[attr-defined]
+    examples = [line.strip() for line in (click_command.help or "").splitlines() if line[:1] == " "]
+    shown = [line.strip() for line in rendered_help(*command)]
+    for example in examples:
+        assert example in shown, f"{example!r} is wrapped or missing"
