@@ -40,7 +40,7 @@ class ServePlan:
     deploy_config: dict[str, Any]  # written to deploy_config_path before the start
     deploy_config_path: str
     workdir: str  # holds the deploy config and the drain flag; removed at exit
-    frontend_cpus: tuple[int, ...]  # API server + engine cores once ready; () = not pinned
+    frontend_cpus: tuple[int, ...]  # API server (and mp engine cores) once ready; () = not pinned
     replica_cpus: tuple[int, ...]  # affinity the server starts with (front end + stages)
     limits: AdmissionLimits
     host: str
@@ -196,7 +196,8 @@ def build_serve_plan(
         replica_cpus |= set(parse_cpu_list(stage.cpus))
     if frontend:
         notes.append(
-            f"once ready, the API server and engine cores move to CPUs {chosen.frontend_cpus}"
+            f"once ready, the API server moves to CPUs {chosen.frontend_cpus} (engine cores "
+            "run their stage's model and stay on its CPUs)"
         )
     return ServePlan(
         argv=tuple(argv),

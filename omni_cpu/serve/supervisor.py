@@ -105,15 +105,22 @@ def _child_setup(replica_cpus: tuple[int, ...]) -> Callable[[], None]:
 
 
 def pin_frontend(root: int, cpus: tuple[int, ...]) -> list[int]:
-    """Move the API server and the stage engine cores (not the workers) onto `cpus`.
+    """Move the API server, and engine cores that have a worker of their own, onto `cpus`.
 
     Done once the server is ready: the workers have bound their OpenMP threads by
-    then, so narrowing their parents no longer reaches them.
+    then, so narrowing their parents no longer reaches them. An engine core with no
+    worker process runs the model itself (vLLM's "uni" executor, omni-cpu's default:
+    omni_cpu.platform.DRIVER_ENV), so it stays on its stage's CPUs.
     """
-    pids = [root] + [
+    engine_cores = [
         pid for pid in proctree.descendants(root) if "EngineCore" in proctree.command_line(pid)
     ]
-    return [pid for pid in pids if proctree.pin_threads(pid, cpus)]
+    with_worker = [
+        pid
+        for pid in engine_cores
+        if any("Worker" in proctree.command_line(child) for child in proctree.descendants(pid))
+    ]
+    return [pid for pid in [root, *with_worker] if proctree.pin_threads(pid, cpus)]
 
 
 class Supervisor:
@@ -199,7 +206,7 @@ class Supervisor:
                     if self.plan.frontend_cpus:
                         pinned = pin_frontend(self.child.pid, self.plan.frontend_cpus)
                         cpus = ",".join(map(str, self.plan.frontend_cpus))
-                        self.say(f"API server and engine cores {pinned} pinned to CPUs {cpus}")
+                        self.say(f"API server {pinned} pinned to CPUs {cpus}")
                     self.say("ready")
             time.sleep(POLL_S)
         self._drain()

@@ -1,7 +1,8 @@
 """`omni-cpu serve` with a dead stage: it says which, and exits 4 for a supervisor to restart it.
 
-One server start (tiny checkpoint, about a minute on 2 cores); its talker worker is
-killed once it is ready.
+One server start (tiny checkpoint, about a minute on 2 cores); the talker's stage
+process is killed once it is ready. Each stage is one process: its worker runs inside
+its engine core (vLLM's "uni" executor, omni_cpu.platform.DRIVER_ENV).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from omni_cpu.launch import proctree
@@ -24,16 +24,14 @@ from tests.serve.test_serve_e2e import REPO, START_TIMEOUT_S, free_port, get, ge
 pytestmark = [pytest.mark.e2e, needs_runtime]
 
 
-def talker_worker(root: int) -> int:
+def talker_process(root: int) -> int:
     for pid in proctree.descendants(root):
-        if "stage0" in proctree.command_line(pid):
-            for child in psutil.Process(pid).children():
-                if "Worker" in " ".join(child.cmdline()):
-                    return child.pid
-    raise AssertionError("no talker worker")
+        if "EngineCore" in proctree.command_line(pid) and "stage0" in proctree.command_line(pid):
+            return pid
+    raise AssertionError("no talker engine core")
 
 
-def test_a_killed_stage_worker_is_named_by_health_and_the_server_exits_4(
+def test_a_killed_stage_is_named_by_health_and_the_server_exits_4(
     tiny_checkpoint: Path,  # noqa: F811 - pytest's fixture
     tmp_path: Path,
 ) -> None:
@@ -51,7 +49,7 @@ def test_a_killed_stage_worker_is_named_by_health_and_the_server_exits_4(
             assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
             time.sleep(1)
         tree = [server.pid, *proctree.descendants(server.pid)]
-        victim = talker_worker(server.pid)
+        victim = talker_process(server.pid)
         killed_at = time.monotonic()
         os.kill(victim, signal.SIGKILL)
         named = None
@@ -60,13 +58,13 @@ def test_a_killed_stage_worker_is_named_by_health_and_the_server_exits_4(
                 status, body = get(f"http://127.0.0.1:{port}/health", 2.0)
             except OSError:
                 status, body = None, ""
-            if status == 503 and "stage 0 (talker) worker" in body:
+            if status == 503 and "stage 0 (talker) engine core" in body:
                 named = json.loads(body)["error"]["message"]
             time.sleep(0.2)
         assert server.wait(timeout=60) == 4, log.read_text()[-4000:]
         assert time.monotonic() - killed_at < 60
         assert named is not None and f"pid {victim}" in named
-        assert f"stage 0 (talker) worker pid {victim} died" in log.read_text()
+        assert f"stage 0 (talker) engine core pid {victim} died" in log.read_text()
         assert proctree.wait_gone(tree, 5.0) == []
     finally:
         if server.poll() is None:
