@@ -74,9 +74,14 @@ FRONTEND_RESERVED_CORES = 1
 # code2wav worker 1.05 GiB = 0.21 GiB decoder + 0.84 GiB, of which the 256 MiB KV
 # budget below (its decoder has no vLLM attention layer, so nothing fills it);
 # each engine-core process 0.53-0.56 GiB (imports only); the driver 0.78-0.91 GiB.
+# Since each stage's worker runs inside its engine core (omni_cpu.platform.DRIVER_ENV,
+# same command, 15:04 UTC): talker stage process 3.58 GiB (+0.59 over the worker
+# alone), code2wav stage process 1.05 GiB (+0.0), driver 0.94 GiB; peak PSS of all
+# processes at once 5.44 GiB (5.69 with a process per worker). So the engine core
+# now costs what it adds inside the stage process: 0.3 GiB per stage on average.
 TALKER_WORKER_OVERHEAD_BYTES = int(0.95 * GIB)
 CODE2WAV_WORKER_OVERHEAD_BYTES = int(0.6 * GIB)
-ENGINE_CORE_PROCESS_BYTES = int(0.6 * GIB)
+ENGINE_CORE_PROCESS_BYTES = int(0.3 * GIB)
 DRIVER_PROCESS_BYTES = int(0.95 * GIB)
 # vLLM's CPU backend pages the KV cache in blocks of 128 tokens (vllm/platforms/cpu.py,
 # 0.30.0) and its block pool keeps one of them as the null block. A stream needs
