@@ -60,19 +60,27 @@ def wanted() -> bool:
 
 
 def cache_dir() -> Path:
-    """One build folder per torch build and kernel source.
+    """One build folder per torch install and kernel source.
 
-    An extension is tied to the torch it was built against; the source's hash
-    (with the flags) keys the rest. torch's `load` rebuilds whenever the
+    An extension is tied to the torch it was built against (its version names
+    the folder, its location is hashed with the source and the flags, since the
+    build file names torch's include path). torch's `load` rebuilds whenever the
     source's *path* changes, so the source is compiled from a copy inside the
-    folder: every checkout of the same kernel (a worktree, a CI clone) shares
-    one build instead of rebuilding it (~30 s) each time another one runs.
+    folder: every checkout of the same kernel run with the same venv (worktrees)
+    shares one build, and a second venv (a CI clone's) gets its own, instead of
+    each rebuilding it (~30 s, 1.5 GiB for the compiler) when another has run.
     """
     from omni_cpu import envs
 
     configured = envs.OMNI_CPU_KERNEL_CACHE
     root = Path(configured) if configured else Path.home() / ".cache" / "omni-cpu" / "kernels"
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    # torch's include path is in the build file too: one build per torch install (venv).
+    keyed = (
+        SOURCE.read_bytes()
+        + " ".join(FLAGS).encode()
+        + Path(torch.__file__).parent.as_posix().encode()
+    )
+    digest = hashlib.sha256(keyed).hexdigest()[:12]
     return root / f"torch-{torch.__version__}-{digest}"
 
 
