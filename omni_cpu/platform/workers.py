@@ -17,7 +17,7 @@ from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm_omni.diffusion.data import OmniACK, OmniSleepTask, OmniWakeTask
 from vllm_omni.worker.mixins import OmniWorkerMixin
 
-from omni_cpu.platform import lean_load
+from omni_cpu.platform import lean_load, sampler
 from omni_cpu.platform.runners import CPUARModelRunner, CPUGenerationModelRunner
 
 logger = init_logger(__name__)
@@ -36,6 +36,8 @@ class _CPUOmniWorker(OmniWorkerMixin, CPUWorker):
         torch.set_flush_denormal(True)
         # The checkpoint's pages leave the worker as each tensor is copied (lean_load).
         lean_load.install()
+        # No torch.compile of vLLM's CPU sampler at the first token (platform.sampler).
+        sampler.install_eager_random_sample()
         super().__init__(*args, **kwargs)
 
     def init_device(self) -> None:
