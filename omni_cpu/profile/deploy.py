@@ -69,6 +69,17 @@ PLANNED_STAGE_KEYS = (
 )
 
 
+# What `openmp_binding_env` may set: all follow from VLLM_CPU_OMP_THREADS_BIND.
+OPENMP_BINDING_KEYS = (
+    "OMP_NUM_THREADS",
+    "OMP_PLACES",
+    "OMP_PROC_BIND",
+    "KMP_AFFINITY",
+    "KMP_BLOCKTIME",
+    "KMP_TPAUSE",
+)
+
+
 def openmp_binding_env(cpus: str, preload: str) -> dict[str, str]:
     """The OpenMP runtime's own binding for one stage process: one thread per CPU in `cpus`.
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from omni_cpu.errors import ProfileError
 from omni_cpu.plan import footprint_for_model, plan_profile
 from omni_cpu.profile import deploy_config_dict, dump_profile, parse_profile
-from omni_cpu.profile.deploy import openmp_binding_env
+from omni_cpu.profile.deploy import OPENMP_BINDING_KEYS, openmp_binding_env
 
 from ..plan.machines import machine
 
@@ -105,6 +105,8 @@ def test_intel_openmp_in_ld_preload_gets_kmp_affinity_instead():
         "KMP_BLOCKTIME": "5",
         "KMP_TPAUSE": "0",
     }
+    # validate lets a file leave out exactly these (they follow from the binding)
+    assert set(env) | set(openmp_binding_env("0", "")) <= set(OPENMP_BINDING_KEYS)
 
 
 def test_file_written_before_the_openmp_env_still_loads():
