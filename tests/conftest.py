@@ -47,3 +47,15 @@ def unpacked_dumps(tmp_path_factory: pytest.TempPathFactory) -> UnpackedDumps:
 def dump_root(dump: sysroots.Dump, unpacked_dumps: UnpackedDumps) -> Path:
     """The unpacked sysroot folder of the parametrized dump."""
     return unpacked_dumps.root(dump)
+
+
+@pytest.fixture(scope="session")
+def tiny_kinds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny checkpoint of each kind (custom-voice, voice-design, base), made once."""
+    from omni_cpu.checkpoint.writer import make_checkpoint
+
+    root = tmp_path_factory.mktemp("kinds")
+    return {
+        kind: Path(make_checkpoint("tiny", root / kind, seed=0, kind=kind))
+        for kind in ("custom-voice", "voice-design", "base")
+    }

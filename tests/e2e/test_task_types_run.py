@@ -20,14 +20,8 @@ MAX_FRAMES = "12"
 
 
 @pytest.fixture(scope="module")
-def kinds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from omni_cpu.checkpoint.writer import make_checkpoint
-
-    root = tmp_path_factory.mktemp("kinds")
-    return {
-        kind: Path(make_checkpoint("tiny", root / kind, seed=0, kind=kind))
-        for kind in ("voice-design", "base")
-    }
+def kinds(tiny_kinds: dict[str, Path]) -> dict[str, Path]:
+    return tiny_kinds
 
 
 @pytest.fixture(scope="module")
