@@ -1,15 +1,27 @@
 """omni-cpu's AVX-512 weight-streaming GEMV (kernels/gemv_avx512.cpp), built once per machine.
 
 Why: at batch 1 every talker-stage step is a chain of matrix-vector products,
-so its speed is the rate at which weights come out of DRAM. Measured on a 2-core
-Zen 4 (avx512_bf16, avx512_vnni; one thread, the code predictor's 20 matrices
-rotating through DRAM, benchmarks/gemv_kernels.py): a plain read streams
-28-31 GB/s; torch's bf16 linear 10.5 GB/s, vLLM's oneDNN GEMV 16-18 GB/s,
-FBGEMM's dynamic int8 20 GB/s. The kernel here streams 20-24 GB/s in bf16 and
-25-29 GB/s in int8 (W8A8, VNNI): the difference is the weight layout. Rows
-are repacked so that four output rows interleave in 64-byte chunks, and the
-whole matrix is read as one sequential stream (four rows read side by side from
-a row-major matrix are short streams the hardware prefetcher barely trains on).
+so its speed is the rate at which weights come out of DRAM; a prefill and
+batched streams multiply the same weights by more rows, so there the speed is
+the multiply-add rate. Measured on a 2-core Zen 4 (avx512_bf16, avx512_vnni;
+one thread, the code predictor's 20 matrices rotating through DRAM,
+benchmarks/gemv_kernels.py --rows 1,4,32): a plain read streams 24-26 GB/s.
+
+| kernel | M = 1 | M = 4 | M = 32 |
+|---|---|---|---|
+| this GEMV, bf16 | 6.3 ms (25 GB/s) | 6.4 ms | 25.2 ms |
+| vLLM's oneDNN, bf16 | 10.1 ms | 8.2 ms | 26.7 ms |
+| this GEMV, W8A8 | 3.4 ms (23 GB/s) | 3.3 ms | 14.0 ms |
+| FBGEMM dynamic int8 | 4.5 ms | 4.4 ms | 15.5 ms |
+
+The layout does it. Output columns go into the vector lanes, in blocks of 64
+columns that are each one sequential stream (the hardware prefetcher follows
+it), and a register tile of up to 6 rows of x by 64 columns does 24
+multiply-adds per 4 weight loads with no horizontal sums, so M = 4 costs what
+M = 1 does and a prefill runs at ~3.4 G vdpbf16ps/s per core. The first
+layout (K in the lanes, four rows interleaved) needed a horizontal sum per
+output and a full load of x per multiply-add pair: it matched this one at
+M = 1 but was compute-bound from M = 4 (M = 32: 87 ms bf16, 41 ms W8A8).
 
 How: `torch.utils.cpp_extension.load` compiles the file with AVX-512 flags
 into a per-user cache (`OMNI_CPU_KERNEL_CACHE`, default
@@ -45,7 +57,10 @@ GEMV_ENV = "OMNI_CPU_GEMV"
 KERNEL_CACHE_ENV = "OMNI_CPU_KERNEL_CACHE"
 SOURCE = Path(__file__).with_name("kernels") / "gemv_avx512.cpp"
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mavx512vnni", "-mfma"]
-ROWS = 4  # output rows interleaved per block (kRows in the C++)
+LANES = 16  # output columns per vector: N must be a multiple (kLanes in the C++)
+BLOCK = 64  # output columns per packed block (kBlock in the C++)
+BF16_GROUP = 2  # K elements per lane per multiply-add: vdpbf16ps takes pairs
+INT8_GROUP = 4  # vpdpbusd takes quads
 
 
 def cpu_supports() -> bool:
@@ -111,27 +126,41 @@ def kernel() -> Any | None:
         return None
 
 
-def fits(weight: torch.Tensor, step: int) -> bool:
-    """Shapes the kernel takes: 2-D, N a multiple of ROWS, K of `step` elements."""
+def fits(weight: torch.Tensor, group: int) -> bool:
+    """Shapes the kernel takes: 2-D, N a multiple of LANES, K of `group` elements."""
     return (
         weight.ndim == 2
         and not weight.is_meta
-        and weight.shape[0] % ROWS == 0
-        and weight.shape[1] % step == 0
+        and weight.shape[0] % LANES == 0
+        and weight.shape[1] % group == 0
     )
 
 
-def _interleave(weight: torch.Tensor, chunk: int) -> torch.Tensor:
+def _pack(weight: torch.Tensor, group: int) -> torch.Tensor:
+    """[N, K] -> the kernel's layout: blocks of BLOCK columns, each [K / group][width][group].
+
+    Output columns go into the vector lanes and `group` consecutive K elements
+    into each lane, so one block is one sequential stream; the last block holds
+    the N % BLOCK columns left over (16, 32 or 48).
+    """
     n, k = weight.shape
-    blocked = weight.reshape(n // ROWS, ROWS, k // chunk, chunk).permute(0, 2, 1, 3)
-    return blocked.contiguous().reshape(n, k)
+    full = n // BLOCK * BLOCK
+
+    def blocks(part: torch.Tensor, width: int) -> torch.Tensor:
+        rows = part.shape[0]
+        return part.reshape(rows // width, width, k // group, group).permute(0, 2, 1, 3)
+
+    packed = blocks(weight[:full], BLOCK).reshape(-1)
+    if full < n:
+        packed = torch.cat([packed, blocks(weight[full:], n - full).reshape(-1)])
+    return packed.contiguous().reshape(n, k)
 
 
 class PackedBf16Weights:
     """A bf16 [N, K] weight in the kernel's layout; call with x [..., K] in bf16."""
 
     def __init__(self, weight: torch.Tensor, module: Any) -> None:
-        self.packed = _interleave(weight.detach().to(torch.bfloat16), 32)
+        self.packed = _pack(weight.detach().to(torch.bfloat16), BF16_GROUP)
         self.out_features = int(weight.shape[0])
         self._gemv = module.gemv_bf16
 
@@ -153,7 +182,7 @@ class PackedInt8Weights:
         quantized = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
         self.row_sums = quantized.sum(dim=1, dtype=torch.int32)
         self.scales = scale.contiguous()
-        self.packed = _interleave(quantized, 64)
+        self.packed = _pack(quantized, INT8_GROUP)
         self.out_features = int(weight.shape[0])
         self._gemv = module.gemv_w8a8
 

@@ -35,29 +35,46 @@ def weight(out_features: int, in_features: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(out_features, in_features, generator=torch.Generator().manual_seed(seed))
 
 
+# Rows: the kernel's register tiles hold 1-6 rows of x, so 6, 7 (6 + 1), 13 and 33
+# (several tiles and a remainder) cover every tile height. Columns: blocks of 64,
+# the last 16, 32 or 48 wide, so 256 is whole blocks and 208 / 112 / 48 end in a part.
 @needs_gemv
-@pytest.mark.parametrize("rows", [1, 3, 4, 7, 33], ids=lambda r: f"M{r}")
-def test_bf16_gemv_matches_float32_for_decode_and_prefill_rows(rows: int) -> None:
-    w, bias = weight(256, 192) * 0.05, torch.randn(256)
+@pytest.mark.parametrize("rows", [1, 3, 4, 6, 7, 13, 33], ids=lambda r: f"M{r}")
+@pytest.mark.parametrize("columns", [256, 208, 112, 48], ids=lambda n: f"N{n}")
+def test_bf16_gemv_matches_float32_for_decode_and_prefill_rows(rows: int, columns: int) -> None:
+    w, bias = weight(columns, 192) * 0.05, torch.randn(columns)
     x = torch.randn(2, rows, 192)
     kernel, product = linears.choose(w.to(torch.bfloat16), "model")
     assert kernel == "gemv-bf16"
     got = product(x.to(torch.bfloat16), bias.to(torch.bfloat16))
-    assert got.shape == (2, rows, 256) and got.dtype == torch.bfloat16
+    assert got.shape == (2, rows, columns) and got.dtype == torch.bfloat16
     assert relative(got, torch.nn.functional.linear(x, w, bias)) < 0.01
 
 
 @needs_gemv
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("rows", [1, 5])
-def test_w8a8_gemv_stays_within_int8_rounding(rows: int, dtype: torch.dtype) -> None:
-    w, bias = weight(512, 256) * 0.02, torch.randn(512)
+@pytest.mark.parametrize("rows", [1, 5, 6, 13])
+@pytest.mark.parametrize("columns", [512, 464], ids=lambda n: f"N{n}")
+def test_w8a8_gemv_stays_within_int8_rounding(rows: int, columns: int, dtype: torch.dtype) -> None:
+    w, bias = weight(columns, 256) * 0.02, torch.randn(columns)
     x = torch.randn(rows, 256)
     kernel, product = linears.choose(w.to(dtype), "int8")
     assert kernel == "gemv-w8a8"
     got = product(x.to(dtype), bias.to(dtype))
     assert got.dtype == dtype
     assert relative(got, torch.nn.functional.linear(x, w, bias)) < 0.03
+
+
+@needs_gemv
+def test_each_output_column_lands_in_its_own_place() -> None:
+    """A permuted layout can keep the norm of the error small only by luck; check columns."""
+    w = torch.zeros(208, 192)
+    w[torch.arange(208), torch.arange(208) % 192] = 1.0  # column j of y reads x[:, j % 192]
+    x = torch.arange(3 * 192, dtype=torch.float32).reshape(3, 192) % 97
+    want = x[:, torch.arange(208) % 192]
+    for weights, dtype in (("model", torch.bfloat16), ("int8", torch.float32)):
+        got = linears.choose(w.to(dtype), weights)[1](x.to(dtype)).float()
+        assert torch.allclose(got, want, rtol=0.01, atol=0.5), weights
 
 
 @needs_gemv
@@ -70,7 +87,7 @@ def test_w8a8_is_more_accurate_than_fbgemm_dynamic_int8() -> None:
 
 
 def test_shapes_the_gemv_cannot_take_go_to_onednn_or_stay() -> None:
-    odd = weight(250, 192).to(torch.bfloat16)  # N not a multiple of 4
+    odd = weight(250, 192).to(torch.bfloat16)  # N not a multiple of 16
     chosen = linears.choose(odd, "model")
     assert chosen is None or chosen[0] == "onednn"
     assert linears.choose(weight(64, 64).double(), "model") is None
