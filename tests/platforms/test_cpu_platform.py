@@ -6,8 +6,12 @@ Each `test_pinned_*` fails when an upgrade moves something the platform relies o
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import os
+import tempfile
 from importlib import metadata
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,13 +24,17 @@ from vllm.platforms.cpu import CpuPlatform
 from vllm_omni.platforms.interface import OmniPlatform
 
 from omni_cpu import pins
+from omni_cpu.launch import startup
+from omni_cpu.launch.plan import LaunchPlan, make_launch_plan
 from omni_cpu.platform import (
     AR_WORKER_QUALNAME,
+    DRIVER_ENV,
     GENERATION_WORKER_QUALNAME,
     PLATFORM_QUALNAME,
     register,
 )
 from omni_cpu.platform.cpu_platform import CPUOmniPlatform
+from omni_cpu.platform.hf_config import register_qwen3_tts_config
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -192,22 +200,95 @@ def test_per_stage_env_from_the_cpu_block_reaches_each_stage(tmp_path) -> None:
     ]
 
 
-def test_the_platform_turns_async_scheduling_and_cuda_graphs_off(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # vLLM-Omni's deploy YAMLs turn async scheduling on per stage; whatever vLLM's own
-    # CpuPlatform checks (stubbed here: it needs a whole engine config), ours insists.
+def test_pinned_vllm_checks_engine_configs_with_its_own_cpu_platform() -> None:
+    # Ours is vLLM-Omni's platform only: vLLM's config checks (check_and_update_config)
+    # go to its own CpuPlatform, so what a stage needs must be in its engine args.
+    from vllm import platforms as vllm_platforms
+
+    assert type(vllm_platforms.current_platform) is CpuPlatform
+
+
+@pytest.fixture(scope="module")
+def stage_engine_configs(tiny_kinds: dict[str, Path]) -> tuple[LaunchPlan, dict[int, Any]]:
+    """Each stage's VllmConfig as vLLM-Omni builds it for `omni-cpu run` on the tiny checkpoint.
+
+    The driver's steps (omni_cpu.launch.pipeline) up to `Omni(model, deploy_config=...)`,
+    then the orchestrator's (vllm_omni engine/omni_engine_base.py and stage_runtime.py
+    `_build_logical_stage_init_plans`), stopping before any engine starts. vLLM sets
+    process-wide variables while it builds one (LD_PRELOAD, ...): they are put back.
+    """
+    from vllm_omni.config.resolver import resolve_omni_config
+    from vllm_omni.engine.stage_init_utils import (
+        build_vllm_config,
+        get_stage_connector_spec,
+        load_omni_transfer_config_for_model,
+    )
+
+    model = str(tiny_kinds["custom-voice"])
+    plan = make_launch_plan(model)
+    saved = dict(os.environ)
+    try:
+        for key, value in DRIVER_ENV.items():
+            os.environ.setdefault(key, value)
+        register_qwen3_tts_config()
+        launched = dataclasses.replace(
+            plan, deploy_config=startup.launch_deploy_config(plan.deploy_config, verbose=False)
+        )
+        with tempfile.TemporaryDirectory(prefix="omni-cpu-test-") as tmp:
+            deploy_path = str(launched.write_deploy_config(Path(tmp)))
+            resolution = resolve_omni_config(
+                model,
+                trust_remote_code=None,
+                deploy_config_path=deploy_path,
+                cli_overrides={},
+                stage_overrides=None,
+                strategy_config_path=None,
+            )
+            transfer = load_omni_transfer_config_for_model(model, resolution.config_path)
+            stages = resolution.stage_configs
+            async_chunk = any(stage.connector_config.async_chunk for stage in stages)
+            built = {}
+            for stage in stages:
+                spec = get_stage_connector_spec(
+                    omni_transfer_config=transfer, stage_id=stage.stage_id, async_chunk=async_chunk
+                )
+                built[stage.stage_id], _ = build_vllm_config(
+                    stage, model, stage_connector_spec=spec
+                )
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return plan, built
+
+
+def test_stage_engines_schedule_synchronously(stage_engine_configs) -> None:
+    # The talker's scheduler class follows the deploy config's async_scheduling, not
+    # the engine flag vLLM's CpuPlatform turns off afterwards.
+    from vllm_omni.core.sched.omni_ar_scheduler import OmniARScheduler
+    from vllm_omni.core.sched.omni_generation_scheduler import OmniGenerationScheduler
+
+    _, built = stage_engine_configs
+    schedulers = {stage_id: c.scheduler_config.get_scheduler_cls() for stage_id, c in built.items()}
+    assert schedulers == {0: OmniARScheduler, 1: OmniGenerationScheduler}
+    assert [c.scheduler_config.async_scheduling for c in built.values()] == [False, False]
+    assert CPUOmniPlatform.describe()["async_scheduling"] is False
+
+
+def test_stage_engines_capture_no_cuda_graphs(stage_engine_configs) -> None:
     from vllm.config import CUDAGraphMode
 
-    monkeypatch.setattr(CpuPlatform, "check_and_update_config", classmethod(lambda cls, c: None))
-    config = SimpleNamespace(
-        scheduler_config=SimpleNamespace(async_scheduling=True),
-        compilation_config=SimpleNamespace(cudagraph_mode=CUDAGraphMode.FULL),
-        cache_config=SimpleNamespace(kv_cache_memory_bytes=1 << 30, gpu_memory_utilization=0.9),
-    )
-    CPUOmniPlatform.check_and_update_config(config)
-    assert config.scheduler_config.async_scheduling is False
-    assert config.compilation_config.cudagraph_mode == CUDAGraphMode.NONE
+    _, built = stage_engine_configs
+    modes = [c.compilation_config.cudagraph_mode for c in built.values()]
+    assert modes == [CUDAGraphMode.NONE, CUDAGraphMode.NONE]
+    assert CPUOmniPlatform.describe()["cudagraph_mode"] == CUDAGraphMode.NONE.name
+
+
+def test_stage_engines_get_the_profiles_kv_cache_bytes(stage_engine_configs) -> None:
+    plan, built = stage_engine_configs
+    replica = plan.profile.replicas[plan.replica]
+    assert {stage_id: c.cache_config.kv_cache_memory_bytes for stage_id, c in built.items()} == {
+        stage.stage_id: stage.kv_cache_memory_bytes for stage in replica.stages
+    }
 
 
 def test_torchvision_imports_beside_the_cpu_torch() -> None:
