@@ -7,16 +7,7 @@ from pathlib import Path
 import typer
 
 from omni_cpu.cli.common import VERBOSE_HELP, WEIGHTS_HELP, console, err_console, print_json
-from omni_cpu.cli.voice import (
-    BENCH_VOICE,
-    InstructOption,
-    QueryTypeOption,
-    RefAudioOption,
-    RefTextOption,
-    SpeakerOption,
-    XVectorOnlyOption,
-    bench_request,
-)
+from omni_cpu.cli.voice import BENCH_VOICE, Voice, bench_request, voice_options
 
 _HELP = f"""\
 Measure the pipeline the way its users judge it: time to first audio (TTFA),
@@ -39,9 +30,9 @@ def register(app: typer.Typer) -> None:
     app.command("bench", help=_HELP)(bench_command)
 
 
+@voice_options
 def bench_command(
     model: str = typer.Option(..., "--model", help="Checkpoint directory or Hugging Face id."),
-    query_type: QueryTypeOption = None,
     deploy_profile: str = typer.Option(
         "auto", "--deploy-profile", help="`auto` (plan this machine) or a profile YAML file."
     ),
@@ -55,11 +46,7 @@ def bench_command(
         50, "--frames", min=2, help="Codec frames per request (80 ms of audio each)."
     ),
     warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured requests before level 1."),
-    speaker: SpeakerOption = None,
-    instruct: InstructOption = None,
-    ref_audio: RefAudioOption = None,
-    ref_text: RefTextOption = None,
-    x_vector_only: XVectorOnlyOption = False,
+    voice: Voice = Voice(),
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
     verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
@@ -73,16 +60,8 @@ def bench_command(
     levels = parse_concurrency(concurrency)
     if plot is not None:
         require_matplotlib()
-    first = bench_request(  # checks everything once, before the engines start
-        read_model_info(model),
-        frames,
-        query_type,
-        speaker,
-        instruct,
-        ref_audio,
-        ref_text,
-        x_vector_only,
-    )
+    # Checks everything once, before the engines start.
+    first = bench_request(read_model_info(model), frames, voice)
     kind = first.task_type
     plan = make_launch_plan(model, deploy_profile, weights=weights)
     for warning in plan.problems:

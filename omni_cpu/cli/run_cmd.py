@@ -14,14 +14,7 @@ from omni_cpu.cli.common import (
     print_json,
     state,
 )
-from omni_cpu.cli.voice import (
-    InstructOption,
-    QueryTypeOption,
-    RefAudioOption,
-    RefTextOption,
-    SpeakerOption,
-    XVectorOnlyOption,
-)
+from omni_cpu.cli.voice import Voice, voice_options
 
 _HELP = """\
 Synthesize speech with Qwen3-TTS on vLLM's CPU backend, one stage per core set.
@@ -59,6 +52,7 @@ def _out_paths(out: Path, count: int) -> list[Path]:
     ]
 
 
+@voice_options
 def run_command(
     model: str = typer.Option(..., "--model", help="Checkpoint directory or Hugging Face id."),
     deploy_profile: str = typer.Option(
@@ -68,13 +62,8 @@ def run_command(
     text_file: Path | None = typer.Option(
         None, "--text-file", help="A file with one utterance per line (one WAV each)."
     ),
-    speaker: SpeakerOption = None,
-    query_type: QueryTypeOption = None,
-    ref_audio: RefAudioOption = None,
-    ref_text: RefTextOption = None,
-    x_vector_only: XVectorOnlyOption = False,
+    voice: Voice = Voice(),
     language: str = typer.Option("auto", "--language", help="auto, english, chinese, ..."),
-    instruct: InstructOption = None,
     out: Path = typer.Option(Path("out.wav"), "--out", help="WAV file to write (24 kHz mono)."),
     out_special: bool = typer.Option(
         False,
@@ -95,8 +84,7 @@ def run_command(
     as_json: bool = typer.Option(False, "--json", help="Print timings (or the dry run) as JSON."),
 ) -> None:
     from omni_cpu.launch.plan import make_launch_plan
-    from omni_cpu.launch.ref_audio import read_reference_audio
-    from omni_cpu.launch.request import build_requests, read_model_info, read_texts
+    from omni_cpu.launch.request import read_model_info, read_texts
     from omni_cpu.launch.wav import check_output_path
 
     info = read_model_info(model)
@@ -104,19 +92,7 @@ def run_command(
     if not dry_run:
         for path in _out_paths(out, len(texts)):
             check_output_path(path, allow_special=out_special)
-    reference = read_reference_audio(ref_audio) if ref_audio is not None else None
-    requests = build_requests(
-        info,
-        texts,
-        speaker,
-        language,
-        instruct,
-        max_frames,
-        query_type=query_type,
-        ref_audio=reference,
-        ref_text=ref_text,
-        x_vector_only=x_vector_only,
-    )
+    requests = voice.requests(info, texts, language, max_frames)
     plan = make_launch_plan(model, deploy_profile, weights=weights)
 
     if dry_run:

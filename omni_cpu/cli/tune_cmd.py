@@ -9,15 +9,7 @@ from typing import Any
 import typer
 
 from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json
-from omni_cpu.cli.voice import (
-    InstructOption,
-    QueryTypeOption,
-    RefAudioOption,
-    RefTextOption,
-    SpeakerOption,
-    XVectorOnlyOption,
-    bench_request,
-)
+from omni_cpu.cli.voice import Voice, bench_request, voice_options
 
 _HELP = """\
 Check the planner against measurements on this machine: start the pipeline once
@@ -37,16 +29,12 @@ def register(app: typer.Typer) -> None:
     app.command("tune", help=_HELP)(tune_command)
 
 
+@voice_options
 def tune_command(
     model: str = typer.Option(..., "--model", help="Checkpoint directory or Hugging Face id."),
     max_points: int = typer.Option(6, "--max-points", min=1, help="Grid points to run at most."),
     frames: int = typer.Option(25, "--frames", min=2, help="Codec frames per request."),
-    query_type: QueryTypeOption = None,
-    speaker: SpeakerOption = None,
-    instruct: InstructOption = None,
-    ref_audio: RefAudioOption = None,
-    ref_text: RefTextOption = None,
-    x_vector_only: XVectorOnlyOption = False,
+    voice: Voice = Voice(),
     output: Path | None = typer.Option(None, "--output", help="Write the best profile here."),
     table: Path | None = typer.Option(None, "--table", help="Write all runs as JSON here."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the grid points, run nothing."),
@@ -67,16 +55,8 @@ def tune_command(
     from omni_cpu.plan import choose_dtype
     from omni_cpu.profile import save_profile
 
-    request = bench_request(  # checks the voice (and reads the reference) before any engine
-        read_model_info(model),
-        frames,
-        query_type,
-        speaker,
-        instruct,
-        ref_audio,
-        ref_text,
-        x_vector_only,
-    )
+    # Checks the voice (and reads the reference) before any engine.
+    request = bench_request(read_model_info(model), frames, voice)
     # The auto plan already carries the weights in its env; every variant is planned
     # from the same facts and options with one or more choices fixed.
     resolved = resolve("auto", model, weights)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omni_cpu.cli.voice import BENCH_VOICE, bench_request
+from omni_cpu.cli.voice import BENCH_VOICE, Voice, bench_request
 from omni_cpu.errors import InputError
 from omni_cpu.launch.request import read_model_info
 
@@ -103,7 +103,7 @@ def test_bench_request_fills_the_voice_a_user_left_out(kinds, voice_wav):
     preset = bench_request(read_model_info(HUB_ID), 10)
     assert (preset.task_type, preset.speaker, preset.max_frames) == ("CustomVoice", "ryan", 10)
     cloned = bench_request(
-        read_model_info(str(kinds["base"])), 10, ref_audio=voice_wav, ref_text="A tone."
+        read_model_info(str(kinds["base"])), 10, Voice(ref_audio=voice_wav, ref_text="A tone.")
     )
     assert cloned.task_type == "Base" and cloned.ref_audio is not None
     assert cloned.ref_audio.original_rate == 16000 and cloned.ref_audio.seconds == 2.0
