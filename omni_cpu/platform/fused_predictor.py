@@ -35,6 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from omni_cpu.platform import gemv
 from omni_cpu.platform.code_predictor import FrameCache
 
 FUSED_DTYPES = (torch.bfloat16, torch.float32)
@@ -70,6 +71,10 @@ class FusedRunner:
         cos_sin = torch.cat((rotary.cos_cached[:, :half], rotary.sin_cached[:, :half]), dim=-1)
         self.cos_sin = cos_sin.to(model.norm.weight.dtype).contiguous()
         self._positions: dict[tuple[int, int, int], torch.Tensor] = {}
+        # One new position attends through omni-cpu's small attention kernel
+        # (gemv.decode_attention) where it is built; the first two positions and
+        # CPUs without it use SDPA.
+        self.decode_kernel = gemv.kernel() is not None
 
     def _flat_positions(self, bsz: int, start: int, n: int) -> torch.Tensor:
         key = (bsz, start, n)
@@ -110,15 +115,21 @@ class FusedRunner:
             kv_shape = (bsz, n, self.num_kv_heads, self.head_dim)
             cache.keys[index, :, :, start:end] = k.view(kv_shape).transpose(1, 2)
             cache.values[index, :, :, start:end] = v.reshape(kv_shape).transpose(1, 2)
-            out = F.scaled_dot_product_attention(
-                q.view(bsz, n, self.num_heads, self.head_dim).transpose(1, 2),
-                cache.keys[index, :, :, :end],
-                cache.values[index, :, :, :end],
-                scale=self.scaling,
-                is_causal=n > 1,
-                enable_gqa=self.is_gqa,
-            )
-            hidden = attn.o_proj(out.transpose(1, 2).reshape(tokens, self.q_size))
+            out = None
+            if n == 1 and self.decode_kernel:
+                out = gemv.decode_attention(
+                    q, cache.keys[index], cache.values[index], end, self.scaling
+                )
+            if out is None:
+                out = F.scaled_dot_product_attention(
+                    q.view(bsz, n, self.num_heads, self.head_dim).transpose(1, 2),
+                    cache.keys[index, :, :, :end],
+                    cache.values[index, :, :, :end],
+                    scale=self.scaling,
+                    is_causal=n > 1,
+                    enable_gqa=self.is_gqa,
+                ).transpose(1, 2)
+            hidden = attn.o_proj(out.reshape(tokens, self.q_size))
             norm = layer.post_attention_layernorm
             torch.ops._C.fused_add_rms_norm(hidden, residual, norm.weight, norm.variance_epsilon)
             gate_up = layer.mlp.gate_up_proj(hidden)

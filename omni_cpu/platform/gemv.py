@@ -51,11 +51,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 GEMV_ENV = "OMNI_CPU_GEMV"
 KERNEL_CACHE_ENV = "OMNI_CPU_KERNEL_CACHE"
-SOURCE = Path(__file__).with_name("kernels") / "gemv_avx512.cpp"
+SOURCE = Path(__file__).with_name("kernels") / "gemv_avx512.cpp"  # holds the module's bindings
+EXTRA_SOURCES = ("decode_attention.cpp",)  # beside SOURCE, compiled into the same module
+
+
+def sources() -> list[Path]:
+    """Every C++ file of the module, SOURCE first."""
+    return [SOURCE, *(SOURCE.with_name(name) for name in EXTRA_SOURCES)]
+
+
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mavx512vnni", "-mfma"]
 LANES = 16  # output columns per vector: N must be a multiple (kLanes in the C++)
 BLOCK = 64  # output columns per packed block (kBlock in the C++)
@@ -91,7 +98,7 @@ def cache_dir() -> Path:
     root = Path(configured) if configured else Path.home() / ".cache" / "omni-cpu" / "kernels"
     # torch's include path is in the build file too: one build per torch install (venv).
     keyed = (
-        SOURCE.read_bytes()
+        b"".join(path.read_bytes() for path in sources())
         + " ".join(FLAGS).encode()
         + Path(torch.__file__).parent.as_posix().encode()
     )
@@ -108,15 +115,18 @@ def kernel() -> Any | None:
 
     build = cache_dir()
     build.mkdir(parents=True, exist_ok=True)
-    source = build / SOURCE.name
-    if not source.exists():  # the folder's name is the content's hash: copy once
-        tmp = source.with_suffix(f".{os.getpid()}.tmp")
-        shutil.copyfile(SOURCE, tmp)
-        os.replace(tmp, source)
+    copies = []
+    for original in sources():
+        copy = build / original.name
+        if not copy.exists():  # the folder's name is the content's hash: copy once
+            tmp = copy.with_suffix(f".{os.getpid()}.tmp")
+            shutil.copyfile(original, tmp)
+            os.replace(tmp, copy)
+        copies.append(str(copy))
     try:
         return load(
             name="omni_cpu_gemv",
-            sources=[str(source)],
+            sources=copies,
             extra_cflags=FLAGS,
             build_directory=str(build),
             verbose=False,
@@ -195,18 +205,18 @@ class PackedInt8Weights:
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-class KernelLinear(nn.Module):
-    """Drop-in for an `nn.Linear` whose product runs through packed weights."""
+def decode_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, end: int, scale: float
+) -> torch.Tensor | None:
+    """One query position per row over cache positions [0, end), or None without the kernel.
 
-    def __init__(self, linear: nn.Linear, weights: Any) -> None:
-        super().__init__()
-        self.in_features = linear.in_features
-        self.out_features = linear.out_features
-        self.weights = weights
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weights(x, self.bias)
+    q [B, H * D]; keys and values [B, G, S, D] (one layer of a FrameCache); the
+    result is [B, H * D] in q's dtype (kernels/decode_attention.cpp).
+    """
+    module = kernel()
+    if module is None or q.dtype not in (torch.bfloat16, torch.float32) or keys.shape[-1] % 16:
+        return None
+    return module.decode_attention(q.contiguous(), keys, values, end, scale)
 
 
 def main(argv: list[str] | None = None) -> int:

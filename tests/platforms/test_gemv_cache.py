@@ -11,11 +11,14 @@ pytest.importorskip("torch")
 from omni_cpu.platform import gemv
 
 
-def _source(tmp_path: Path, name: str, text: str) -> Path:
+def _source(tmp_path: Path, name: str, text: str, extra: str = "// attention\n") -> Path:
+    """A checkout's kernel folder: the bindings file and the module's other sources."""
     folder = tmp_path / name / "kernels"
     folder.mkdir(parents=True)
     path = folder / "gemv_avx512.cpp"
     path.write_text(text)
+    for other in gemv.EXTRA_SOURCES:
+        (folder / other).write_text(extra)
     return path
 
 
@@ -35,3 +38,11 @@ def test_changed_source_gets_its_own_build(tmp_path, monkeypatch):
     new = gemv.cache_dir()
     assert new != old
     assert new.parent == old.parent == tmp_path / "cache"
+
+
+def test_a_change_in_any_source_of_the_module_gets_its_own_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNI_CPU_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(gemv, "SOURCE", _source(tmp_path, "old", "// v1\n", extra="// a\n"))
+    old = gemv.cache_dir()
+    monkeypatch.setattr(gemv, "SOURCE", _source(tmp_path, "new", "// v1\n", extra="// b\n"))
+    assert gemv.cache_dir() != old

@@ -272,7 +272,12 @@ torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
   });
 }
 
+// decode_attention.cpp
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
+                               int64_t end, double scale);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemv_bf16", &gemv_bf16, "y = x @ w.T (+ bias), bf16, weights packed by column blocks");
   m.def("gemv_w8a8", &gemv_w8a8, "y = x @ dequant(w).T (+ bias), int8 weights packed likewise");
+  m.def("decode_attention", &decode_attention, "one query position over a short KV cache");
 }

@@ -1,0 +1,101 @@
+// One new query position attending to a short per-frame KV cache: the code
+// predictor's attention at every step after the first.
+//
+// out[b, h*D:(h+1)*D] = softmax(q[b, h] . K[b, g, :end]^T * scale) @ V[b, g, :end],
+// g = h / (H / G) (grouped-query attention). K and V are one layer of omni-cpu's
+// FrameCache, [B, G, S, D] contiguous with S >= end; q is [B, H * D].
+//
+// Why: torch's SDPA costs ~70 us per call here whatever the size (dispatch, a
+// flash-attention tiling meant for long sequences); this call is ~16 heads x 17
+// keys x 128, microseconds of arithmetic, and the predictor calls it 70 times a
+// frame. Scores and the weighted sum are accumulated in float32 (SDPA's CPU path
+// accumulates bf16 inputs in float32 too), and the result is rounded once.
+
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <immintrin.h>
+#include <torch/extension.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const c10::BFloat16* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+inline void store16(c10::BFloat16* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
+}
+
+template <typename T>
+void attend(const T* q, const T* keys, const T* values, T* out, int64_t B, int64_t H, int64_t G,
+            int64_t S, int64_t D, int64_t end, float scale) {
+  const int64_t per_group = H / G;
+  const int64_t vectors = D / 16;
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t stop) {
+    std::vector<float> scores(end);
+    std::vector<__m512> acc(vectors);
+    for (int64_t bh = begin; bh < stop; ++bh) {
+      const int64_t b = bh / H, h = bh % H, g = h / per_group;
+      const T* qh = q + (b * H + h) * D;
+      const T* kg = keys + (b * G + g) * S * D;
+      const T* vg = values + (b * G + g) * S * D;
+      float top = -INFINITY;
+      for (int64_t s = 0; s < end; ++s) {
+        __m512 dot = _mm512_setzero_ps();
+        for (int64_t v = 0; v < vectors; ++v)
+          dot = _mm512_fmadd_ps(load16(qh + v * 16), load16(kg + s * D + v * 16), dot);
+        scores[s] = _mm512_reduce_add_ps(dot) * scale;
+        top = std::max(top, scores[s]);
+      }
+      float total = 0.f;
+      for (int64_t s = 0; s < end; ++s) {
+        scores[s] = std::exp(scores[s] - top);
+        total += scores[s];
+      }
+      for (int64_t v = 0; v < vectors; ++v) acc[v] = _mm512_setzero_ps();
+      for (int64_t s = 0; s < end; ++s) {
+        const __m512 weight = _mm512_set1_ps(scores[s] / total);
+        for (int64_t v = 0; v < vectors; ++v)
+          acc[v] = _mm512_fmadd_ps(weight, load16(vg + s * D + v * 16), acc[v]);
+      }
+      T* oh = out + (b * H + h) * D;
+      for (int64_t v = 0; v < vectors; ++v) store16(oh + v * 16, acc[v]);
+    }
+  });
+}
+
+}  // namespace
+
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
+                               int64_t end, double scale) {
+  TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes(),
+              "decode_attention: keys and values [B, G, S, D] alike");
+  const int64_t B = keys.size(0), G = keys.size(1), S = keys.size(2), D = keys.size(3);
+  TORCH_CHECK(q.dim() == 2 && q.size(0) == B && q.size(1) % D == 0,
+              "decode_attention: q [B, H * D]");
+  const int64_t H = q.size(1) / D;
+  TORCH_CHECK(H % G == 0, "decode_attention: heads must be a multiple of the KV heads");
+  TORCH_CHECK(D % 16 == 0, "decode_attention: head size must be a multiple of 16");
+  TORCH_CHECK(end >= 1 && end <= S, "decode_attention: 1 <= end <= cache length");
+  TORCH_CHECK(q.is_contiguous() && keys.is_contiguous() && values.is_contiguous(),
+              "decode_attention: contiguous inputs only");
+  TORCH_CHECK(q.scalar_type() == keys.scalar_type() && keys.scalar_type() == values.scalar_type(),
+              "decode_attention: one dtype for q, keys and values");
+  auto out = torch::empty_like(q);
+  const float s = static_cast<float>(scale);
+  if (q.scalar_type() == torch::kBFloat16) {
+    attend(q.data_ptr<c10::BFloat16>(), keys.data_ptr<c10::BFloat16>(),
+           values.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>(), B, H, G, S, D, end, s);
+  } else {
+    TORCH_CHECK(q.scalar_type() == torch::kFloat32, "decode_attention: bf16 or float32");
+    attend(q.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),
+           out.data_ptr<float>(), B, H, G, S, D, end, s);
+  }
+  return out;
+}
