@@ -16,13 +16,15 @@ MIB = 1 << 20
 # 667 ms median talker decode step with OMNI_CPU_STEP_LOG, 441 ms of it the code
 # predictor; code2wav ~100 ms per frame, 92 % in upsampling convolutions that bf16
 # does not help without native bf16), and bfloat16 on the 2-core AVX-512-bf16 Zen 4
-# KVM guest (benchmarks/RESULTS.md, 2026-12-01 12:36, `omni-cpu bench` on a 1 + 1
-# split: talker step 261 ms per frame with the fused code predictor and omni-cpu's
-# GEMV, was 380 ms; code2wav 43 ms per decoded frame with the streaming decode).
-TALKER_CORE_MS_PER_FRAME = {"bfloat16": 261.0, "float32": 640.0}
-# --weights int8: talker step 147 ms on the Zen 4 (W8A8 GEMV; bf16 elsewhere), RTF 5.7
-# (~456 ms per frame, FBGEMM) on the AVX2 EPYC (float32 elsewhere).
-INT8_TALKER_CORE_MS_PER_FRAME = {"bfloat16": 147.0, "float32": 456.0}
+# KVM guest (benchmarks/RESULTS.md, 2026-12-01 16:36, `omni-cpu bench` on a 1 + 1
+# split: talker step 183 ms per frame with the fused code predictor and omni-cpu's
+# GEMV in its column-block layout, was 261 ms at 12:36 and 380 ms before the GEMV;
+# code2wav 43 ms per decoded frame with the streaming decode).
+TALKER_CORE_MS_PER_FRAME = {"bfloat16": 183.0, "float32": 640.0}
+# --weights int8: talker step 116 ms on the Zen 4 (W8A8 GEMV, 16:36; 147 at 12:36;
+# bf16 elsewhere), RTF 5.7 (~456 ms per frame, FBGEMM) on the AVX2 EPYC (float32
+# elsewhere).
+INT8_TALKER_CORE_MS_PER_FRAME = {"bfloat16": 116.0, "float32": 456.0}
 CODE2WAV_CORE_MS_PER_FRAME = {"bfloat16": 43.0, "float32": 100.0}
 # Earlier frames each chunk decodes again. omni-cpu's streaming decode
 # (omni_cpu.platform.code2wav_stream, the default) carries the decoder's state
@@ -121,6 +123,15 @@ CODE2WAV_MAX_MODEL_LEN = 65536
 # --- Streaming ------------------------------------------------------------------
 # vLLM-Omni defaults: first chunk 1 frame (lowest time to first audio), then 25;
 # the left context must cover the decoder's sliding attention window (72 frames).
+# omni-cpu's streaming decode re-decodes no earlier frames, so a smaller chunk
+# costs only its call: each utterance's last chunk is decoded after its last
+# frame, and a 10-frame chunk cuts that wait from ~1.1 s to ~0.45 s. Measured on
+# the Zen 4 (int8, 50 frames, one stream, benchmarks/RESULTS.md 2026-12-01 17:05):
+# RTF 1.45-1.66 with 10-frame chunks against 1.78 with 25; 4 streams 1.39-1.51
+# audio-s per wall-s against 1.21.
 INITIAL_CODEC_CHUNK_FRAMES = 1
-CODEC_CHUNK_FRAMES_CHOICES = (25, 50, 100)
+CODEC_CHUNK_FRAMES_CHOICES = (10, 25, 50, 100)
+# A code2wav chunk's fixed cost (engine step, connector, decoder set-up), fitted
+# to the same runs: 46 ms per frame with 25-frame chunks, 50 with 10 (bf16 decode).
+CODEC_CHUNK_CALL_MS = 65.0
 CODEC_LEFT_CONTEXT_FRAMES = 72

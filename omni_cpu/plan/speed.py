@@ -89,11 +89,13 @@ def talker_ms(cores: int, inputs: SpeedInputs) -> float:
 
 def code2wav_core_ms(chunk_frames: int, inputs: SpeedInputs) -> float:
     """Code2wav work per new frame on one core, with each chunk's re-decoded earlier frames
-    (none with omni-cpu's streaming decode; 12 on vLLM-Omni's recompute path)."""
+    (none with omni-cpu's streaming decode; 12 on vLLM-Omni's recompute path) and
+    its share of the chunk's fixed cost."""
     dtype = inputs.code2wav_dtype
     measured = inputs.calibration.code2wav_ms_per_frame if inputs.calibration else {}
     per_frame = measured.get(dtype, costs.CODE2WAV_CORE_MS_PER_FRAME[dtype])
-    return per_frame * (chunk_frames + costs.CODEC_RECOMPUTED_FRAMES) / chunk_frames
+    decoded = per_frame * (chunk_frames + costs.CODEC_RECOMPUTED_FRAMES)
+    return (decoded + costs.CODEC_CHUNK_CALL_MS) / chunk_frames
 
 
 def code2wav_ms(cores: int, chunk_frames: int, inputs: SpeedInputs) -> float:

@@ -113,6 +113,23 @@ def test_split_follows_the_cost_model_not_the_box():
             assert talker >= 1 and code2wav >= 1 and talker + code2wav == cores
 
 
+def test_chunk_is_the_smallest_code2wav_keeps_up_with():
+    from omni_cpu.plan.speed import Calibration, choose_chunk_frames, talker_ms
+
+    fast = SpeedInputs(FOOTPRINT, "bfloat16", "bfloat16")
+    # 2 cores, 1 + 1: a 10-frame chunk's fixed cost still leaves code2wav ahead.
+    assert choose_chunk_frames(1, 2, fast) == costs.CODEC_CHUNK_FRAMES_CHOICES[0] == 10
+    # A code2wav that only just keeps up per frame cannot pay for small chunks' calls.
+    tight = talker_ms(1, fast) - costs.CODEC_CHUNK_CALL_MS / 40
+    slow = SpeedInputs(
+        FOOTPRINT,
+        "bfloat16",
+        "bfloat16",
+        calibration=Calibration(code2wav_ms_per_frame={"bfloat16": tight}),
+    )
+    assert choose_chunk_frames(1, 2, slow) == 50
+
+
 def test_fixed_split_and_chunk_options_are_taken_as_given():
     options = PlanOptions(talker_cores=3, chunk_frames=50, max_seqs=2)
     profile = plan_profile(machine({0: list(range(6))}), FOOTPRINT, options)
