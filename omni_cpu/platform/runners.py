@@ -28,7 +28,7 @@ from vllm.v1.worker.cpu_model_runner import (
 from vllm_omni.worker.gpu_ar_model_runner import GPUARModelRunner
 from vllm_omni.worker.gpu_generation_model_runner import GPUGenerationModelRunner
 
-from omni_cpu.platform import code2wav_stream, gemv, int8, linears
+from omni_cpu.platform import code2wav_stream, gemv, int8, linears, talker_ops
 from omni_cpu.platform.code_predictor import install_cached_forward, predictor_mode
 from omni_cpu.platform.step_log import (
     scheduled_tokens,
@@ -89,6 +89,8 @@ class _CPUOmniRunnerMixin:
         with linears.vllm_linears(weights, talker_kernels):
             super().load_model(*args, **kwargs)  # type: ignore[misc]
         match_embedding_dtype(self.model, self.model_config.dtype)  # type: ignore[attr-defined]
+        fused = talker_ops.install(self.model)  # type: ignore[attr-defined]
+        logger.info("talker: vLLM's fused CPU kernels for %s", dict(fused) or "nothing")
         code_predictor = getattr(self.model, "code_predictor", None)  # type: ignore[attr-defined]
         if code_predictor is None:
             return
