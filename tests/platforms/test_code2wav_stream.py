@@ -226,3 +226,23 @@ def test_unknown_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(stream.CODE2WAV_ENV, "fast")
     with pytest.raises(ValueError, match="stream, recompute"):
         stream.requested_mode()
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 0.01)])
+@pytest.mark.parametrize(
+    "c_in,c_out,kernel,stride", [(48, 24, 16, 8), (24, 12, 10, 5), (8, 4, 3, 3)]
+)
+def test_transposed_conv_as_a_product_equals_torchs(dtype, tolerance, c_in, c_out, kernel, stride):
+    from omni_cpu.platform.code2wav_stream import _transposed_conv
+
+    torch.manual_seed(kernel)
+    conv = torch.nn.ConvTranspose1d(c_in, c_out, kernel, stride=stride).to(dtype)
+    for length in (1, 7):
+        x = torch.randn(2, c_in, length).to(dtype)
+        with torch.no_grad():
+            got = _transposed_conv(conv, x)
+            want = torch.nn.functional.conv_transpose1d(
+                x.float(), conv.weight.float(), conv.bias.float(), stride=stride
+            )
+        assert got.shape == want.shape and got.dtype == dtype
+        assert float((got.float() - want).norm() / want.norm()) < tolerance
