@@ -68,6 +68,7 @@ LANES = 16  # output columns per vector: N must be a multiple (kLanes in the C++
 BLOCK = 64  # output columns per packed block (kBlock in the C++)
 BF16_GROUP = 2  # K elements per lane per multiply-add: vdpbf16ps takes pairs
 INT8_GROUP = 4  # vpdpbusd takes quads
+QUANTIZE_ROWS = 256  # rows of a weight quantized at once
 
 
 def cpu_supports() -> bool:
@@ -187,11 +188,20 @@ class PackedInt8Weights:
     """Per-row symmetric int8 of a [N, K] weight in the kernel's layout (W8A8)."""
 
     def __init__(self, weight: torch.Tensor, module: Any) -> None:
-        w = weight.detach().to(torch.float32)
-        scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
-        quantized = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        n = int(weight.shape[0])
+        quantized = torch.empty(weight.shape, dtype=torch.int8)
+        scales = torch.empty(n, dtype=torch.float32)
+        # A few hundred rows at a time: the float32 temporaries of a whole 6144 x 1024
+        # matrix are ~100 MB, of a slice ~4 MB, and the load's peak is what they add.
+        for start in range(0, n, QUANTIZE_ROWS):
+            rows = weight[start : start + QUANTIZE_ROWS].detach().to(torch.float32, copy=True)
+            scale = (rows.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+            scales[start : start + QUANTIZE_ROWS] = scale
+            quantized[start : start + QUANTIZE_ROWS] = (
+                rows.div_(scale[:, None]).round_().clamp_(-127, 127).to(torch.int8)
+            )
         self.row_sums = quantized.sum(dim=1, dtype=torch.int32)
-        self.scales = scale.contiguous()
+        self.scales = scales
         self.packed = _pack(quantized, INT8_GROUP)
         self.out_features = int(weight.shape[0])
         self._gemv = module.gemv_w8a8

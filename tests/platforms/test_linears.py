@@ -66,6 +66,15 @@ def test_w8a8_gemv_stays_within_int8_rounding(rows: int, columns: int, dtype: to
 
 
 @needs_gemv
+def test_quantizing_leaves_the_float_weight_as_it_was() -> None:
+    # Quantized in slices of QUANTIZE_ROWS, in place on float32 copies, never on the weight.
+    w = weight(2 * gemv.QUANTIZE_ROWS + 64, 128) * 0.02
+    kept = w.clone()
+    linears.choose(w, "int8")
+    assert torch.equal(w, kept)
+
+
+@needs_gemv
 def test_each_output_column_lands_in_its_own_place() -> None:
     """A permuted layout can keep the norm of the error small only by luck; check columns."""
     w = torch.zeros(208, 192)
