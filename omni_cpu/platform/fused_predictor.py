@@ -74,10 +74,6 @@ class FusedRunner:
         cos_sin = torch.cat((rotary.cos_cached[:, :half], rotary.sin_cached[:, :half]), dim=-1)
         self.cos_sin = cos_sin.to(model.norm.weight.dtype).contiguous()
         self._positions: dict[tuple[int, int, int], torch.Tensor] = {}
-        # One new position attends through omni-cpu's small attention kernel
-        # (gemv.decode_attention) where it is built; the first two positions and
-        # CPUs without it use SDPA.
-        self.decode_kernel = gemv.kernel() is not None
 
     def _flat_positions(self, bsz: int, start: int, n: int) -> torch.Tensor:
         key = (bsz, start, n)
@@ -118,8 +114,9 @@ class FusedRunner:
             kv_shape = (bsz, n, self.num_kv_heads, self.head_dim)
             cache.keys[index, :, :, start:end] = k.view(kv_shape).transpose(1, 2)
             cache.values[index, :, :, start:end] = v.reshape(kv_shape).transpose(1, 2)
+            # One new position: omni-cpu's small kernel, None where it is not built.
             out = None
-            if n == 1 and self.decode_kernel:
+            if n == 1:
                 out = gemv.decode_attention(
                     q, cache.keys[index], cache.values[index], end, self.scaling
                 )

@@ -1,5 +1,9 @@
 """omni-cpu's AVX-512 weight-streaming GEMV (kernels/gemv_avx512.cpp), built once per machine.
 
+The same extension module carries the code predictor's one-position attention
+(kernels/decode_attention.cpp, `decode_attention` below): one build, one ISA
+check, one cache folder for both.
+
 Why: at batch 1 every talker-stage step is a chain of matrix-vector products,
 so its speed is the rate at which weights come out of DRAM; a prefill and
 batched streams multiply the same weights by more rows, so there the speed is
@@ -56,19 +60,17 @@ GEMV_ENV = "OMNI_CPU_GEMV"
 KERNEL_CACHE_ENV = "OMNI_CPU_KERNEL_CACHE"
 SOURCE = Path(__file__).with_name("kernels") / "gemv_avx512.cpp"  # holds the module's bindings
 EXTRA_SOURCES = ("decode_attention.cpp",)  # beside SOURCE, compiled into the same module
-
-
-def sources() -> list[Path]:
-    """Every C++ file of the module, SOURCE first."""
-    return [SOURCE, *(SOURCE.with_name(name) for name in EXTRA_SOURCES)]
-
-
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mavx512vnni", "-mfma"]
 LANES = 16  # output columns per vector: N must be a multiple (kLanes in the C++)
 BLOCK = 64  # output columns per packed block (kBlock in the C++)
 BF16_GROUP = 2  # K elements per lane per multiply-add: vdpbf16ps takes pairs
 INT8_GROUP = 4  # vpdpbusd takes quads
 QUANTIZE_ROWS = 256  # rows of a weight quantized at once
+
+
+def sources() -> list[Path]:
+    """Every C++ file of the module, SOURCE first."""
+    return [SOURCE, *(SOURCE.with_name(name) for name in EXTRA_SOURCES)]
 
 
 def cpu_supports() -> bool:
