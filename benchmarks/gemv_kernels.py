@@ -15,6 +15,10 @@ same threads). Also the relative error of each int8/int4 scheme against the
 float32 product.
 
     .venv/bin/python benchmarks/gemv_kernels.py [--threads 1] [--rows 1,4] [--json FILE]
+
+The "AMX" rows run omni-cpu's packed weights through AMX tiles at every M (the
+stage itself switches to them from OMNI_CPU_AMX_ROWS rows up); the plain GEMV
+rows never use AMX.
 """
 
 from __future__ import annotations
@@ -116,25 +120,30 @@ def make_kernels(weights: list[torch.Tensor]) -> dict[str, Callable]:
 
         return call, w.numel() // 2 + scales.numel() * 2, torch.bfloat16
 
-    def omni_bf16(w: torch.Tensor):
-        from omni_cpu.platform import gemv
+    def omni(kind: str, amx_rows: int):
+        def factory(w: torch.Tensor):
+            from omni_cpu.platform import gemv
 
-        module = gemv.kernel()
-        if module is None:
-            raise RuntimeError("no avx512_bf16/vnni here")
-        packed = gemv.PackedBf16Weights(w.to(torch.bfloat16), module)
-        return packed, w.numel() * 2, torch.bfloat16
+            module = gemv.kernel()
+            if module is None:
+                raise RuntimeError("no avx512_bf16/vnni here")
+            if amx_rows and not (gemv.amx_supported() and module.amx_ready()):
+                raise RuntimeError("no AMX here")
+            if kind == "bf16":
+                packed = gemv.PackedBf16Weights(w.to(torch.bfloat16), module)
+                size = w.numel() * 2
+            else:
+                packed = gemv.PackedInt8Weights(w, module)
+                size = w.numel()
+            packed.amx_rows = amx_rows  # the tiles this row names, whatever the machine's choice
+            return packed, size, torch.bfloat16
 
-    def omni_w8a8(w: torch.Tensor):
-        from omni_cpu.platform import gemv
+        return factory
 
-        module = gemv.kernel()
-        if module is None:
-            raise RuntimeError("no avx512_bf16/vnni here")
-        return gemv.PackedInt8Weights(w, module), w.numel(), torch.bfloat16
-
-    kernels["omni-cpu GEMV bf16"] = omni_bf16
-    kernels["omni-cpu GEMV W8A8"] = omni_w8a8
+    kernels["omni-cpu GEMV bf16"] = omni("bf16", 0)
+    kernels["omni-cpu GEMV bf16 AMX"] = omni("bf16", 1)
+    kernels["omni-cpu GEMV W8A8"] = omni("int8", 0)
+    kernels["omni-cpu GEMV W8A8 AMX"] = omni("int8", 1)
     kernels["torch bf16"] = torch_bf16
     kernels["oneDNN bf16"] = onednn_bf16
     kernels["oneDNN f32"] = onednn_f32

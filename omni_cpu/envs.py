@@ -32,6 +32,22 @@ def _count(raw: str) -> int:
         return 0
 
 
+def _rows_by_format(raw: str) -> dict[str, int] | None:
+    """`auto` (None), `N` (every format) or `bf16=N,int8=N`; 0 = never. Raises naming the fix."""
+    text = raw.strip().lower()
+    if text == "auto":
+        return None
+    try:
+        if "=" not in text:
+            return {"bf16": int(text), "int8": int(text)}
+        pairs = dict(part.split("=", 1) for part in text.split(",") if part.strip())
+        return {fmt.strip(): int(rows) for fmt, rows in pairs.items()}
+    except ValueError:
+        raise ValueError(
+            f"OMNI_CPU_AMX_ROWS={raw!r}: expected auto, a row count, or bf16=N,int8=N"
+        ) from None
+
+
 @dataclass(frozen=True)
 class Knob:
     """One environment variable: its default (as the text it would be set to) and its doc."""
@@ -84,6 +100,13 @@ _TABLE: tuple[Knob, ...] = (
         "off/0/false/no turns off the AVX-512 weight-streaming GEMV kernel for the linears",
         "stage",
         _lower,
+    ),
+    Knob(
+        "OMNI_CPU_AMX_ROWS",
+        "auto",
+        "rows from which a product runs on AMX tiles: auto, N, or bf16=N,int8=N (0: never)",
+        "stage",
+        _rows_by_format,
     ),
     Knob(
         "OMNI_CPU_KERNEL_CACHE",
@@ -199,6 +222,7 @@ if TYPE_CHECKING:
     OMNI_CPU_CODE_PREDICTOR: str
     OMNI_CPU_CODE2WAV: str
     OMNI_CPU_GEMV: str
+    OMNI_CPU_AMX_ROWS: dict[str, int] | None
     OMNI_CPU_KERNEL_CACHE: str
     VLLM_OMNI_CPU_INDUCTOR: bool
     OMNI_CPU_STEP_LOG: str

@@ -35,13 +35,28 @@ that report avx512_bf16 and avx512_vnni build or run it; elsewhere every caller
 falls back to vLLM's oneDNN GEMM (bf16/float32) and FBGEMM (int8).
 `OMNI_CPU_GEMV=off` forces the fallbacks.
 
+Threads: a call splits its column blocks over the stage's OpenMP team
+(`at::parallel_for`), which needs the module compiled with -fopenmp: built
+without it (until this change) the GEMV ran on one thread whatever the stage
+was given, so a second core added nothing (2-core Xeon: 12.0 ms on one thread,
+12.7 on two, benchmarks/gemv_kernels.py).
+
+AMX: where the CPU has AMX tiles, products of `amx_rows` rows or more (a
+prefill, a batch of streams) run on them, from the same packed blocks: a
+block's [K / G][64][G] layout is already AMX's B operand. `OMNI_CPU_AMX_ROWS`
+sets the row count per format (the profile carries what `probe --calibrate`
+measured on the machine; "auto" is AMX_ROWS). 2-core Xeon (AMX), one thread,
+M = 32: bf16 15.8-16.0 ms against 56.8-57.4 on AVX-512 tiles and oneDNN's 15.4
+(AMX); W8A8 6.3 ms against 18.3 (busy box, RESULTS.md has the quiet figures).
+
 int8 here is W8A8: per-output-row weight scales, activations quantized per row
 to 8 bits inside the call, 32-bit accumulation (no 16-bit saturation, so no
 reduce_range): 1.1-1.2 % relative error per layer on random weights against
 FBGEMM's 1.9 %.
 
 Written against torch 2.13 (extension API, `at::parallel_for` on torch's
-OpenMP pool, so the stage's thread binding applies).
+OpenMP pool, so the stage's thread binding applies) and Linux's AMX permission
+call (arch_prctl ARCH_REQ_XCOMP_PERM, kernel 5.16+; refused: no AMX, AVX-512 only).
 """
 
 from __future__ import annotations
@@ -60,12 +75,29 @@ GEMV_ENV = "OMNI_CPU_GEMV"
 KERNEL_CACHE_ENV = "OMNI_CPU_KERNEL_CACHE"
 SOURCE = Path(__file__).with_name("kernels") / "gemv_avx512.cpp"  # holds the module's bindings
 EXTRA_SOURCES = ("decode_attention.cpp",)  # beside SOURCE, compiled into the same module
-FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mavx512vnni", "-mfma"]
+# -fopenmp: at::parallel_for splits column blocks over the stage's OpenMP team only
+# when the module is compiled with OpenMP (GOMP_* resolve to the runtime torch loaded,
+# or to Intel OpenMP where it is preloaded). The AMX flags only let the tile paths
+# compile; they run where the CPU has AMX and the caller asks (amx_rows).
+FLAGS = [
+    "-O3",
+    "-fopenmp",
+    "-mavx512f",
+    "-mavx512bw",
+    "-mavx512vl",
+    "-mavx512bf16",
+    "-mavx512vnni",
+    "-mfma",
+    "-mamx-tile",
+    "-mamx-bf16",
+    "-mamx-int8",
+]
 LANES = 16  # output columns per vector: N must be a multiple (kLanes in the C++)
 BLOCK = 64  # output columns per packed block (kBlock in the C++)
 BF16_GROUP = 2  # K elements per lane per multiply-add: vdpbf16ps takes pairs
 INT8_GROUP = 4  # vpdpbusd takes quads
 QUANTIZE_ROWS = 256  # rows of a weight quantized at once
+AMX_ROWS = 8  # products of this many rows or more take AMX tiles where the CPU has them
 
 
 def sources() -> list[Path]:
@@ -76,6 +108,26 @@ def sources() -> list[Path]:
 def cpu_supports() -> bool:
     """The ISA the kernel is compiled for: avx512_bf16 and avx512_vnni."""
     return bool(torch.cpu._is_avx512_bf16_supported() and torch.cpu._is_vnni_supported())
+
+
+def amx_supported() -> bool:
+    """AMX tiles (every AMX CPU so far has amx_bf16 and amx_int8 with amx_tile)."""
+    return bool(torch.cpu._is_amx_tile_supported())
+
+
+def amx_rows(weights: str) -> int:
+    """Rows from which a `weights` ("bf16" or "int8") product takes AMX tiles; 0 = never.
+
+    `OMNI_CPU_AMX_ROWS` (the profile sets what `probe --calibrate` measured); "auto"
+    is AMX_ROWS where the CPU has AMX and this process was granted its state.
+    """
+    from omni_cpu import envs
+
+    module = kernel()
+    if module is None or not amx_supported() or not module.amx_ready():
+        return 0
+    chosen = envs.OMNI_CPU_AMX_ROWS
+    return AMX_ROWS if chosen is None else max(0, chosen.get(weights, AMX_ROWS))
 
 
 def wanted() -> bool:
@@ -176,12 +228,13 @@ class PackedBf16Weights:
         self.packed = _pack(weight.detach().to(torch.bfloat16), BF16_GROUP)
         self.out_features = int(weight.shape[0])
         self._gemv = module.gemv_bf16
+        self.amx_rows = amx_rows("bf16")
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
         if rows.dtype != torch.bfloat16 or not rows.is_contiguous():
             rows = rows.to(torch.bfloat16).contiguous()
-        out = self._gemv(rows, self.packed, bias)
+        out = self._gemv(rows, self.packed, bias, self.amx_rows)
         out = out if out.dtype == x.dtype else out.to(x.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)
 
@@ -207,12 +260,13 @@ class PackedInt8Weights:
         self.packed = _pack(quantized, INT8_GROUP)
         self.out_features = int(weight.shape[0])
         self._gemv = module.gemv_w8a8
+        self.amx_rows = amx_rows("int8")
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
         if rows.dtype not in (torch.bfloat16, torch.float32) or not rows.is_contiguous():
             rows = rows.to(torch.float32).contiguous()
-        out = self._gemv(rows, self.packed, self.scales, self.row_sums, bias)
+        out = self._gemv(rows, self.packed, self.scales, self.row_sums, bias, self.amx_rows)
         out = out if out.dtype == x.dtype else out.to(x.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)
 

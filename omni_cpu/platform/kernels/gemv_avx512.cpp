@@ -20,6 +20,11 @@
 // gemv_w8a8: int8 weights with one scale per output row, activations quantized per
 //            row to unsigned 8 bits around 128 inside the call (AVX512_VNNI vpdpbusd,
 //            32-bit accumulation: no 16-bit saturation, so all 8 bits are kept).
+// Both take AMX tiles instead from `amx_rows` rows up (below), where the CPU has
+// amx_bf16 / amx_int8 and the caller asks (0: never).
+//
+// Threads: column blocks are split over torch's OpenMP team (at::parallel_for), so
+// the module must be compiled with -fopenmp: without it parallel_for runs serially.
 // Built by omni_cpu/platform/gemv.py only on CPUs that report both extensions.
 
 #include <ATen/Parallel.h>
@@ -27,9 +32,14 @@
 #include <immintrin.h>
 #include <torch/extension.h>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace {
 
@@ -196,19 +206,195 @@ void w8a8_all(const uint8_t* xq, const int8_t* w, int64_t M, int64_t K, int64_t 
   });
 }
 
-// Per-row symmetric quantization to unsigned 8 bits around 128.
+// AMX: the same packed blocks through the tile unit, for products of many rows.
+//
+// A block's [K / G][nb][G] layout is what AMX's B operand wants: the 16 rows of a
+// B tile are 16 consecutive K groups (bf16 pairs, int8 quads) of 16 columns, 64
+// bytes each, nb * 64 bytes apart, so the one packing serves both units. A tiles
+// are 16 rows of x, 64 bytes of K each, read from x itself (padded to whole
+// tiles). Tiles 0-3 accumulate a 32 x 32 piece of the output (2 row tiles x 2
+// column tiles), 4-5 hold x and 6-7 W: per K step, 4 loads feed 4 tile
+// multiplies and each weight tile serves 32 rows. Column pieces outer, rows
+// inner: a piece's weights come from memory once per call.
+
+constexpr int64_t kAmxRows = 16;   // rows of a tile
+constexpr int64_t kAmxBytes = 64;  // bytes of a tile row
+
+bool amx_permitted() {
+  // Linux gives a process AMX's 8 KB of tile state only when asked (arch_prctl).
+  static const bool ok = [] {
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+}
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+void configure_tiles() {  // per thread: every tile 16 rows x 64 bytes
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = kAmxRows;
+    config.colsb[t] = kAmxBytes;
+  }
+  _tile_loadconfig(&config);
+}
+
+// GCC's tile intrinsics are macros that paste the tile's number into the
+// instruction: numbers must be literals, hence one macro per operation.
+#define OMNI_TILE_MULTIPLY(Int8, c, a, b) \
+  do {                                    \
+    if constexpr (Int8)                   \
+      _tile_dpbusd(c, a, b);              \
+    else                                  \
+      _tile_dpbf16ps(c, a, b);            \
+  } while (0)
+
+// out[RT * 16][CT * 16] (32-bit) = x rows . W columns of one piece, over all of K.
+template <bool Int8, int RT, int CT>
+void amx_piece(const uint8_t* a, int64_t a_stride, const uint8_t* b, int64_t b_stride,
+               int64_t steps, void* out) {
+  _tile_zero(0);
+  if constexpr (CT > 1) _tile_zero(1);
+  if constexpr (RT > 1) _tile_zero(2);
+  if constexpr (RT > 1 && CT > 1) _tile_zero(3);
+  const int64_t b_step = kAmxRows * b_stride;  // 16 K groups further down the block
+  for (int64_t s = 0; s < steps; ++s) {
+    _tile_loadd(4, a + s * kAmxBytes, a_stride);
+    if constexpr (RT > 1) _tile_loadd(5, a + kAmxRows * a_stride + s * kAmxBytes, a_stride);
+    _tile_loadd(6, b + s * b_step, b_stride);
+    if constexpr (CT > 1) _tile_loadd(7, b + s * b_step + kAmxBytes, b_stride);
+    OMNI_TILE_MULTIPLY(Int8, 0, 4, 6);
+    if constexpr (CT > 1) OMNI_TILE_MULTIPLY(Int8, 1, 4, 7);
+    if constexpr (RT > 1) OMNI_TILE_MULTIPLY(Int8, 2, 5, 6);
+    if constexpr (RT > 1 && CT > 1) OMNI_TILE_MULTIPLY(Int8, 3, 5, 7);
+  }
+  auto* o = static_cast<uint8_t*>(out);
+  const int64_t o_stride = CT * kAmxBytes;
+  _tile_stored(0, o, o_stride);
+  if constexpr (CT > 1) _tile_stored(1, o + kAmxBytes, o_stride);
+  if constexpr (RT > 1) _tile_stored(2, o + kAmxRows * o_stride, o_stride);
+  if constexpr (RT > 1 && CT > 1) _tile_stored(3, o + kAmxRows * o_stride + kAmxBytes, o_stride);
+}
+
+// Every piece of y = x . W^T through AMX; `finish(piece, rows, m0, n0, column_tiles)`
+// turns a piece's 32-bit sums into outputs. `a` holds whole tiles of rows.
+template <bool Int8, typename Finish>
+void amx_all(const uint8_t* a, int64_t a_stride, int64_t M, const uint8_t* w,
+             int64_t column_bytes, int64_t N, Finish finish) {
+  const int64_t blocks = (N + kBlock - 1) / kBlock;
+  const int64_t steps = a_stride / kAmxBytes;  // K steps of 64 bytes of x
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    configure_tiles();
+    alignas(64) uint32_t piece[2 * kAmxRows * 2 * kLanes];
+    for (int64_t blk = begin; blk < end; ++blk) {
+      const int64_t n0 = blk * kBlock;
+      const int64_t vectors = std::min(kBlock, N - n0) / kLanes;
+      const uint8_t* block = w + n0 * column_bytes;
+      const int64_t b_stride = vectors * kAmxBytes;
+      for (int64_t c = 0; c < vectors; c += 2) {
+        const bool two_columns = vectors - c > 1;
+        for (int64_t m0 = 0; m0 < M; m0 += 2 * kAmxRows) {
+          const bool two_rows = M - m0 > kAmxRows;
+          const uint8_t* rows = a + m0 * a_stride;
+          const uint8_t* cols = block + c * kAmxBytes;
+          if (two_rows && two_columns)
+            amx_piece<Int8, 2, 2>(rows, a_stride, cols, b_stride, steps, piece);
+          else if (two_rows)
+            amx_piece<Int8, 2, 1>(rows, a_stride, cols, b_stride, steps, piece);
+          else if (two_columns)
+            amx_piece<Int8, 1, 2>(rows, a_stride, cols, b_stride, steps, piece);
+          else
+            amx_piece<Int8, 1, 1>(rows, a_stride, cols, b_stride, steps, piece);
+          finish(piece, std::min<int64_t>(2 * kAmxRows, M - m0), m0, n0 + c * kLanes,
+                 two_columns ? 2 : 1);
+        }
+      }
+    }
+    _tile_release();
+  });
+}
+
+template <typename Out>
+void amx_bf16_all(const uint16_t* x, const uint16_t* w, int64_t M, int64_t K, int64_t N,
+                  const Store<Out>& store) {
+  amx_all<false>(reinterpret_cast<const uint8_t*>(x), K * 2, M,
+                 reinterpret_cast<const uint8_t*>(w), K * 2, N,
+                 [&](const uint32_t* piece, int64_t rows, int64_t m0, int64_t n0, int tiles) {
+                   const auto* sums = reinterpret_cast<const float*>(piece);
+                   for (int64_t r = 0; r < rows; ++r)
+                     for (int t = 0; t < tiles; ++t)
+                       store(m0 + r, n0 + t * kLanes,
+                             _mm512_load_ps(sums + (r * tiles + t) * kLanes));
+                 });
+}
+
+template <typename Out>
+void amx_w8a8_all(const uint8_t* xq, const int8_t* w, int64_t M, int64_t K, int64_t N,
+                  const float* xscale, const float* wscale, const int32_t* wsum,
+                  const Store<Out>& store) {
+  amx_all<true>(xq, K, M, reinterpret_cast<const uint8_t*>(w), K, N,
+                [&](const uint32_t* piece, int64_t rows, int64_t m0, int64_t n0, int tiles) {
+                  for (int t = 0; t < tiles; ++t) {
+                    const int64_t j = n0 + t * kLanes;
+                    const __m512i shift = _mm512_slli_epi32(_mm512_loadu_si512(wsum + j), 7);
+                    const __m512 ws = _mm512_loadu_ps(wscale + j);
+                    for (int64_t r = 0; r < rows; ++r) {
+                      const __m512i sums = _mm512_load_si512(piece + (r * tiles + t) * kLanes);
+                      const __m512 dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(sums, shift));
+                      store(m0 + r, j,
+                            _mm512_mul_ps(dot, _mm512_mul_ps(ws, _mm512_set1_ps(xscale[m0 + r]))));
+                    }
+                  }
+                });
+}
+
+// AMX for this product: asked for (M >= amx_rows > 0), K in whole tile rows, permitted.
+bool use_amx(int64_t M, int64_t K_bytes, int64_t amx_rows) {
+  return amx_rows > 0 && M >= amx_rows && K_bytes % kAmxBytes == 0 && amx_permitted();
+}
+
+int64_t whole_tiles(int64_t M) { return (M + kAmxRows - 1) / kAmxRows * kAmxRows; }
+
+// 16 values of a row as float32 (masked past the row's end: zeros).
+inline __m512 load16(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
+inline __m512 load16(const c10::BFloat16* p, __mmask16 mask) {
+  const __m256i raw = _mm256_maskz_loadu_epi16(mask, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// Per-row symmetric quantization to unsigned 8 bits around 128, 16 values a vector,
+// rows split over the stage's threads for a prefill (a decode's one row stays put).
 template <typename In>
 void quantize_rows(const In* x, int64_t M, int64_t K, uint8_t* q, float* scales) {
-  for (int64_t m = 0; m < M; ++m) {
-    const In* row = x + m * K;
-    float amax = 0.f;
-    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
-    const float scale = amax > 0.f ? amax / 127.f : 1.f;
-    const float inv = 1.f / scale;
-    for (int64_t k = 0; k < K; ++k)
-      q[m * K + k] = static_cast<uint8_t>(std::nearbyint(static_cast<float>(row[k]) * inv) + 128.f);
-    scales[m] = scale;
-  }
+  at::parallel_for(0, M, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      const In* row = x + m * K;
+      __m512 amax = _mm512_setzero_ps();
+      for (int64_t k = 0; k < K; k += kLanes) {
+        const __mmask16 mask = K - k >= kLanes ? 0xFFFF : (1u << (K - k)) - 1;
+        amax = _mm512_max_ps(amax, _mm512_abs_ps(load16(row + k, mask)));
+      }
+      const float top = _mm512_reduce_max_ps(amax);
+      const float scale = top > 0.f ? top / 127.f : 1.f;
+      const __m512 inv = _mm512_set1_ps(1.f / scale);
+      const __m512i offset = _mm512_set1_epi32(128);
+      for (int64_t k = 0; k < K; k += kLanes) {
+        const __mmask16 mask = K - k >= kLanes ? 0xFFFF : (1u << (K - k)) - 1;
+        // cvtps rounds to nearest even, as nearbyint does in the default mode.
+        const __m512i v = _mm512_add_epi32(
+            _mm512_cvtps_epi32(_mm512_mul_ps(load16(row + k, mask), inv)), offset);
+        _mm_mask_storeu_epi8(q + m * K + k, mask, _mm512_cvtepi32_epi8(v));
+      }
+      scales[m] = scale;
+    }
+  });
 }
 
 void check(const torch::Tensor& x, const torch::Tensor& w, int64_t group) {
@@ -241,22 +427,32 @@ torch::Tensor with_output(const torch::Tensor& x, int64_t N,
 
 }  // namespace
 
-torch::Tensor gemv_bf16(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+torch::Tensor gemv_bf16(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias,
+                        int64_t amx_rows) {
   check(x, w, 2);
   TORCH_CHECK(x.scalar_type() == torch::kBFloat16 && w.scalar_type() == torch::kBFloat16,
               "gemv_bf16: bf16 x and w");
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr());
   const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
+  if (use_amx(M, K * 2, amx_rows)) {
+    torch::Tensor rows = x;  // A tiles read whole tiles of 16 rows: pad with zeros
+    if (M % kAmxRows) rows = torch::constant_pad_nd(x, {0, 0, 0, whole_tiles(M) - M});
+    const auto* xp = reinterpret_cast<const uint16_t*>(rows.data_ptr());
+    return with_output(x, N, bias,
+                       [&](const auto& store) { amx_bf16_all(xp, wp, M, K, N, store); });
+  }
+  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr());
   return with_output(x, N, bias, [&](const auto& store) { bf16_all(xp, wp, M, K, N, store); });
 }
 
 torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
-                        torch::Tensor wsum, c10::optional<torch::Tensor> bias) {
+                        torch::Tensor wsum, c10::optional<torch::Tensor> bias, int64_t amx_rows) {
   check(x, w, 4);
   TORCH_CHECK(w.scalar_type() == torch::kInt8, "gemv_w8a8: int8 w");
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  auto xq = torch::empty({M, K}, x.options().dtype(torch::kUInt8));
+  const bool amx = use_amx(M, K, amx_rows);
+  // A tiles read whole tiles of 16 rows: the rows past M are never stored.
+  auto xq = torch::empty({amx ? whole_tiles(M) : M, K}, x.options().dtype(torch::kUInt8));
   auto xscale = torch::empty({M}, x.options().dtype(torch::kFloat32));
   uint8_t* q = xq.data_ptr<uint8_t>();
   float* xs = xscale.data_ptr<float>();
@@ -268,8 +464,24 @@ torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
   const float* ws = wscale.data_ptr<float>();
   const int32_t* wsm = wsum.data_ptr<int32_t>();
   return with_output(x, N, bias, [&](const auto& store) {
-    w8a8_all(q, wp, M, K, N, xs, ws, wsm, store);
+    if (amx)
+      amx_w8a8_all(q, wp, M, K, N, xs, ws, wsm, store);
+    else
+      w8a8_all(q, wp, M, K, N, xs, ws, wsm, store);
   });
+}
+
+bool amx_ready() { return amx_permitted(); }
+
+// How many of the stage's threads one parallel region over `items` reaches (tests).
+int64_t parallel_threads(int64_t items) {
+  std::vector<std::atomic<int>> seen(at::get_num_threads());
+  at::parallel_for(0, items, 1, [&](int64_t, int64_t) {
+    seen[at::get_thread_num() % static_cast<int>(seen.size())] = 1;
+  });
+  int64_t reached = 0;
+  for (auto& flag : seen) reached += flag.load();
+  return reached;
 }
 
 // decode_attention.cpp
@@ -277,7 +489,10 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
                                int64_t end, double scale);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("gemv_bf16", &gemv_bf16, "y = x @ w.T (+ bias), bf16, weights packed by column blocks");
+  m.def("gemv_bf16", &gemv_bf16, "y = x @ w.T (+ bias), bf16, weights packed by column blocks;"
+        " AMX tiles from amx_rows rows (0: never)");
   m.def("gemv_w8a8", &gemv_w8a8, "y = x @ dequant(w).T (+ bias), int8 weights packed likewise");
+  m.def("amx_ready", &amx_ready, "this process may use AMX tiles (Linux granted the state)");
+  m.def("parallel_threads", &parallel_threads, "threads one parallel region reaches");
   m.def("decode_attention", &decode_attention, "one query position over a short KV cache");
 }
