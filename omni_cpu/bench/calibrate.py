@@ -1,9 +1,12 @@
-"""`probe --calibrate`: measure what the cost model needs, on this machine, in <= 15 s.
+"""`probe --calibrate`: measure what the cost model needs, on this machine, in <= 19 s.
 
-Two measurements, both at batch 1 as the talker and code2wav run:
+Three measurements, the first and last at batch 1 as the talker and code2wav run:
 - weight-streaming bandwidth per core count: matrix-vector products over weight
   matrices far larger than any cache (torch's linear, the plan's dtype), GB/s of
   weights read, at 1, 2, 4, ... threads up to the usable physical cores;
+- each linear kernel on the code predictor's shapes at 1-32 rows on every usable
+  core (omni_cpu.platform.kernel_timing), from which the planner picks the kernel
+  per row count (omni_cpu.plan.kernels);
 - code2wav's cost per decoded frame on one core, in float32 and bfloat16: vLLM-Omni's
   12 Hz decoder with random weights (the 0.6B tokenizer config), the time for 6
   frames minus the time for 2, over 4.
@@ -24,12 +27,14 @@ from typing import Any
 
 from omni_cpu.plan.speed import Calibration
 
-BUDGET_S = 14.5  # the child that measures code2wav is killed at the end of it
+BUDGET_S = 18.5  # the child that measures code2wav is killed at the end of it
 # Per core count: enough rotations through 512 MiB of weights to time reliably.
 BANDWIDTH_BYTES = 512 << 20
 BANDWIDTH_SECONDS = 0.4
 CODE2WAV_FRAMES = (2, 6)
 CODE2WAV_RESERVE_S = 10.0
+KERNEL_BUDGET_S = 4.0  # the kernel timings (all formats, kernels, row counts) take ~2-3 s
+KERNEL_ROWS = (1, 4, 8, 16, 32)
 
 
 def core_counts(cores: int) -> list[int]:
@@ -60,6 +65,7 @@ def calibrate(
     saved_threads = torch.get_num_threads()
     bandwidth: dict[int, float] = {}
     code2wav: dict[str, float] = {}
+    kernels: dict[str, Any] = {}
     try:
         torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
         rows = 4096
@@ -77,6 +83,10 @@ def calibrate(
             if progress:
                 progress(f"{count} core(s): {bandwidth[count]} GB/s of weights")
         del weights
+        # Which kernel at which row count (omni_cpu.plan.kernels chooses from it).
+        kernels = _kernel_times(cores, min(KERNEL_BUDGET_S, left() - CODE2WAV_RESERVE_S))
+        if kernels.get("ms") and progress:
+            progress(f"kernels timed on {cores} thread(s) at rows {KERNEL_ROWS}")
         code2wav = _code2wav_in_child(left())
         for name, ms in code2wav.items():
             if progress:
@@ -87,7 +97,19 @@ def calibrate(
         bandwidth_gb_s=bandwidth,
         code2wav_ms_per_frame=code2wav,
         seconds=round(time.perf_counter() - start, 1),
+        kernels=kernels,
     )
+
+
+def _kernel_times(threads: int, budget_s: float) -> dict[str, Any]:
+    """omni_cpu.platform.kernel_timing within `budget_s`; {} without the runtime or time."""
+    if budget_s < 1:
+        return {}
+    try:
+        from omni_cpu.platform.kernel_timing import time_kernels
+    except ImportError:
+        return {}
+    return time_kernels(threads, budget_s, rows=KERNEL_ROWS)
 
 
 def _stream_gb_s(torch: Any, weights: list[Any], vector: Any) -> float:

@@ -24,7 +24,7 @@ Examples:
 
   omni-cpu probe --model 1.7b --max-seqs 4   # another size, smaller batches
 
-  omni-cpu probe --calibrate --output deploy.yaml   # measure first (<= 15 s)
+  omni-cpu probe --calibrate --output deploy.yaml   # measure first (<= 19 s)
 
 Exit codes: 0 planned; 5 the machine cannot hold the model (the facts still print,
 and one line says what it needs and what would fit); 6 the machine (or dump)
@@ -69,8 +69,9 @@ def probe(
     calibrate: bool = typer.Option(
         False,
         "--calibrate",
-        help="Measure weight-streaming bandwidth per core count and code2wav's cost per "
-        "frame here first (<= 15 s, needs the runtime); the plan uses and keeps them.",
+        help="Measure weight-streaming bandwidth per core count, code2wav's cost per "
+        "frame and each linear kernel at 1-32 rows here first (<= 19 s, needs the runtime); "
+        "the plan uses and keeps them, and picks the kernel per row count from them.",
     ),
 ) -> None:
     from omni_cpu.hardware.probe import read_facts
@@ -140,7 +141,7 @@ def _calibrate(facts, dtype: str | None, quiet: bool):
         raise RuntimeMissingError(f"--calibrate needs torch ({missing})", "make setup") from None
     if not measured.bandwidth_gb_s and not measured.code2wav_ms_per_frame:
         err_console.print(
-            "[yellow]calibrate:[/] nothing measured within 15 s (a busy machine?): "
+            "[yellow]calibrate:[/] nothing measured within 19 s (a busy machine?): "
             "planning with the stated constants"
         )
         return None

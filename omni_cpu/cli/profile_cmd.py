@@ -52,7 +52,7 @@ def validate(
     from omni_cpu.hardware.probe import read_facts
     from omni_cpu.plan.footprint import footprint_for_model
     from omni_cpu.profile import load_profile
-    from omni_cpu.profile.check import check_profile
+    from omni_cpu.profile.check import check_profile, kernel_notes
 
     profile = load_profile(profile_path)
     facts = read_facts(sysroot)
@@ -65,11 +65,16 @@ def validate(
             footprint = None  # weights unknown: check the KV bytes alone
     problems = check_profile(profile, facts, footprint)
     same_machine = profile.machine.fingerprint == _fingerprint(facts)
+    notes = kernel_notes(profile, facts)
     if as_json:
-        print_json({"ok": not problems, "problems": problems, "same_machine": same_machine})
+        print_json(
+            {"ok": not problems, "problems": problems, "same_machine": same_machine, "notes": notes}
+        )
     else:
         for problem in problems:
             err_console.print(f"[red]problem:[/] {problem}", highlight=False)
+        for note in notes:
+            err_console.print(f"[yellow]note:[/] {note}", highlight=False)
         if not problems:
             note = "" if same_machine else " (planned on another machine or before a change)"
             console.print(f"[green]ok[/]: {profile_path} fits this machine{note}")

@@ -15,6 +15,8 @@ from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import ModelFootprint
+from omni_cpu.plan.kernels import describe as describe_kernels
+from omni_cpu.plan.kernels import kernel_env
 from omni_cpu.plan.placement import (
     PlanError,
     memory_budget,
@@ -361,6 +363,9 @@ def plan_profile(
     }
     if options.weights != "model":
         env[WEIGHTS_ENV] = options.weights
+    if options.calibration is not None:  # the kernels measured here, at each row count
+        env.update(kernel_env(options.calibration.kernels))
+        notes.extend(describe_kernels(options.calibration.kernels))
     return Profile(
         generated_by=f"omni-cpu {__version__}",
         machine=machine_stamp(facts, options.calibration),

@@ -27,12 +27,16 @@ class Calibration:
     # dtype -> ms of one core per decoded code2wav frame.
     code2wav_ms_per_frame: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0  # how long the measurement took
+    # omni_cpu.platform.kernel_timing: {"threads", "ms": {format: {kernel: {rows: ms}}}};
+    # omni_cpu.plan.kernels turns it into the profile's kernel settings.
+    kernels: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "bandwidth_gb_s": {str(k): v for k, v in sorted(self.bandwidth_gb_s.items())},
             "code2wav_ms_per_frame": dict(sorted(self.code2wav_ms_per_frame.items())),
             "seconds": self.seconds,
+            **({"kernels": _kernel_times(self.kernels)} if self.kernels.get("ms") else {}),
         }
 
     @classmethod
@@ -43,12 +47,29 @@ class Calibration:
                 str(k): float(v) for k, v in data.get("code2wav_ms_per_frame", {}).items()
             },
             seconds=float(data.get("seconds", 0.0)),
+            kernels=_kernel_times(data.get("kernels") or {}),
         )
 
     def bandwidth(self, cores: int) -> float | None:
         """GB/s on `cores` cores: the nearest measured core count at or below it."""
         measured = [n for n in self.bandwidth_gb_s if n <= cores]
         return self.bandwidth_gb_s[max(measured)] if measured else None
+
+
+def _kernel_times(data: dict[str, Any]) -> dict[str, Any]:
+    """Kernel times with int row counts and float ms (YAML/JSON keys arrive as text)."""
+    if not data.get("ms"):
+        return {}
+    return {
+        "threads": int(data.get("threads", 0)),
+        "ms": {
+            str(fmt): {
+                str(kernel): {int(rows): float(ms) for rows, ms in by_rows.items()}
+                for kernel, by_rows in kernels.items()
+            }
+            for fmt, kernels in data.get("ms", {}).items()
+        },
+    }
 
 
 @dataclass(frozen=True)

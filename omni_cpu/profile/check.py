@@ -181,6 +181,30 @@ def _memory_problems(
     return problems
 
 
+KERNEL_ENV = ("OMNI_CPU_AMX_ROWS", "OMNI_CPU_GEMV")  # what `probe --calibrate` chose
+KERNEL_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
+
+
+def kernel_notes(profile: Profile, facts: Facts) -> list[str]:
+    """Why a profile's measured kernel choice may not suit this machine (not a failure)."""
+    chosen = {key: profile.env[key] for key in KERNEL_ENV if key in profile.env}
+    if not chosen:
+        return []
+    here = " / ".join(facts.model_names) or "unknown"
+    planned_isa = {flag for flag in profile.machine.isa if flag in KERNEL_ISA}
+    isa_here = {flag for flag in facts.isa if flag in KERNEL_ISA}
+    if profile.machine.model_name == here and planned_isa == isa_here:
+        return []
+    differs = sorted(planned_isa ^ isa_here)
+    return [
+        "the kernel choice ("
+        + ", ".join(f"{key}={value}" for key, value in chosen.items())
+        + f") was measured on {profile.machine.model_name}, not on this {here}"
+        + (f" (ISA differs: {' '.join(differs)})" if differs else "")
+        + ": re-run `omni-cpu probe --calibrate --output FILE` here"
+    ]
+
+
 class ValidationFailed(OmniCpuError):
     """The profile does not fit the machine; the CLI has printed each problem."""
 

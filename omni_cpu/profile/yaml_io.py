@@ -44,11 +44,14 @@ COMMENTS = {
     "omni_cpu.machine.calibration": "measured by probe --calibrate; the planner used it",
     "omni_cpu.machine.calibration.bandwidth_gb_s": "cores -> GB/s of weights streamed",
     "omni_cpu.machine.calibration.code2wav_ms_per_frame": "one core, per dtype",
+    "omni_cpu.machine.calibration.kernels": "ms per code-predictor layer: format, kernel, rows",
     "omni_cpu.env": "environment of every stage process",
     "omni_cpu.env.VLLM_OMNI_CPU_INDUCTOR": "code predictor torch.compile (1 = on)",
     "omni_cpu.env.OMNI_CPU_WEIGHTS": "talker weights: model (checkpoint dtype) or int8",
     "omni_cpu.env.OMNI_CPU_CODE2WAV": "code2wav decode: stream (default) or recompute",
     "omni_cpu.env.LD_PRELOAD": "Intel OpenMP / tcmalloc found on this machine",
+    "omni_cpu.env.OMNI_CPU_AMX_ROWS": "rows from which linears use AMX (measured here)",
+    "omni_cpu.env.OMNI_CPU_GEMV": "off: the library kernels beat the GEMV here (measured)",
     "omni_cpu.notes": "why the planner chose what it chose",
     "omni_cpu.replicas": "one pipeline per NUMA node (omni-cpu serve --replica N)",
     "omni_cpu.replicas[].numa_node": "its home: the first node its memory is on",
@@ -273,7 +276,7 @@ def _calibration(data: dict[str, Any], path: str) -> dict[str, Any]:
     from omni_cpu.plan.speed import Calibration
 
     reader = _Reader(data, path)
-    reader.only("bandwidth_gb_s", "code2wav_ms_per_frame", "seconds")
+    reader.only("bandwidth_gb_s", "code2wav_ms_per_frame", "seconds", "kernels")
     try:
         return Calibration.from_dict(data).to_dict()
     except (TypeError, ValueError, AttributeError):
