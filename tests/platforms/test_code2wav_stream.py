@@ -173,6 +173,44 @@ def test_requests_batched_in_one_step_each_get_their_own_frames(model: Qwen3TTSC
         assert (audio - whole_decode(model, codes)).abs().max().item() <= TOLERANCE
 
 
+def test_streams_in_step_are_decoded_as_one_batch_and_each_keeps_its_audio(
+    model: Qwen3TTSCode2Wav, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three streams started together, as concurrent requests arrive: each step gives
+    # all three as many new frames, so each step's convolutions run once on a batch.
+    batches: list[int] = []
+    quantizer = model.decoder.quantizer
+    decode = quantizer.decode
+    monkeypatch.setattr(
+        quantizer, "decode", lambda codes: batches.append(len(codes)) or decode(codes)
+    )
+    streams = {f"s{i}": random_codes(31, seed=10 + i) for i in range(3)}
+    pieces: dict[str, list[torch.Tensor]] = {name: [] for name in streams}
+    start = 0
+    for size in (1, 10, 10, 10):
+        infos = [
+            {
+                "codes": {"audio": codes[:, start : start + size].reshape(-1)},
+                "meta": {"request_id": name, "finished": torch.tensor(start + size == 31)},
+            }
+            for name, codes in streams.items()
+        ]
+        out = model.forward(
+            input_ids=torch.zeros(3 * QUANTIZERS * size, dtype=torch.long),
+            runtime_additional_information=infos,
+            request_ids=list(streams),
+            seq_token_counts=[QUANTIZERS * size] * 3,
+        )
+        for name, audio in zip(streams, out.multimodal_outputs["model_outputs"], strict=True):
+            pieces[name].append(audio)
+        start += size
+    assert batches == [3, 3, 3, 3]
+    for name, codes in streams.items():
+        audio = torch.cat(pieces[name])
+        assert audio.numel() == 31 * SAMPLES_PER_FRAME
+        assert (audio - whole_decode(model, codes)).abs().max().item() <= TOLERANCE
+
+
 def test_bfloat16_stream_stays_within_bf16_rounding_of_the_whole_decode(
     checkpoint: Path,
 ) -> None:
