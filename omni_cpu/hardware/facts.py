@@ -129,9 +129,11 @@ class Facts:
     memory_available_bytes: int | None  # /proc/meminfo MemAvailable
     limits: Limits
     libnuma: Libnuma | None = None
-    # Where `isa` came from: "cpuinfo", "hwcap" (the ELF auxiliary vector, when
-    # cpuinfo is unreadable), or None where nothing stated it (then isa is empty
-    # because unknown, not because the CPU lacks the flags).
+    # Where `isa` came from: "cpuinfo" (on a live x86 machine its kernel flags kept
+    # only where CPUID agrees), "hwcap" (the ELF auxiliary vector, when cpuinfo is
+    # unreadable), "cpuid" (live x86, when cpuinfo is unreadable), or None where
+    # nothing stated it (then isa is empty because unknown, not because the CPU
+    # lacks the flags).
     isa_source: str | None = "cpuinfo"
     # What could not be read and what was assumed instead (one line each).
     notes: list[str] = field(default_factory=list)
