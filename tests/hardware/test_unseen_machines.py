@@ -106,3 +106,48 @@ def test_a_cpu_node_of_unknown_memory_is_not_outranked_by_a_gpu_memory_node(mach
     (machine.root / "sys/devices/system/node/node0/meminfo").unlink()
     facts = read_facts(machine.root)
     assert facts.usable_memory_nodes() == (0, 1)
+
+
+# -- sockets -----------------------------------------------------------------------
+
+TOPOLOGY = "/sys/devices/system/cpu/cpu{}/topology"
+
+
+def test_package_ids_count_sockets_where_the_kernel_gives_no_package_lists(machine):
+    machine.cpus(online=list(range(8)), cores_per_socket=4)
+    for cpu in range(8):
+        (machine.root / TOPOLOGY.format(cpu).lstrip("/") / "core_siblings_list").unlink()
+    facts = read_facts(machine.root)
+    assert (facts.sockets, facts.cores_per_socket) == (2, 4)
+
+
+def test_package_ids_count_sockets_where_every_package_list_is_empty(machine):
+    machine.cpus(online=list(range(8)), cores_per_socket=4)
+    for cpu in range(8):
+        (machine.root / TOPOLOGY.format(cpu).lstrip("/") / "core_siblings_list").unlink()
+        machine.write(f"{TOPOLOGY.format(cpu)}/core_siblings", "00000000")
+    facts = read_facts(machine.root)
+    assert (facts.sockets, facts.cores_per_socket) == (2, 4)
+
+
+def test_a_two_die_aarch64_box_whose_cpuinfo_lists_one_die_is_one_core_type(machine):
+    # PPTT-described packages (one per die); /proc/cpuinfo as LXCFS shows it inside a
+    # container: the first die's CPUs only. The machine is still 2 x 4 cores, not lists.
+    machine.write("/sys/firmware/acpi/tables/PPTT", "")
+    machine.write("/sys/devices/system/cpu/online", "0-7")
+    for cpu in range(8):
+        package = cpu // 4
+        base = TOPOLOGY.format(cpu)
+        machine.write(f"{base}/core_id", str(cpu % 4))
+        machine.write(f"{base}/physical_package_id", str(package))
+        machine.write(f"{base}/thread_siblings_list", str(cpu))
+        machine.write(f"{base}/package_cpus_list", f"{package * 4}-{package * 4 + 3}")
+    blocks = [
+        f"processor\t: {cpu}\nFeatures\t: fp asimd bf16\nCPU implementer\t: 0x41\n"
+        "CPU architecture: 8\nCPU part\t: 0xd4f\n"
+        for cpu in range(4)
+    ]
+    machine.write("/proc/cpuinfo", "\n".join(blocks))
+    facts = read_facts(machine.root)
+    assert (facts.sockets, facts.cores_per_socket, facts.threads_per_core) == (2, 4, 1)
+    assert [t.cpus for t in facts.core_types] == ["0-7"]
