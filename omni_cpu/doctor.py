@@ -235,7 +235,12 @@ def check_cpuid(facts: Facts) -> Check | None:
         return None
     disagreement = next((note for note in facts.notes if "CPUID" in note), None)
     if disagreement:
-        return Check("CPUID", WARN, disagreement, "the plan uses only the flags both state")
+        fix = (
+            "the plan follows CPUID"
+            if facts.isa_source == "cpuid"
+            else "the plan uses only the flags both state"
+        )
+        return Check("CPUID", WARN, disagreement, fix)
     if read_cpuid_flags(facts.architecture) is None:
         return Check(
             "CPUID",
