@@ -3,9 +3,14 @@
 The process's cgroup comes from /proc/self/cgroup (v1's cpuset also from
 /proc/self/cpuset); where its controllers are mounted from /proc/self/mountinfo,
 else /proc/mounts (any mount point; a `noprefix` cpuset names its files `cpus`,
-`mems`), else the usual /sys/fs/cgroup layout. A dump without /proc/self is read
-from the cgroup tree it holds: the chain of single child directories below the
-mount, which is what a dump of one process's cgroup looks like.
+`mems`), else the usual /sys/fs/cgroup layout. Each controller is read from the
+hierarchy that holds it (a hybrid host keeps the cpuset on v1 or the legacy cpuset
+file system, cpu and memory on cgroup2); of several mounts of one hierarchy (a
+batch scheduler bind-mounts its jobs elsewhere), the one that reaches deepest into
+the process's cgroup. Without /proc/self/cgroup, /proc/self/cpuset names the path
+on either version. A dump without /proc/self is read from the cgroup tree it
+holds: the chain of single child directories below the mount, which is what a
+dump of one process's cgroup looks like.
 
 Quotas and memory limits bind at every level of the hierarchy, so the tightest
 value from the process's cgroup up to the mount point wins; the cpuset's
