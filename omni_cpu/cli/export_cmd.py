@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from omni_cpu.cli.common import err_console
+from omni_cpu.export.image import DEFAULT_PORT, IMAGE
 
 EXPORT_HELP = "Turn a deploy profile into what runs it elsewhere."
 
@@ -17,29 +18,34 @@ plus the reserved front-end CPU) and memory requests equal to limits (the profil
 budget). The comments on top list the kubelet settings this relies on (static CPU
 manager, single-numa-node topology policy).
 
+The image defaults to {image}, which the repo's Containerfile builds (its entrypoint
+runs `omni-cpu serve` as a non-root user, with a health check on /health):
+
+  podman build -t {image} -f Containerfile .      (or docker build)
+
 Examples:
 
   omni-cpu export k8s --profile deploy.yaml > tts.yaml
   kubectl apply -f tts.yaml
 
   omni-cpu export k8s --profile deploy.yaml --replicas 4 \\
-      --image registry/omni-cpu:0.1.0
+      --image registry/{image}
 """
 
 export_app = typer.Typer(help=EXPORT_HELP, no_args_is_help=True)
 
 
-@export_app.command("k8s", help=K8S_HELP)
+@export_app.command("k8s", help=K8S_HELP.format(image=IMAGE))
 def k8s(
     profile_path: Path = typer.Option(..., "--profile", help="The deploy profile (YAML)."),
     replicas: int = typer.Option(1, "--replicas", min=1, help="Pods in the Deployment."),
     image: str = typer.Option(
-        "omni-cpu:latest", "--image", help="Container image with omni-cpu and its runtime."
+        IMAGE, "--image", help="Container image with omni-cpu and its runtime (Containerfile)."
     ),
     model: str = typer.Option(
         "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", "--model", help="Model the pods serve."
     ),
-    port: int = typer.Option(8000, "--port", help="Container and Service port."),
+    port: int = typer.Option(DEFAULT_PORT, "--port", help="Container and Service port."),
     name: str = typer.Option("omni-cpu-tts", "--name", help="Name of the Deployment/Service."),
     replica: int = typer.Option(
         0, "--replica", min=0, help="Which of the profile's replicas sizes a pod."

@@ -16,6 +16,7 @@ import yaml
 
 from omni_cpu import __version__
 from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.export.image import DEFAULT_PORT, HEALTH_PATH, IMAGE, IMAGE_USER_ID, SERVE_COMMAND
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import replica_fixed_memory_bytes
 from omni_cpu.profile.model import Profile
@@ -76,9 +77,9 @@ def k8s_manifests(
     footprint: ModelFootprint | None,
     *,
     model: str,
-    image: str,
+    image: str = IMAGE,
     replicas: int = 1,
-    port: int = 8000,
+    port: int = DEFAULT_PORT,
     name: str = "omni-cpu-tts",
     replica: int = 0,
 ) -> list[dict[str, Any]]:
@@ -96,7 +97,7 @@ def k8s_manifests(
     container = {
         "name": "omni-cpu",
         "image": image,
-        "command": ["omni-cpu", "serve"],
+        "command": list(SERVE_COMMAND),
         "args": [
             "--model",
             model,
@@ -111,22 +112,28 @@ def k8s_manifests(
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "readinessProbe": {
-            "httpGet": {"path": "/health", "port": "http"},
+            "httpGet": {"path": HEALTH_PATH, "port": "http"},
             "periodSeconds": 5,
             "failureThreshold": 3,
         },
         "startupProbe": {
             # Two engines load on few cores: allow up to 10 minutes to become ready.
-            "httpGet": {"path": "/health", "port": "http"},
+            "httpGet": {"path": HEALTH_PATH, "port": "http"},
             "periodSeconds": 10,
             "failureThreshold": 60,
         },
         "livenessProbe": {
-            "httpGet": {"path": "/health", "port": "http"},
+            "httpGet": {"path": HEALTH_PATH, "port": "http"},
             "periodSeconds": 20,
             "failureThreshold": 3,
         },
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        # The image's user; nothing in it needs root.
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": IMAGE_USER_ID,
+            "allowPrivilegeEscalation": False,
+        },
     }
     deployment = {
         "apiVersion": "apps/v1",

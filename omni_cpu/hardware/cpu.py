@@ -8,7 +8,10 @@ states cores per socket in /proc/sysinfo instead. Where a kernel does not
 describe sockets (s390 reports books/drawers; aarch64 without an ACPI PPTT
 table, on kernels that predate `cluster_id`, calls its clusters packages)
 sockets is None. A kernel that states clusters apart from packages means its
-packages (`package_cpus_list`, `physical_package_id`), PPTT or not.
+packages (`package_cpus_list`, `physical_package_id`), PPTT or not. Where no
+package sibling list is given (old kernels) or every one is empty, the package
+ids group the CPUs. CPUs that /proc/cpuinfo leaves out (LXCFS lists a
+container's CPUs only) are of the first listed CPU's type.
 """
 
 from __future__ import annotations
@@ -254,6 +257,11 @@ def _core_type_of(
     if cpu in hybrid:
         order, kind = hybrid[cpu]
         return ((order,), kind), _model_name(cpuinfo, cpu), kind
+    if cpuinfo.processors and cpu not in cpuinfo.processors:
+        # A cpuinfo that lists fewer CPUs than sysfs (LXCFS shows a container's CPUs,
+        # renumbered): CPUs it leaves out are of the first listed CPU's type, not a
+        # type of their own.
+        cpu = min(cpuinfo.processors)
     if architecture.startswith(("arm", "aarch64")):
         # lscpu lists ARM types by implementer and part number.
         implementer = arm_ids.parse_id(cpuinfo.get(cpu, "cpu implementer"))
@@ -292,6 +300,14 @@ def _count(
     """(sockets, cores per socket, threads per core) of one core type, lscpu's way."""
     cores = {m.threads for m in members if m.threads}
     packages = {m.package for m in members if m.package}
+    if not packages:
+        # No package sibling lists (old kernels, empty masks): the package ids group
+        # the CPUs, where the kernel states them.
+        by_id: dict[int, set[int]] = {}
+        for m in members:
+            if m.package_id is not None:
+                by_id.setdefault(m.package_id, set()).add(m.cpu)
+        packages = {frozenset(cpus) for cpus in by_id.values()}
     books = {m.book for m in members if m.book}
     if not cores and not packages:
         return None, None, None

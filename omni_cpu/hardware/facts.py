@@ -129,9 +129,11 @@ class Facts:
     memory_available_bytes: int | None  # /proc/meminfo MemAvailable
     limits: Limits
     libnuma: Libnuma | None = None
-    # Where `isa` came from: "cpuinfo", "hwcap" (the ELF auxiliary vector, when
-    # cpuinfo is unreadable), or None where nothing stated it (then isa is empty
-    # because unknown, not because the CPU lacks the flags).
+    # Where `isa` came from: "cpuinfo" (on a live x86 machine its kernel flags kept
+    # only where CPUID agrees), "hwcap" (the ELF auxiliary vector, when cpuinfo is
+    # unreadable), "cpuid" (live x86, when cpuinfo is unreadable), or None where
+    # nothing stated it (then isa is empty because unknown, not because the CPU
+    # lacks the flags).
     isa_source: str | None = "cpuinfo"
     # What could not be read and what was assumed instead (one line each).
     notes: list[str] = field(default_factory=list)
@@ -144,11 +146,17 @@ class Facts:
     # -- derived views (pure) -------------------------------------------------
 
     def usable_memory_nodes(self) -> tuple[int, ...]:
-        """Nodes allocations may come from: holding memory, and in cpuset.mems if set."""
-        nodes = {node.id for node in self.numa_nodes if node.holds_memory()}
-        if not any(node.memory_bytes is not None or node.has_memory for node in self.numa_nodes):
-            # No node states its memory (most dumps): every node counts.
-            nodes = {node.id for node in self.numa_nodes}
+        """Nodes allocations may come from: holding memory, and in cpuset.mems if set.
+
+        A node that does not say (no mask, no meminfo: most dumps) counts; only one
+        that states it holds none is left out, so a node with stated memory (a GPU's,
+        CXL) never outranks a CPU node whose memory is merely unknown.
+        """
+        nodes = {
+            node.id
+            for node in self.numa_nodes
+            if node.holds_memory() or (node.has_memory is None and node.memory_bytes is None)
+        }
         if self.limits.cpuset_mems is not None:
             allowed = set(parse_cpu_list(self.limits.cpuset_mems))
             nodes = nodes & allowed if nodes & allowed else nodes

@@ -3,9 +3,14 @@
 The process's cgroup comes from /proc/self/cgroup (v1's cpuset also from
 /proc/self/cpuset); where its controllers are mounted from /proc/self/mountinfo,
 else /proc/mounts (any mount point; a `noprefix` cpuset names its files `cpus`,
-`mems`), else the usual /sys/fs/cgroup layout. A dump without /proc/self is read
-from the cgroup tree it holds: the chain of single child directories below the
-mount, which is what a dump of one process's cgroup looks like.
+`mems`), else the usual /sys/fs/cgroup layout. Each controller is read from the
+hierarchy that holds it (a hybrid host keeps the cpuset on v1 or the legacy cpuset
+file system, cpu and memory on cgroup2); of several mounts of one hierarchy (a
+batch scheduler bind-mounts its jobs elsewhere), the one that reaches deepest into
+the process's cgroup. Without /proc/self/cgroup, /proc/self/cpuset names the path
+on either version. A dump without /proc/self is read from the cgroup tree it
+holds: the chain of single child directories below the mount, which is what a
+dump of one process's cgroup looks like.
 
 Quotas and memory limits bind at every level of the hierarchy, so the tightest
 value from the process's cgroup up to the mount point wins; the cpuset's
@@ -42,30 +47,56 @@ _V1_CONTROLLERS = ("cpuset", "cpu", "memory")
 
 
 def read_limits(sysroot: SysRoot) -> Limits:
-    """cgroup limits of the probing process (or of the dump's recorded process)."""
-    memberships = _parse_proc_cgroup(sysroot.read_text("/proc/self/cgroup"))
+    """cgroup limits of the probing process (or of the dump's recorded process).
+
+    Each controller is read from the hierarchy that holds it: on a hybrid machine
+    the cpuset may sit on a v1 (or legacy cpuset) mount while cpu and memory sit
+    on the unified v2 one.
+    """
+    cgroup_text = sysroot.read_text("/proc/self/cgroup")
+    memberships = _parse_proc_cgroup(cgroup_text)
     cpuset_path = sysroot.read_line("/proc/self/cpuset")
-    if cpuset_path and cpuset_path.startswith("/"):
-        memberships.setdefault("cpuset", cpuset_path)
-    known = bool(memberships)
-    v1_mounts, v2_mount = _find_mounts(sysroot)
-    v1 = {}
+    if not (cpuset_path and cpuset_path.startswith("/")):
+        cpuset_path = None
+    known = bool(memberships) or cpuset_path is not None
+    v1_mounts, v2_mounts = _find_mounts(sysroot)
+    v1: dict[str, list[str]] = {}
     for name in _V1_CONTROLLERS:
-        if name not in v1_mounts:
+        mounts = v1_mounts.get(name, [])
+        if not mounts:
             continue
-        if name in memberships:
-            v1[name] = _cgroup_dirs(sysroot, v1_mounts[name], memberships[name])
+        path = memberships.get(name)
+        if path is None and name == "cpuset" and not cgroup_text:
+            # Kernels before cgroups (and dumps without /proc/self/cgroup) name the
+            # cpuset only in /proc/self/cpuset.
+            path = cpuset_path
+        if path is not None:
+            v1[name] = _cgroup_dirs(sysroot, _pick_mount(sysroot, mounts, path), path)
         elif not known:
-            v1[name] = _cgroup_dirs(
-                sysroot, v1_mounts[name], _single_chain(sysroot, v1_mounts[name])
-            )
-    if v1:
-        noprefix = "cpuset" in v1_mounts and v1_mounts["cpuset"].noprefix
-        return _read_v1(sysroot, v1, noprefix)
-    if v2_mount is not None:
-        path = memberships.get("") or ("/" if known else _single_chain(sysroot, v2_mount))
-        return _read_v2(sysroot, _cgroup_dirs(sysroot, v2_mount, path))
-    return Limits()
+            v1[name] = _cgroup_dirs(sysroot, mounts[0], _single_chain(sysroot, mounts[0]))
+    v2: list[str] | None = None
+    if v2_mounts:
+        path = memberships.get("")
+        if path is None and not cgroup_text and "cpuset" not in v1:
+            path = cpuset_path  # without /proc/self/cgroup it names the v2 cgroup too
+        if path is None:
+            path = "/" if known else _single_chain(sysroot, v2_mounts[0])
+        v2 = _cgroup_dirs(sysroot, _pick_mount(sysroot, v2_mounts, path), path)
+    if not v1 and v2 is None:
+        return Limits()
+    noprefix = any(mount.noprefix for mount in v1_mounts.get("cpuset", []))
+    cpus, mems = (
+        _v1_cpuset(sysroot, v1["cpuset"], noprefix) if "cpuset" in v1 else _v2_cpuset(sysroot, v2)
+    )
+    quota = _v1_quota(sysroot, v1["cpu"]) if "cpu" in v1 else _v2_quota(sysroot, v2)
+    memory = _v1_memory(sysroot, v1["memory"]) if "memory" in v1 else _v2_memory(sysroot, v2)
+    return Limits(
+        cgroup_version=1 if v1 else 2,
+        cpuset_cpus=cpus,
+        cpuset_mems=mems,
+        cpu_quota_cores=quota,
+        memory_max_bytes=memory,
+    )
 
 
 def _single_chain(sysroot: SysRoot, mount: _Mount) -> str:
@@ -84,24 +115,26 @@ def _single_chain(sysroot: SysRoot, mount: _Mount) -> str:
 # -- v2 --------------------------------------------------------------------------
 
 
-def _read_v2(sysroot: SysRoot, dirs: list[str]) -> Limits:
-    # The effective lists fold in every ancestor; where a level lacks them (cpuset
-    # not enabled below it), the nearest level that has them speaks.
-    cpuset = _first_cpu_list(sysroot, [f"{d}/cpuset.cpus.effective" for d in dirs])
-    if cpuset is None:
-        cpuset = _intersection(sysroot, [f"{d}/cpuset.cpus" for d in dirs])
+def _v2_cpuset(sysroot: SysRoot, dirs: list[str] | None) -> tuple[str | None, str | None]:
+    """(cpus, mems): the effective lists fold in every ancestor; where a level lacks
+    them (cpuset not enabled below it), the nearest level that has them speaks."""
+    if not dirs:
+        return None, None
+    cpus = _first_cpu_list(sysroot, [f"{d}/cpuset.cpus.effective" for d in dirs])
+    if cpus is None:
+        cpus = _intersection(sysroot, [f"{d}/cpuset.cpus" for d in dirs])
     mems = _first_cpu_list(sysroot, [f"{d}/cpuset.mems.effective" for d in dirs])
     if mems is None:
         mems = _intersection(sysroot, [f"{d}/cpuset.mems" for d in dirs])
-    quotas = [_parse_cpu_max(sysroot.read_line(f"{d}/cpu.max")) for d in dirs]
-    memory = [_parse_v2_bytes(sysroot.read_line(f"{d}/memory.max")) for d in dirs]
-    return Limits(
-        cgroup_version=2,
-        cpuset_cpus=cpuset,
-        cpuset_mems=mems,
-        cpu_quota_cores=_tightest(quotas),
-        memory_max_bytes=_tightest(memory),
-    )
+    return cpus, mems
+
+
+def _v2_quota(sysroot: SysRoot, dirs: list[str] | None) -> float | None:
+    return _tightest([_parse_cpu_max(sysroot.read_line(f"{d}/cpu.max")) for d in dirs or []])
+
+
+def _v2_memory(sysroot: SysRoot, dirs: list[str] | None) -> int | None:
+    return _tightest([_parse_v2_bytes(sysroot.read_line(f"{d}/memory.max")) for d in dirs or []])
 
 
 def _parse_cpu_max(line: str | None) -> float | None:
@@ -132,38 +165,37 @@ def _parse_v2_bytes(line: str | None) -> int | None:
 # -- v1 --------------------------------------------------------------------------
 
 
-def _read_v1(sysroot: SysRoot, dirs: dict[str, list[str]], noprefix: bool = False) -> Limits:
-    cpuset_dirs = dirs.get("cpuset", [])
+def _v1_cpuset(sysroot: SysRoot, dirs: list[str], noprefix: bool) -> tuple[str | None, str | None]:
     # Mounted with `noprefix` (or as the legacy `cpuset` file system) the files drop
     # their `cpuset.` prefix; try the mount's own spelling first, then the other.
     prefixes = ("", "cpuset.") if noprefix else ("cpuset.", "")
 
-    def cpuset_files(kind: str) -> list[str]:
+    def files(kind: str) -> list[str]:
         return [
             f"{d}/{prefix}{name}"
-            for d in cpuset_dirs
+            for d in dirs
             for name in (f"effective_{kind}", kind)
             for prefix in prefixes
         ]
 
-    cpuset = _first_cpu_list(sysroot, cpuset_files("cpus"))
-    mems = _first_cpu_list(sysroot, cpuset_files("mems"))
-    quotas = [
-        _parse_cfs_quota(
-            sysroot.read_int(f"{d}/cpu.cfs_quota_us"), sysroot.read_int(f"{d}/cpu.cfs_period_us")
-        )
-        for d in dirs.get("cpu", [])
-    ]
-    memory = [
-        _parse_v1_bytes(sysroot.read_int(f"{d}/memory.limit_in_bytes"))
-        for d in dirs.get("memory", [])
-    ]
-    return Limits(
-        cgroup_version=1,
-        cpuset_cpus=cpuset,
-        cpuset_mems=mems,
-        cpu_quota_cores=_tightest(quotas),
-        memory_max_bytes=_tightest(memory),
+    return _first_cpu_list(sysroot, files("cpus")), _first_cpu_list(sysroot, files("mems"))
+
+
+def _v1_quota(sysroot: SysRoot, dirs: list[str]) -> float | None:
+    return _tightest(
+        [
+            _parse_cfs_quota(
+                sysroot.read_int(f"{d}/cpu.cfs_quota_us"),
+                sysroot.read_int(f"{d}/cpu.cfs_period_us"),
+            )
+            for d in dirs
+        ]
+    )
+
+
+def _v1_memory(sysroot: SysRoot, dirs: list[str]) -> int | None:
+    return _tightest(
+        [_parse_v1_bytes(sysroot.read_int(f"{d}/memory.limit_in_bytes")) for d in dirs]
     )
 
 
@@ -201,20 +233,24 @@ def _parse_proc_cgroup(text: str | None) -> dict[str, str]:
     return memberships
 
 
-def _find_mounts(sysroot: SysRoot) -> tuple[dict[str, _Mount], _Mount | None]:
-    """(v1 controller → mount, v2 mount) from mountinfo, /proc/mounts, or the usual layout."""
-    v1: dict[str, _Mount] = {}
-    v2: _Mount | None = None
+def _find_mounts(sysroot: SysRoot) -> tuple[dict[str, list[_Mount]], list[_Mount]]:
+    """(v1 controller → mounts, v2 mounts) from mountinfo, /proc/mounts, or the usual layout.
+
+    A hierarchy may be mounted more than once (a batch scheduler or container
+    runtime bind-mounts a job's subtree elsewhere); every mount is kept, in order,
+    and the one that holds the process's cgroup is picked later.
+    """
+    v1: dict[str, list[_Mount]] = {}
+    v2: list[_Mount] = []
 
     def add(fstype: str, mountpoint: str, root: str, options: list[str]) -> None:
-        nonlocal v2
-        if fstype == "cgroup2" and v2 is None:
-            v2 = _Mount(mountpoint, root)
+        if fstype == "cgroup2":
+            v2.append(_Mount(mountpoint, root))
         elif fstype == "cgroup":
             for option in options:
-                v1.setdefault(option, _Mount(mountpoint, root, "noprefix" in options))
+                v1.setdefault(option, []).append(_Mount(mountpoint, root, "noprefix" in options))
         elif fstype == "cpuset":  # the legacy cpuset file system: always without prefix
-            v1.setdefault("cpuset", _Mount(mountpoint, root, True))
+            v1.setdefault("cpuset", []).append(_Mount(mountpoint, root, True))
 
     for line in (sysroot.read_text("/proc/self/mountinfo") or "").splitlines():
         fields = line.split()
@@ -239,16 +275,29 @@ def _find_mounts(sysroot: SysRoot) -> tuple[dict[str, _Mount], _Mount | None]:
     # Dumps and synthetic roots: /sys/fs/cgroup is v2 when it has cgroup.controllers,
     # else v1 with one directory per controller group ("cpu,cpuacct").
     if sysroot.exists(f"{CGROUP_ROOT}/cgroup.controllers"):
-        return {}, _Mount(CGROUP_ROOT, "/")
+        return {}, [_Mount(CGROUP_ROOT, "/")]
     for name in sysroot.listdir(CGROUP_ROOT):
         directory = f"{CGROUP_ROOT}/{name}"
         if sysroot.is_dir(directory):
             for controller in name.split(","):
-                v1.setdefault(controller, _Mount(directory, "/"))
+                v1.setdefault(controller, []).append(_Mount(directory, "/"))
     unified = f"{CGROUP_ROOT}/unified"
     if sysroot.exists(f"{unified}/cgroup.controllers"):
-        v2 = _Mount(unified, "/")
+        v2.append(_Mount(unified, "/"))
     return v1, v2
+
+
+def _pick_mount(sysroot: SysRoot, mounts: list[_Mount], path: str) -> _Mount:
+    """The mount that reaches deepest into the process's cgroup (the first on a tie)."""
+
+    def reach(mount: _Mount) -> tuple[bool, int]:
+        inside = mount.root == "/" or path == mount.root or path.startswith(mount.root + "/")
+        leaf = _cgroup_dirs(sysroot, mount, path)[0]
+        depth = leaf.count("/") - mount.mountpoint.rstrip("/").count("/")
+        present = sysroot.is_dir(leaf)
+        return (inside and present, depth + (mount.root.count("/") if mount.root != "/" else 0))
+
+    return max(mounts, key=reach)
 
 
 def _cgroup_dirs(sysroot: SysRoot, mount: _Mount, path: str) -> list[str]:

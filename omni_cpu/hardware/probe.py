@@ -71,6 +71,8 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
             )
     if architecture == "unknown":
         notes.append("architecture unknown: nothing in the dump names it")
+    if sysroot.is_live:
+        isa, isa_source = _check_with_cpuid(isa, isa_source, architecture, notes)
 
     limits = read_limits(sysroot)
     libnuma = None
@@ -102,6 +104,24 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
         notes=notes,
         preload_libraries=_preload_libraries(sysroot),
     )
+
+
+def _check_with_cpuid(
+    isa: list[str], isa_source: str | None, architecture: str, notes: list[str]
+) -> tuple[list[str], str | None]:
+    """Live x86 only: the kernel's flags against CPUID's (py-cpuinfo, a few ms)."""
+    from omni_cpu.hardware.cpuid import cross_check, read_cpuid_flags
+
+    flags = read_cpuid_flags(architecture)
+    if flags is None:
+        return isa, isa_source
+    if isa_source is None:
+        notes.append("ISA from CPUID: /proc/cpuinfo states no flags")
+        return sorted(flags), "cpuid"
+    checked, note = cross_check(isa, flags)
+    if note:
+        notes.append(note)
+    return checked, isa_source
 
 
 def _preload_libraries(sysroot: SysRoot) -> list[str]:

@@ -65,6 +65,27 @@ def replica_need_bytes(footprint: ModelFootprint, dtype: str, weights: str = "mo
     )
 
 
+def talker_node_need_bytes(footprint: ModelFootprint, dtype: str, weights: str = "model") -> int:
+    """What the talker's own node must hold: vLLM binds a worker's memory to one node."""
+    return (
+        footprint.talker_weight_bytes(dtype, weights)
+        + costs.TALKER_WORKER_OVERHEAD_BYTES
+        + reserved_kv_bytes(footprint, dtype)
+        + per_seq_kv_bytes(footprint, dtype)
+    )
+
+
+def largest_node_room(facts: Facts, home: NodeCores) -> int | None:
+    """What the biggest node of a multi-node home gives one stage; None for one node."""
+    if len(home.memory_node_ids()) < 2:
+        return None
+    sizes = [node_memory_bytes(facts, home.node_memory.get(n), []) for n in home.memory_node_ids()]
+    if not all(sizes):
+        return None  # unknown: the home's total decides alone
+    largest = max(sizes)  # type: ignore[type-var]
+    return largest - safety_margin(largest)  # type: ignore[operator]
+
+
 def node_memory_bytes(facts: Facts, node_memory: int | None, notes: list[str]) -> int | None:
     """A node's memory, trusting /proc/meminfo where the node figures cannot be right.
 
@@ -95,8 +116,12 @@ def home_memory_bytes(facts: Facts, home: NodeCores, notes: list[str]) -> int | 
     if known and all(known):
         return sum(known)  # type: ignore[arg-type]
     if facts.memory_total_bytes:
-        count = max(1, len(facts.numa_nodes))
-        return facts.memory_total_bytes * len(home.memory_node_ids()) // count
+        # Nodes that do not state their memory share what MemTotal leaves after the
+        # nodes that do (memory-only nodes, a GPU's memory), not a share of all of it.
+        stated = sum(node.memory_bytes or 0 for node in facts.numa_nodes)
+        unstated = sum(1 for node in facts.numa_nodes if not node.memory_bytes)
+        share = max(0, facts.memory_total_bytes - stated) // max(1, unstated)
+        return sum(memory or share for memory in known)
     return None
 
 
@@ -130,9 +155,12 @@ def place_replicas(
     homes = nodes_with_cores(facts)
     need = replica_need_bytes(footprint, dtype, weights)
 
+    talker_need = talker_node_need_bytes(footprint, dtype, weights)
+
     def fits(home: NodeCores, count: int) -> bool:
         budget = memory_budget(facts, home, count, fit_available, [])
-        return budget is None or budget >= need
+        room = largest_node_room(facts, home)
+        return (budget is None or budget >= need) and (room is None or room >= talker_need)
 
     while True:
         count = len(homes)
@@ -141,7 +169,8 @@ def place_replicas(
             break
         if count == 1:
             budget = memory_budget(facts, homes[0], 1, fit_available, [])
-            raise refusal(facts, footprint, dtype, weights, budget or 0, fit_available)
+            room = largest_node_room(facts, homes[0])
+            raise refusal(facts, footprint, dtype, weights, budget or 0, fit_available, room)
         # Smallest first; it joins its nearest home, preferring one that is too small too.
         home = min(small, key=lambda h: (h.memory_bytes or 0, h.node))
         others = [other for other in homes if other is not home]
@@ -197,8 +226,13 @@ def refusal(
     weights: str,
     budget: int,
     fit_available: bool,
+    node_room: int | None = None,
 ) -> MachineTooSmallError:
-    """One line: what the model needs, what the machine gives, what would fit instead."""
+    """One line: what the model needs, what the machine gives, what would fit instead.
+
+    `node_room` is what the largest NUMA node gives where the replica spans nodes:
+    the talker's memory is bound to one node, so the machine's total is not enough.
+    """
     need = replica_need_bytes(footprint, dtype, weights)
     have = max(budget, 0)
     what = "free memory" if fit_available else "memory"
@@ -206,22 +240,52 @@ def refusal(
         f"{footprint.name} needs about {need / costs.GIB:.1f} GiB for one replica "
         f"({dtype}, one stream) but this machine's {what} gives it {have / costs.GIB:.1f} GiB"
     )
-    options: list[tuple[str, int]] = []
-    if weights != "int8" and facts.architecture in ("x86_64", "i686"):
-        options.append(("--weights int8", replica_need_bytes(footprint, dtype, "int8")))
-    smaller = footprint_for_model("0.6b")
-    if footprint.talker_params > smaller.talker_params:
-        options.append(("--model 0.6b", replica_need_bytes(smaller, dtype, weights)))
-        if weights != "int8" and facts.architecture in ("x86_64", "i686"):
-            options.append(
-                ("--model 0.6b --weights int8", replica_need_bytes(smaller, dtype, "int8"))
-            )
-    fitting = [f"{flag} (about {n / costs.GIB:.1f} GiB)" for flag, n in options if n <= have]
+    talker_need = talker_node_need_bytes(footprint, dtype, weights)
+    by_node = node_room is not None and have >= need and node_room < talker_need
+    if by_node:
+        message = (
+            f"{footprint.name} needs about {talker_need / costs.GIB:.1f} GiB on one NUMA node "
+            f"for its talker ({dtype}, one stream) but this machine's largest node gives it "
+            f"{max(node_room or 0, 0) / costs.GIB:.1f} GiB"
+        )
+    room = max(node_room, 0) if node_room is not None else None
+
+    def fits(model: ModelFootprint, option_weights: str) -> bool:
+        whole = replica_need_bytes(model, dtype, option_weights) <= have
+        return whole and (
+            room is None or talker_node_need_bytes(model, dtype, option_weights) <= room
+        )
+
+    # What would fit, each choice stated as the refusal was (per node or per machine).
+    need_of = talker_node_need_bytes if by_node else replica_need_bytes
+    choices = _smaller_choices(facts, footprint, weights)
+    fitting = [
+        f"{flag} (about {need_of(model, dtype, w) / costs.GIB:.1f} GiB)"
+        for flag, model, w in choices
+        if fits(model, w)
+    ]
     if fitting:
         return MachineTooSmallError(message, "would fit: " + "; ".join(fitting))
-    tried = ", ".join(f"{flag} {n / costs.GIB:.1f} GiB" for flag, n in options)
-    machine_gib = (need + safety_margin(need)) / costs.GIB
-    fix = f"it needs a machine with about {machine_gib:.1f} GiB"
+    tried = ", ".join(
+        f"{flag} {need_of(model, dtype, w) / costs.GIB:.1f} GiB" for flag, model, w in choices
+    )
+    wanted = talker_need if by_node else need
+    where = "a NUMA node" if by_node else "a machine"
+    fix = f"it needs {where} with about {(wanted + safety_margin(wanted)) / costs.GIB:.1f} GiB"
     if tried:
         fix = f"nothing smaller fits ({tried}); {fix}"
     return MachineTooSmallError(message, fix)
+
+
+def _smaller_choices(
+    facts: Facts, footprint: ModelFootprint, weights: str
+) -> list[tuple[str, ModelFootprint, str]]:
+    """(flags, footprint, weights) of each smaller way to run: int8 weights, the 0.6B model."""
+    int8 = weights != "int8" and facts.architecture in ("x86_64", "i686")
+    choices = [("--weights int8", footprint, "int8")] if int8 else []
+    smaller = footprint_for_model("0.6b")
+    if footprint.talker_params > smaller.talker_params:
+        choices.append(("--model 0.6b", smaller, weights))
+        if int8:
+            choices.append(("--model 0.6b --weights int8", smaller, "int8"))
+    return choices

@@ -18,6 +18,7 @@ from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.kernels import describe as describe_kernels
 from omni_cpu.plan.kernels import kernel_env
 from omni_cpu.plan.placement import (
+    MachineTooSmallError,
     PlanError,
     memory_budget,
     node_memory_bytes,
@@ -149,7 +150,7 @@ def _talker_batch(
         kv_room = min(kv_room, talker_node_room - reserved)
     if kv_room < per_seq:
         need = (fixed + costs.CODE2WAV_KV_CACHE_BYTES + reserved + per_seq) / costs.GIB
-        raise PlanError(
+        raise MachineTooSmallError(
             f"a replica needs about {need:.1f} GiB but its talker's node has room for no stream",
             "use a smaller model, --weights int8, or fewer replicas",
         )

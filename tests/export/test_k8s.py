@@ -11,22 +11,9 @@ import pytest
 import yaml
 
 from omni_cpu.cpulist import parse_cpu_list
-from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
-from omni_cpu.profile import save_profile
-
-from ..plan.machines import machine
 
 REPO = Path(__file__).resolve().parents[2]
 K8S_VERSION = "1.30.0"
-
-
-@pytest.fixture(scope="module")
-def profile_file(tmp_path_factory):
-    big = machine({0: list(range(12)), 1: list(range(12, 24))}, smt=2)
-    profile = plan_profile(big, footprint_for_model("0.6b"), PlanOptions(reserve=1))
-    path = tmp_path_factory.mktemp("k8s") / "deploy.yaml"
-    save_profile(profile, path)
-    return path, profile
 
 
 def export(*args: str) -> subprocess.CompletedProcess[str]:

@@ -182,3 +182,35 @@ def test_unreadable_cpuinfo_plans_float32_with_a_note_not_silently(tmp_path):
     assert profile.dtype == "float32"
     assert any("--dtype bfloat16" in note for note in profile.notes)
     assert any("/proc/cpuinfo is unreadable" in note for note in profile.notes)
+
+
+def test_a_machine_whose_every_node_is_too_small_is_refused_with_exit_5(tmp_path):
+    # 8 GiB in all, but vLLM binds the talker's memory to one 2 GiB node.
+    nodes = {n: (f"{2 * n}-{2 * n + 1}", 2) for n in range(4)}
+    root = numa_machine(tmp_path, nodes).root
+    with pytest.raises(MachineTooSmallError) as refused:
+        plan_profile(read_facts(root), FOOTPRINT)
+    assert "on one NUMA node for its talker" in refused.value.one_line()
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_cpu.cli", "probe", "--sysroot", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 5
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "largest node gives it" in done.stderr
+
+
+def test_a_gpu_memory_node_is_not_a_home_where_the_cpu_nodes_memory_is_unknown(tmp_path):
+    # Node 0's meminfo is missing; node 1 is 96 GiB of a GPU's memory, in MemTotal too.
+    machine = FakeMachine(tmp_path).cpus(online=list(range(8)))
+    machine.node(0, "0-7").node(1, "", memory_kib=96 * GIB_KIB)
+    (machine.root / "sys/devices/system/node/node0/meminfo").unlink()
+    machine.meminfo(total_kib=104 * GIB_KIB, available_kib=100 * GIB_KIB)
+    profile = plan_profile(read_facts(machine.root), FOOTPRINT)
+    [replica] = profile.replicas
+    assert replica.numa_node == 0
+    assert {s.memory_nodes for s in replica.stages} == {"0"}
+    # Node 0 has what MemTotal leaves after the GPU's 96 GiB: 8 GiB, not 52.
+    assert replica.stage(0).kv_cache_memory_bytes < 3 * 1024**3

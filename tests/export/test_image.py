@@ -1,0 +1,132 @@
+"""The Containerfile and `omni-cpu export k8s` agree: image, command, user, port, health.
+
+No container engine runs here, so the recipe is parsed (instructions, JSON forms,
+line continuations) and compared with what the export writes by default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from omni_cpu import __version__
+
+from .test_k8s import REPO, export
+
+RECIPE = REPO / "Containerfile"
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) in order; comments dropped, continuations joined."""
+    found: list[tuple[str, str]] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue  # a comment inside a continued instruction
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        whole = (pending + line).strip()
+        pending = ""
+        keyword, _, arguments = whole.partition(" ")
+        found.append((keyword.upper(), arguments.strip()))
+    return found
+
+
+def exec_form(arguments: str) -> list[str]:
+    """A JSON-array (exec form) argument list; the recipe uses no shell form here."""
+    value = json.loads(arguments)
+    assert isinstance(value, list) and all(isinstance(word, str) for word in value)
+    return value
+
+
+def labels(recipe: list[tuple[str, str]]) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for keyword, arguments in recipe:
+        if keyword == "LABEL":
+            for word in shlex.split(arguments):
+                key, _, value = word.partition("=")
+                pairs[key] = value
+    return pairs
+
+
+def last(recipe: list[tuple[str, str]], keyword: str) -> str:
+    values = [arguments for word, arguments in recipe if word == keyword]
+    assert values, f"the Containerfile has no {keyword}"
+    return values[-1]
+
+
+@pytest.fixture(scope="module")
+def recipe() -> list[tuple[str, str]]:
+    return instructions(RECIPE.read_text())
+
+
+@pytest.fixture(scope="module")
+def container(profile_file) -> dict:
+    done = export("--profile", str(profile_file[0]))  # every default
+    assert done.returncode == 0, done.stderr
+    deployment = next(doc for doc in yaml.safe_load_all(done.stdout) if doc)
+    return deployment["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_the_export_runs_exactly_the_images_entrypoint_and_command(recipe, container):
+    image_argv = exec_form(last(recipe, "ENTRYPOINT")) + exec_form(last(recipe, "CMD"))
+    assert container["command"] + container["args"] == image_argv
+
+
+def test_the_exports_default_image_is_the_one_the_recipe_builds(recipe, container):
+    named = labels(recipe)
+    assert named["org.opencontainers.image.version"] == __version__
+    assert container["image"] == f"{named['org.opencontainers.image.title']}:{__version__}"
+    help_text = subprocess.run(
+        [sys.executable, "-m", "omni_cpu.cli", "export", "k8s", "--help"],
+        capture_output=True, text=True, cwd=REPO, timeout=60, env={**os.environ, "COLUMNS": "200"},
+    ).stdout  # fmt: skip
+    assert f"podman build -t {container['image']} -f Containerfile ." in help_text
+
+
+def test_the_image_runs_as_the_non_root_user_the_pod_asks_for(recipe, container):
+    user = last(recipe, "USER").split(":")[0]
+    assert user.isdigit() and int(user) != 0
+    assert container["securityContext"]["runAsUser"] == int(user)
+    assert container["securityContext"]["runAsNonRoot"] is True
+
+
+def test_port_and_health_check_agree_with_the_pods_probes(recipe, container):
+    argv = exec_form(last(recipe, "CMD"))
+    port = int(argv[argv.index("--port") + 1])
+    assert last(recipe, "EXPOSE").split("/")[0] == str(port)
+    assert container["ports"][0]["containerPort"] == port
+    health = last(recipe, "HEALTHCHECK")
+    command = exec_form(health[health.index("CMD ") + 4 :])
+    url = urlparse(next(word for part in command for word in shlex.split(part.replace("'", " "))
+                        if word.startswith("http://")))  # fmt: skip
+    assert (url.hostname, url.port) == ("127.0.0.1", port)
+    assert url.path == container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert "--start-period" in health  # engines load for minutes before the first 200
+
+
+def test_the_runtime_is_installed_by_the_script_ci_runs(recipe):
+    commands = [
+        shlex.split(step)
+        for keyword, arguments in recipe
+        if keyword == "RUN"
+        for step in arguments.split("&&")
+    ]
+    installs = [c for c in commands if "scripts/install-runtime.sh" in c]
+    assert installs and installs[0][installs[0].index("scripts/install-runtime.sh") - 1] == "bash"
+    # CI runs `make test` -> scripts/setup.sh, which calls the same script.
+    setup = [shlex.split(line) for line in (REPO / "scripts/setup.sh").read_text().splitlines()]
+    assert any(words[:2] == ["bash", "scripts/install-runtime.sh"] for words in setup if words)
+    copied = {shlex.split(arguments)[-2] for keyword, arguments in recipe if keyword == "COPY"}
+    assert {"./requirements", "./scripts", "./omni_cpu"} <= {f"./{c}" for c in copied} | copied
