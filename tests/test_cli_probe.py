@@ -51,12 +51,22 @@ def test_probe_writes_a_profile_that_validates_here(tmp_path):
 
 
 def test_validate_reports_cpus_this_machine_lacks_and_exits_1(tmp_path):
+    from omni_cpu.cpulist import parse_cpu_list
+    from omni_cpu.hardware.probe import read_facts
+    from omni_cpu.profile import load_profile
+
     profile = tmp_path / "deploy.yaml"
-    omni_cpu("probe", "--stages", "2", "--output", str(profile))  # code2wav on CPU 1
+    omni_cpu("probe", "--stages", "2", "--output", str(profile))
+    code2wav = load_profile(profile).stages[1].cpus
+    # One past the last CPU this host could ever have: whatever its size.
+    absent = max(parse_cpu_list(read_facts().possible_cpus or "0")) + 1
     text = (
         profile.read_text()
-        .replace('cpus: "1"', 'cpus: "1,63"')
-        .replace('VLLM_CPU_OMP_THREADS_BIND: "1"', 'VLLM_CPU_OMP_THREADS_BIND: "1,63"')
+        .replace(f'cpus: "{code2wav}"', f'cpus: "{code2wav},{absent}"')
+        .replace(
+            f'VLLM_CPU_OMP_THREADS_BIND: "{code2wav}"',
+            f'VLLM_CPU_OMP_THREADS_BIND: "{code2wav},{absent}"',
+        )
     )
     # The OpenMP keys follow VLLM_CPU_OMP_THREADS_BIND; a hand edit may drop them.
     derived = ("OMP_NUM_THREADS:", "OMP_PLACES:", "OMP_PROC_BIND:", "KMP_")
@@ -64,7 +74,7 @@ def test_validate_reports_cpus_this_machine_lacks_and_exits_1(tmp_path):
     profile.write_text("".join(x for x in lines if not x.strip().startswith(derived)))
     done = omni_cpu("validate", str(profile))
     assert done.returncode == 1
-    assert "63 do not exist here" in done.stderr
+    assert f"{absent} do not exist here" in done.stderr
 
 
 def test_bad_profile_is_one_line_error_with_exit_2(tmp_path):

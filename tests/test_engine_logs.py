@@ -12,6 +12,15 @@ from omni_cpu.launch.plan import make_launch_plan
 from tests.e2e.conftest import tiny_checkpoint  # noqa: F401 - the fixture
 
 
+@pytest.fixture(autouse=True)
+def environment_restored():
+    """`apply_to_this_process` sets variables in os.environ: none may reach later tests."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 def test_quiet_engines_still_log_errors() -> None:
     env = logs.engine_log_env(verbose=False)
     assert env["VLLM_LOGGING_LEVEL"] == "ERROR"

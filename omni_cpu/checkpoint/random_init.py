@@ -10,7 +10,7 @@ Timing does not depend on weight values, but three things do matter:
   scale over ~30 layers and the clamped output is audible, not silent or ±1.
 
 Random fp32 weights push some activations into denormal floats, which CPUs
-process many times slower; benchmarks must flush them (`denormals.py`).
+process many times slower; every stage worker flushes them (platform/workers.py).
 
 Each tensor's values depend only on (seed, tensor name), so files can be written
 in any order and a single tensor can be regenerated on its own.

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
-from omni_cpu.errors import OmniCpuError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import choose_dtype, node_memory_bytes, replica_fixed_memory_bytes
@@ -203,9 +202,3 @@ def kernel_notes(profile: Profile, facts: Facts) -> list[str]:
         + (f" (ISA differs: {' '.join(differs)})" if differs else "")
         + ": re-run `omni-cpu probe --calibrate --output FILE` here"
     ]
-
-
-class ValidationFailed(OmniCpuError):
-    """The profile does not fit the machine; the CLI has printed each problem."""
-
-    exit_code = 1

@@ -51,6 +51,7 @@ def _check_audio(path: Path) -> None:
     assert np.isfinite(samples).all() and float(np.abs(samples).max()) > 1e-3
 
 
+@pytest.mark.e2e
 @needs_runtime
 def test_voice_design_streams_whole_frames_of_sound(kinds, tmp_path):
     out = tmp_path / "designed.wav"
@@ -60,6 +61,7 @@ def test_voice_design_streams_whole_frames_of_sound(kinds, tmp_path):
     assert run.json()["ttfa_s"] is not None
 
 
+@pytest.mark.e2e
 @needs_runtime
 def test_base_clones_a_44k_stereo_reference(kinds, reference_wav, tmp_path):
     out = tmp_path / "cloned.wav"
