@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json
-from omni_cpu.cli.render import facts_table, profile_table
+from omni_cpu.cli.render import capacity_table, facts_table, profile_table
 
 PROBE_HELP = """Read this machine (or a sysfs/procfs dump of one) and plan a deploy profile.
 
@@ -108,12 +108,26 @@ def probe(
         return
     console.print(facts_table(facts))
     console.print(profile_table(profile))
+    print_capacity(profile)
     for note in profile.notes:
         console.print(f"[yellow]note:[/] {note}")
     if output is not None:
         err_console.print(f"wrote {output}")
     else:
         console.print("[dim]write it with --output FILE; check it later with omni-cpu validate[/]")
+
+
+def print_capacity(profile) -> None:
+    """The predicted capacity, why each replica stops where it does, and what it assumes."""
+    table = capacity_table(profile)
+    if table is None:
+        return
+    console.print(table)
+    for replica in profile.replicas:
+        if replica.capacity is not None:
+            console.print(f"[dim]replica {replica.index} limit:[/] {replica.capacity.limit}")
+    for line in profile.capacity.assumptions:
+        console.print(f"[dim]assumes:[/] {line}", highlight=False)
 
 
 def _calibrate(facts, dtype: str | None, quiet: bool):
