@@ -124,11 +124,7 @@ def _omni_block(profile: Profile) -> dict[str, Any]:
                 "numa_node": replica.numa_node,
                 "frontend_cpus": replica.frontend_cpus,
                 "stages": [_replica_stage(stage) for stage in replica.stages],
-                **(
-                    {"capacity": dataclasses.asdict(replica.capacity)}
-                    if replica.capacity
-                    else {}
-                ),
+                **({"capacity": dataclasses.asdict(replica.capacity)} if replica.capacity else {}),
             }
             for replica in profile.replicas
         ],
