@@ -24,7 +24,7 @@ Examples:
 
   omni-cpu probe --model 1.7b --max-seqs 4   # another size, smaller batches
 
-  omni-cpu probe --calibrate --output deploy.yaml   # measure first (<= 15 s)
+  omni-cpu probe --calibrate --output deploy.yaml   # measure first (<= 20 s)
 
 Exit codes: 0 planned; 5 the machine cannot hold the model (the facts still print,
 and one line says what it needs and what would fit); 6 the machine (or dump)
@@ -69,8 +69,9 @@ def probe(
     calibrate: bool = typer.Option(
         False,
         "--calibrate",
-        help="Measure weight-streaming bandwidth per core count and code2wav's cost per "
-        "frame here first (<= 15 s, needs the runtime); the plan uses and keeps them.",
+        help="Measure weight-streaming bandwidth per core count, the talker step's small-op "
+        "time and code2wav's cost per frame and per call here first (<= 20 s, needs the "
+        "runtime); the plan and its predicted capacity use them, and the profile keeps them.",
     ),
 ) -> None:
     from omni_cpu.hardware.probe import read_facts
@@ -152,9 +153,9 @@ def _calibrate(facts, dtype: str | None, quiet: bool):
         measured = calibrate(cores, dtype or choose_dtype(facts), progress=progress)
     except ImportError as missing:
         raise RuntimeMissingError(f"--calibrate needs torch ({missing})", "make setup") from None
-    if not measured.bandwidth_gb_s and not measured.code2wav_ms_per_frame:
+    if not (measured.bandwidth_gb_s or measured.code2wav_ms_per_frame or measured.small_op_us):
         err_console.print(
-            "[yellow]calibrate:[/] nothing measured within 15 s (a busy machine?): "
+            "[yellow]calibrate:[/] nothing measured within 18 s (a busy machine?): "
             "planning with the stated constants"
         )
         return None

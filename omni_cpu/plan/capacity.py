@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.plan import costs
+from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.speed import (
     SHARED,
+    Calibration,
     SpeedInputs,
     code2wav_chunk_ms,
     code2wav_costs,
@@ -25,7 +28,8 @@ from omni_cpu.plan.speed import (
     talker_overhead_ms,
     talker_step_ms,
 )
-from omni_cpu.profile.model import Capacity, Replica, ReplicaCapacity
+from omni_cpu.platform import WEIGHTS_ENV
+from omni_cpu.profile.model import Capacity, Profile, Replica, ReplicaCapacity
 
 CALIBRATED = "calibrated"
 BUILT_IN = "built-in"
@@ -231,3 +235,50 @@ def assumptions(speed: SpeedInputs, isa: str, talker_cores: int = 1) -> tuple[st
         "real time: a stream's frames (80 ms of audio each) come at least every 80 ms; "
         "rtf_one_stream is the steady rate, first audio apart",
     )
+
+
+def profile_speed_inputs(
+    profile: Profile, replica_index: int, footprint: ModelFootprint, code2wav_decode: str = "stream"
+) -> SpeedInputs:
+    """The cost model's inputs as a (loaded) profile states them, for one of its replicas.
+
+    `code2wav_decode` is the stage's OMNI_CPU_CODE2WAV (the caller reads it: omni_cpu.envs).
+    """
+    replica = profile.replicas[replica_index]
+    calibration = profile.machine.calibration
+    return SpeedInputs(
+        footprint=footprint,
+        talker_dtype=replica.stage(0).dtype,
+        code2wav_dtype=replica.stage(1).dtype,
+        weights=profile.env.get(WEIGHTS_ENV, "model"),
+        calibration=None if calibration is None else Calibration.from_dict(calibration),
+        code2wav_decode=code2wav_decode,
+    )
+
+
+def predict_request(
+    profile: Profile, replica_index: int, speed: SpeedInputs, streams: int, frames: int
+) -> tuple[float, float]:
+    """Predicted RTF and first audio (s) of a request of `frames` frames among `streams`."""
+    cores = stage_cores(profile.replicas[replica_index])
+    chunk = profile.streaming.codec_chunk_frames
+    first = profile.streaming.initial_codec_chunk_frames
+    rtf = request_rtf(cores, chunk, speed, streams, frames, first)
+    return round(rtf, 3), round(ttfa_ms(cores, speed, streams, first) / 1000, 3)
+
+
+def prediction_dict(profile: Profile, replica_index: int, speed: SpeedInputs) -> dict[str, Any]:
+    """Where a prediction comes from, for reports beside what was measured."""
+    cores = stage_cores(profile.replicas[replica_index])
+    return {
+        "source": source_of(speed),
+        "weights": speed.weight_format,
+        "code2wav_decode": speed.code2wav_decode,
+        "assumptions": list(
+            assumptions(
+                speed,
+                isa_class(profile.machine.architecture, profile.machine.isa),
+                cores.talker_cores,
+            )
+        ),
+    }

@@ -57,9 +57,9 @@ WEIGHT_FORMATS = {
 }
 # `probe --calibrate` times a mix of the small torch calls a talker step is made of
 # (omni_cpu.bench.calibrate._small_op_us); each format's overhead scales by this machine's
-# time over the time on the machine the overheads were fitted on (the Intel Xeon, 21:40 UTC
-# 2026-12-01, `probe --calibrate`, best of three).
-REFERENCE_SMALL_OP_US = 4.0
+# time over the time on the machine the overheads were fitted on: the Intel Xeon,
+# 2.97-3.06 us per call at 21:09 UTC 2026-12-01 (best rounds; 4.7 while other work ran).
+REFERENCE_SMALL_OP_US = 3.0
 # A step at b streams over one stream's: the weights stream once for every stream (the
 # GEMV's register tiles hold up to 6 rows), but each stream adds its attention, sampling
 # and the GEMV's multiply-adds. Zen 4 (RESULTS.md 18:02/18:05): 4 streams 1.22-1.23x one;
