@@ -49,7 +49,7 @@ COMMENTS = {
     "omni_cpu.machine.calibration.code2wav_ms_per_frame": "one core, per dtype",
     "omni_cpu.machine.calibration.code2wav_ms_per_call": "one core, per dtype",
     "omni_cpu.machine.calibration.small_op_us": "one thread: the talker step's small ops",
-    "omni_cpu.capacity": "predicted (omni_cpu.plan.capacity); read by people and bench",
+    "omni_cpu.capacity": "predicted by omni_cpu.plan.capacity, for people; no process reads it",
     "omni_cpu.capacity.realtime_streams": "streams at RTF <= 1, every replica together",
     "omni_cpu.capacity.source": "calibrated (probe --calibrate here) or built-in",
     "omni_cpu.capacity.weights": "the talker's weight format",

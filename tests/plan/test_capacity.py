@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.hardware.probe import read_facts
 from omni_cpu.plan import (
     MachineTooSmallError,
@@ -159,3 +160,20 @@ def test_every_dump_states_capacity_and_int8_is_never_slower(dump, dump_root):
         assert packed.capacity.rtf_one_stream <= plain.capacity.rtf_one_stream
         if plain.capacity.realtime_streams == 0:
             assert plain.capacity.limit
+
+
+def test_a_dump_given_more_of_its_cpus_never_predicts_fewer_streams(dump, dump_root):
+    facts = read_facts(dump_root)
+    usable = facts.usable_cpus()
+    counts = sorted({max(1, len(usable) * share // 4) for share in (1, 2, 3, 4)})
+    streams = []
+    for count in counts:
+        limits = dataclasses.replace(facts.limits, affinity_cpus=format_cpu_list(usable[:count]))
+        try:
+            profile = plan_profile(
+                dataclasses.replace(facts, limits=limits), FOOTPRINT, PlanOptions(weights="int8")
+            )
+        except MachineTooSmallError:
+            pytest.skip("too small for the 0.6B model")
+        streams.append(profile.capacity.realtime_streams)
+    assert streams == sorted(streams), dict(zip(counts, streams, strict=True))
