@@ -4,9 +4,11 @@ Three measurements, all at batch 1 as the talker and code2wav run:
 - weight-streaming bandwidth per core count: matrix-vector products over weight
   matrices far larger than any cache, GB/s of weights read, at 1, 2, 4, ... threads up
   to the usable physical cores. In float32 whatever the plan's dtype: torch's float32
-  GEMV streams at the cores' read rate as omni-cpu's own GEMV does in every format,
-  where torch's bf16 one at batch 1 is compute-bound on some CPUs (the Intel Xeon: 2.8
-  against 8.4 GB/s, one thread, 21:09 UTC 2026-12-01, other work running);
+  GEMV streams at about the rate omni-cpu's own GEMV does in every format, where torch's
+  bf16 one at batch 1 is compute-bound on some CPUs. The Intel Xeon, one thread, other
+  work running (2026-12-01): torch bf16 2.8 against float32 8.4 GB/s (21:09); at 21:20
+  `benchmarks/gemv_kernels.py --threads 1 --rows 1`: omni-cpu GEMV bf16 6.5, W8A8 7.3,
+  oneDNN float32 7.1 GB/s, and this measurement 7.4;
 - the talker step's overhead besides its weights: µs per call of the small torch ops a
   step is made of (norms, residual adds, activations, a softmax over a few positions,
   slicing), one thread, 1 x 1024 bf16 activations; the cost model scales its built-in
