@@ -120,13 +120,19 @@ def probe(
 
 def print_capacity(profile) -> None:
     """The predicted capacity, why each replica stops where it does, and what it assumes."""
+    from omni_cpu.cpulist import format_cpu_list
+
     table = capacity_table(profile)
     if table is None:
         return
     console.print(table)
+    limits: dict[str, list[int]] = {}
     for replica in profile.replicas:
         if replica.capacity is not None:
-            console.print(f"[dim]replica {replica.index} limit:[/] {replica.capacity.limit}")
+            limits.setdefault(replica.capacity.limit, []).append(replica.index)
+    for limit, indexes in limits.items():
+        which = "replica" + ("s" if len(indexes) > 1 else "")
+        console.print(f"[dim]{which} {format_cpu_list(indexes)} limit:[/] {limit}", highlight=False)
     for line in profile.capacity.assumptions:
         console.print(f"[dim]assumes:[/] {line}", highlight=False)
 
