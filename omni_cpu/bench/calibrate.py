@@ -14,8 +14,10 @@ Three measurements, all at batch 1 as the talker and code2wav run:
   slicing), one thread, 1 x 1024 bf16 activations; the cost model scales its built-in
   per-step overhead by this over the time of the machine it was fitted on;
 - code2wav's cost per decoded frame and per call on one core, in float32 and bfloat16:
-  vLLM-Omni's 12 Hz decoder with random weights (the 0.6B tokenizer config); per frame
-  the time for 6 frames minus the time for 2, over 4, per call what 2 frames leave.
+  vLLM-Omni's 12 Hz decoder with random weights (the 0.6B tokenizer config) through
+  omni-cpu's streaming decode (omni_cpu.platform.code2wav_stream, what the stage runs),
+  chunks carrying its state on; per frame the time of a 6-frame chunk minus a 2-frame
+  one, over 4, per call what the 2-frame chunk leaves.
 
 torch (and vLLM-Omni for the decoder) are imported here only, lazily: the probe
 without --calibrate imports neither. What cannot be measured in the time left is
@@ -197,6 +199,7 @@ def _code2wav_ms(torch: Any, left: Callable[[], float]) -> dict[str, float]:
     except ImportError:
         return {}
     from omni_cpu.checkpoint.configs import speech_tokenizer_config
+    from omni_cpu.platform.code2wav_stream import StreamState
 
     config = tokenizer_config.Qwen3TTSTokenizerV2Config(**speech_tokenizer_config("0.6b"))
     decoder = tokenizer_model.Qwen3TTSTokenizerV2Decoder._from_config(config.decoder_config)
@@ -208,18 +211,21 @@ def _code2wav_ms(torch: Any, left: Callable[[], float]) -> dict[str, float]:
     codes = torch.randint(0, 2048, (1, groups, max(CODE2WAV_FRAMES)), generator=generator)
     few, many = CODE2WAV_FRAMES
     measured: dict[str, float] = {}
-    with torch.no_grad():
+    with torch.inference_mode():
         for name, torch_dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
             if left() < 2.5:
                 break
-            model = decoder.to(torch_dtype)
+            # omni-cpu's streaming decode, as the stage runs it: chunks that carry the
+            # decoder's state on from a first 1-frame chunk.
+            stream = StreamState(decoder.to(torch_dtype))
+            stream.decode(codes[..., :1])
             times = {frames: float("inf") for frames in (few, many)}
             # The first call at each length pays for allocation and kernel set-up: the
             # best of the later ones counts.
             for attempt in range(3):
                 for frames in (few, many):
                     begin = time.perf_counter()
-                    model(codes[..., :frames])
+                    stream.decode(codes[..., :frames])
                     if attempt:
                         times[frames] = min(times[frames], time.perf_counter() - begin)
             if times[many] <= times[few]:
