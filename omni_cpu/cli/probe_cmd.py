@@ -13,6 +13,8 @@ PROBE_HELP = """Read this machine (or a sysfs/procfs dump of one) and plan a dep
 
 The profile gives each pipeline stage its cores (VLLM_CPU_OMP_THREADS_BIND), KV cache
 bytes, batch limits, dtype and streaming chunk sizes: one pipeline replica per NUMA node.
+It ends with the plan's predicted capacity: streams in real time, one stream's RTF and
+first audio, what stops more streams, and what the prediction assumes.
 
 Examples:
 
@@ -21,6 +23,8 @@ Examples:
   omni-cpu probe --output deploy.yaml        # the profile, to check in
 
   omni-cpu probe --sysroot /tmp/dump --json  # another machine's dump
+
+  omni-cpu probe --sysroot /tmp/dump --weights int8   # its capacity with int8 weights
 
   omni-cpu probe --model 1.7b --max-seqs 4   # another size, smaller batches
 
