@@ -24,7 +24,7 @@ Examples:
 
   omni-cpu probe --sysroot /tmp/dump --json  # another machine's dump
 
-  omni-cpu probe --sysroot /tmp/dump --weights int8   # its capacity with int8 weights
+  omni-cpu probe --sysroot /tmp/dump --weights int8   # its capacity, int8
 
   omni-cpu probe --model 1.7b --max-seqs 4   # another size, smaller batches
 
