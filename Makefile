@@ -28,9 +28,10 @@ test-fast:
 lint:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
-# Regenerate the example profiles from ../shared/sysroots (tests fail when stale).
+# Regenerate the example profiles and the README's capacity table from ../shared/sysroots
+# (tests fail when stale); this tree's code, not the editable install's.
 profiles:
-	$(BIN)/python scripts/make_example_profiles.py
+	PYTHONPATH=$(CURDIR) $(BIN)/python scripts/make_example_profiles.py
 
 # Stage micro-benchmarks on the 0.6B shapes (about 3 minutes; writes
 # benchmarks/stage-micro-results.json). Needs checkpoints/0.6b.

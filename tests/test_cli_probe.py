@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,11 @@ OMNI_CPU = [sys.executable, "-m", "omni_cpu.cli"]
 REPO = Path(__file__).resolve().parent.parent
 
 
-def omni_cpu(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*OMNI_CPU, *args], capture_output=True, text=True, cwd=REPO, timeout=120)
+def omni_cpu(*args: str, env_columns: int | None = None) -> subprocess.CompletedProcess[str]:
+    env = None if env_columns is None else {**os.environ, "COLUMNS": str(env_columns)}
+    return subprocess.run(
+        [*OMNI_CPU, *args], capture_output=True, text=True, cwd=REPO, timeout=120, env=env
+    )
 
 
 def test_probe_json_on_this_machine_keeps_the_documented_contract():
@@ -105,6 +109,27 @@ def test_probe_reads_a_dump_with_sysroot(unpacked_dumps):
     data = json.loads(done.stdout)
     assert data["facts"]["online_cpus"] == "0-95"
     assert len(data["profile"]["replicas"]) == 8
+
+
+@pytest.mark.skipif(not sysroots.available(), reason=sysroots.MISSING_REASON)
+def test_probe_of_another_machine_prints_its_capacity_and_assumptions(unpacked_dumps):
+    dump = next(d for d in sysroots.load_dumps() if d.id == "ul-x86_64-epyc_7451")
+    root = str(unpacked_dumps.root(dump))
+    args = ("probe", "--sysroot", root, "--model", "0.6b", "--weights", "int8")
+    table = omni_cpu(*args, "--json")
+    assert table.returncode == 0, table.stderr
+    profile = json.loads(table.stdout)["profile"]
+    capacity = profile["capacity"]
+    assert (capacity["source"], capacity["weights"]) == ("built-in", "int8")
+    assert capacity["realtime_streams"] == sum(
+        replica["capacity"]["realtime_streams"] for replica in profile["replicas"]
+    )
+    for replica in profile["replicas"]:
+        assert {"rtf_one_stream", "ttfa_s", "realtime_streams", "limit"} <= set(replica["capacity"])
+    text = omni_cpu(*args, env_columns=200).stdout
+    assert "Predicted capacity (built-in, int8 weights)" in text
+    assert "GB/s per core" in text and "ISA class AVX2" in text
+    assert text.count("assumes:") == len(capacity["assumptions"])
 
 
 def test_help_teaches_with_examples():

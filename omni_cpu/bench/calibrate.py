@@ -1,15 +1,26 @@
-"""`probe --calibrate`: measure what the cost model needs, on this machine, in <= 19 s.
+"""`probe --calibrate`: measure what the cost model needs, on this machine, in <= 18 s.
 
-Three measurements, the first and last at batch 1 as the talker and code2wav run:
+Four measurements, at batch 1 as the talker and code2wav run (the kernels at 1-32 rows):
 - weight-streaming bandwidth per core count: matrix-vector products over weight
-  matrices far larger than any cache (torch's linear, the plan's dtype), GB/s of
-  weights read, at 1, 2, 4, ... threads up to the usable physical cores;
-- each linear kernel on the code predictor's shapes at 1-32 rows on every usable
-  core (omni_cpu.platform.kernel_timing), from which the planner picks the kernel
-  per row count (omni_cpu.plan.kernels);
-- code2wav's cost per decoded frame on one core, in float32 and bfloat16: vLLM-Omni's
-  12 Hz decoder with random weights (the 0.6B tokenizer config), the time for 6
-  frames minus the time for 2, over 4.
+  matrices far larger than any cache, GB/s of weights read, at 1, 2, 4, ... threads up
+  to the usable physical cores. In float32 whatever the plan's dtype: torch's float32
+  GEMV streams at about the rate omni-cpu's own GEMV does in every format, where torch's
+  bf16 one at batch 1 is compute-bound on some CPUs. The Intel Xeon, one thread, other
+  work running (2026-12-01): torch bf16 2.8 against float32 8.4 GB/s (21:09); at 21:20
+  `benchmarks/gemv_kernels.py --threads 1 --rows 1`: omni-cpu GEMV bf16 6.5, W8A8 7.3,
+  oneDNN float32 7.1 GB/s, and this measurement 7.4;
+- each linear kernel on the code predictor's shapes at 1-32 rows on every usable core
+  (omni_cpu.platform.kernel_timing), from which the planner picks the kernel per row
+  count (omni_cpu.plan.kernels);
+- the talker step's overhead besides its weights: µs per call of the small torch ops a
+  step is made of (norms, residual adds, activations, a softmax over a few positions,
+  slicing), one thread, 1 x 1024 bf16 activations; the cost model scales its built-in
+  per-step overhead by this over the time of the machine it was fitted on;
+- code2wav's cost per decoded frame and per call on one core, in float32 and bfloat16:
+  vLLM-Omni's 12 Hz decoder with random weights (the 0.6B tokenizer config) through
+  omni-cpu's streaming decode (omni_cpu.platform.code2wav_stream, what the stage runs),
+  chunks carrying its state on; per frame the time of a 6-frame chunk minus a 2-frame
+  one, over 4, per call what the 2-frame chunk leaves.
 
 torch (and vLLM-Omni for the decoder) are imported here only, lazily: the probe
 without --calibrate imports neither. What cannot be measured in the time left is
@@ -27,14 +38,17 @@ from typing import Any
 
 from omni_cpu.plan.speed import Calibration
 
-BUDGET_S = 18.5  # the child that measures code2wav is killed at the end of it
+# The child that measures code2wav is killed at the end of it; with torch's import and the
+# plan, `probe --calibrate` stays under 20 s.
+BUDGET_S = 17.5
 # Per core count: enough rotations through 512 MiB of weights to time reliably.
 BANDWIDTH_BYTES = 512 << 20
 BANDWIDTH_SECONDS = 0.4
+SMALL_OP_SECONDS = 0.3
 CODE2WAV_FRAMES = (2, 6)
-CODE2WAV_RESERVE_S = 10.0
-KERNEL_BUDGET_S = 4.0  # the kernel timings (all formats, kernels, row counts) take ~2-3 s
-KERNEL_ROWS = (1, 4, 8, 16, 32)
+CODE2WAV_RESERVE_S = 12.0
+KERNEL_BUDGET_S = 2.5  # all formats, kernels and row counts: ~1.5-2.5 s on 2 cores
+KERNEL_ROWS = (1, 4, 16, 32)
 
 
 def core_counts(cores: int) -> list[int]:
@@ -54,7 +68,11 @@ def calibrate(
     budget_s: float = BUDGET_S,
     progress: Callable[[str], None] | None = None,
 ) -> Calibration:
-    """Measure this machine; never longer than `budget_s` (what does not fit is skipped)."""
+    """Measure this machine; never longer than `budget_s` (what does not fit is skipped).
+
+    `dtype` is the plan's talker dtype; none of these measurements depends on it.
+    """
+    del dtype
     start = time.perf_counter()
 
     def left() -> float:
@@ -67,7 +85,7 @@ def calibrate(
     code2wav: dict[str, float] = {}
     kernels: dict[str, Any] = {}
     try:
-        torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+        torch_dtype = torch.float32
         rows = 4096
         element = torch.tensor([], dtype=torch_dtype).element_size()
         columns = BANDWIDTH_BYTES // (2 * rows * element)
@@ -87,16 +105,29 @@ def calibrate(
         kernels = _kernel_times(cores, min(KERNEL_BUDGET_S, left() - CODE2WAV_RESERVE_S))
         if kernels.get("ms") and progress:
             progress(f"kernels timed on {cores} thread(s) at rows {KERNEL_ROWS}")
-        code2wav = _code2wav_in_child(left())
-        for name, ms in code2wav.items():
+        small_op_us = 0.0
+        if left() >= SMALL_OP_SECONDS + CODE2WAV_RESERVE_S:
+            torch.set_num_threads(1)
+            small_op_us = _small_op_us(torch)
             if progress:
-                progress(f"code2wav {name}: {ms} ms per frame on one core")
+                progress(f"talker step's small ops: {small_op_us} µs per call on one thread")
+        code2wav = _code2wav_in_child(left())
+        per_frame = {k: v for k, v in code2wav.items() if ":" not in k}
+        per_call = {k.removesuffix(":call"): v for k, v in code2wav.items() if k.endswith(":call")}
+        for name, ms in per_frame.items():
+            if progress:
+                progress(
+                    f"code2wav {name}: {ms} ms per frame, {per_call.get(name, '?')} ms per call "
+                    "on one core"
+                )
     finally:
         torch.set_num_threads(saved_threads)
     return Calibration(
         bandwidth_gb_s=bandwidth,
-        code2wav_ms_per_frame=code2wav,
+        code2wav_ms_per_frame=per_frame,
         seconds=round(time.perf_counter() - start, 1),
+        code2wav_ms_per_call=per_call,
+        small_op_us=small_op_us,
         kernels=kernels,
     )
 
@@ -110,6 +141,36 @@ def _kernel_times(threads: int, budget_s: float) -> dict[str, Any]:
     except ImportError:
         return {}
     return time_kernels(threads, budget_s, rows=KERNEL_ROWS)
+
+
+def _small_op_us(torch: Any) -> float:
+    """µs per small torch call, over about SMALL_OP_SECONDS: the best of six rounds (the
+    quietest one: other work on the cores only ever adds)."""
+    x = torch.ones(1, 1024, dtype=torch.bfloat16)
+    gain = torch.ones(1024, dtype=torch.bfloat16)
+    scores = torch.ones(16, 9, dtype=torch.bfloat16)
+    calls_per_pass = 10
+
+    def one_pass() -> None:
+        # An RMSNorm with its residual add, an activation, attention's softmax, a slice.
+        y = x + x
+        variance = y.float().pow(2).mean(-1, keepdim=True)
+        y = (y * torch.rsqrt(variance + 1e-6)).to(torch.bfloat16) * gain
+        torch.nn.functional.silu(y)
+        torch.softmax(scores, dim=-1)
+        torch.cat((y[:, :512], y[:, 512:]), dim=-1)
+
+    best = float("inf")
+    with torch.no_grad():
+        one_pass()
+        for _ in range(6):
+            passes = 0
+            begin = time.perf_counter()
+            while time.perf_counter() - begin < SMALL_OP_SECONDS / 6:
+                one_pass()
+                passes += 1
+            best = min(best, (time.perf_counter() - begin) / (passes * calls_per_pass))
+    return round(best * 1e6, 2)
 
 
 def _stream_gb_s(torch: Any, weights: list[Any], vector: Any) -> float:
@@ -148,7 +209,8 @@ def _code2wav_in_child(seconds: float) -> dict[str, float]:
 
 
 def _code2wav_ms(torch: Any, left: Callable[[], float]) -> dict[str, float]:
-    """ms per decoded frame on one core per dtype; what time allows, {} without vLLM-Omni."""
+    """ms per decoded frame ("bfloat16") and per call ("bfloat16:call") on one core per dtype;
+    what time allows, {} without vLLM-Omni."""
     try:
         from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
             configuration_qwen3_tts_tokenizer_v2 as tokenizer_config,
@@ -159,6 +221,7 @@ def _code2wav_ms(torch: Any, left: Callable[[], float]) -> dict[str, float]:
     except ImportError:
         return {}
     from omni_cpu.checkpoint.configs import speech_tokenizer_config
+    from omni_cpu.platform.code2wav_stream import StreamState
 
     config = tokenizer_config.Qwen3TTSTokenizerV2Config(**speech_tokenizer_config("0.6b"))
     decoder = tokenizer_model.Qwen3TTSTokenizerV2Decoder._from_config(config.decoder_config)
@@ -170,20 +233,30 @@ def _code2wav_ms(torch: Any, left: Callable[[], float]) -> dict[str, float]:
     codes = torch.randint(0, 2048, (1, groups, max(CODE2WAV_FRAMES)), generator=generator)
     few, many = CODE2WAV_FRAMES
     measured: dict[str, float] = {}
-    with torch.no_grad():
+    with torch.inference_mode():
         for name, torch_dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
             if left() < 2.5:
                 break
-            model = decoder.to(torch_dtype)
-            model(codes[..., :1])  # warm-up: first calls pay for allocation and dispatch
-            times = {}
-            for frames in (few, many):
-                begin = time.perf_counter()
-                model(codes[..., :frames])
-                times[frames] = time.perf_counter() - begin
+            # omni-cpu's streaming decode, as the stage runs it: chunks that carry the
+            # decoder's state on from a first 1-frame chunk.
+            stream = StreamState(decoder.to(torch_dtype))
+            stream.decode(codes[..., :1])
+            times = {frames: float("inf") for frames in (few, many)}
+            # The first call at each length pays for allocation and kernel set-up: the
+            # best of the later ones counts.
+            for attempt in range(3):
+                for frames in (few, many):
+                    begin = time.perf_counter()
+                    stream.decode(codes[..., :frames])
+                    if attempt:
+                        times[frames] = min(times[frames], time.perf_counter() - begin)
             if times[many] <= times[few]:
                 continue  # noise swamped the difference: keep the constant
-            measured[name] = round((times[many] - times[few]) / (many - few) * 1e3, 1)
+            per_frame = (times[many] - times[few]) / (many - few)
+            measured[name] = round(per_frame * 1e3, 1)
+            call = times[few] - few * per_frame
+            if call > 0:
+                measured[f"{name}:call"] = round(call * 1e3, 1)
             print(json.dumps(measured), flush=True)  # what is done survives a kill
     return measured
 

@@ -17,6 +17,13 @@ def _num(value: Any, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def _ratio(measured: Any, predicted: Any) -> str:
+    """measured / predicted as `1.12x (2.40)`: the prediction in brackets."""
+    if measured is None or not predicted:
+        return "n/a"
+    return f"{measured / predicted:.2f}x ({predicted:.2f})"
+
+
 def print_bench(console: Console, data: dict[str, Any]) -> None:
     """Latency and resource tables per level, bandwidth, and how each number is derived."""
     levels = data["levels"]
@@ -24,6 +31,9 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
     for column in ("streams", "reqs", "TTFA p50 s", "TTFA p95 s", "RTF p50", "RTF p95"):
         latency.add_column(column, justify="right")
     latency.add_column("audio-s per wall-s", justify="right")
+    # Measured over predicted (omni_cpu.plan.capacity): 1.00 is the cost model exactly.
+    latency.add_column("RTF / model", justify="right")
+    latency.add_column("TTFA / model", justify="right")
     for level in levels:
         latency.add_row(
             str(level["concurrency"]),
@@ -33,8 +43,18 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
             _num(level["rtf_p50"]),
             _num(level["rtf_p95"]),
             _num(level["audio_s_per_wall_s"]),
+            _ratio(level["rtf_p50"], level.get("predicted_rtf")),
+            _ratio(level["ttfa_p50_s"], level.get("predicted_ttfa_s")),
         )
     console.print(latency)
+    prediction = data.get("prediction") or {}
+    if prediction:
+        console.print(
+            f"[dim]model: {prediction['source']} constants, {prediction['weights']} weights; "
+            + "; ".join(prediction["assumptions"])
+            + "[/]",
+            highlight=False,
+        )
     stages = list(levels[0]["busy_fraction"]) if levels else []
     memory = list(levels[0]["peak_rss_bytes"]) if levels else []
     resources = Table(title="per stage")

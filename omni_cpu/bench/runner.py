@@ -20,6 +20,7 @@ from omni_cpu.errors import InputError
 from omni_cpu.launch.pipeline import startup_dict
 from omni_cpu.launch.plan import LaunchPlan
 from omni_cpu.launch.request import FRAME_SAMPLES, SpeechRequest
+from omni_cpu.plan import capacity
 
 QUERY_TYPES = ("CustomVoice", "VoiceDesign", "Base")
 
@@ -40,6 +41,11 @@ DERIVATIONS = {
     "busy_fraction": "stage CPU seconds / (level wall seconds x stage cores); near 1 means "
     "spinning or fully busy, so CPU time cannot separate work from waiting",
     "peak_rss_bytes": "sum of VmHWM of each stage's processes (each its own peak since start)",
+    "predicted_rtf": "the cost model (omni_cpu.plan.capacity) for this profile, level and "
+    "request length: first audio + the other frames at the level's frame interval + the last "
+    "chunk's decode, over the audio; compare with rtf_p50",
+    "predicted_ttfa_s": "the cost model's first audio at the level: the prompts' prefill, one "
+    "step, the first chunk's decode; compare with ttfa_p50_s",
 }
 
 
@@ -83,11 +89,15 @@ class Level:
     peak_rss_bytes: dict[str, int]
     talker_step_ms: float | None = None
     code_predictor_ms: float | None = None
+    predicted_rtf: float | None = None
+    predicted_ttfa_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency,
             **self.summary,
+            "predicted_rtf": self.predicted_rtf,
+            "predicted_ttfa_s": self.predicted_ttfa_s,
             "talker_step_ms": self.talker_step_ms,
             "code_predictor_ms": self.code_predictor_ms,
             "code2wav_ms_per_frame": self.code2wav_ms_per_frame,
@@ -114,6 +124,8 @@ class BenchResult:
     startup: dict[str, float] = field(default_factory=dict)  # launch.pipeline.STARTUP_PHASES
     levels: list[Level] = field(default_factory=list)
     stage_read: dict[str, Any] | None = None  # bandwidth.stage_read of the talker's CPUs
+    # What the predictions assume: omni_cpu.plan.capacity's source, weights, assumptions.
+    prediction: dict[str, Any] = field(default_factory=dict)
 
     def weight_streaming(self) -> dict[str, Any]:
         single = next((lv for lv in self.levels if lv.concurrency == 1), None)
@@ -138,6 +150,7 @@ class BenchResult:
             "talker_read_bandwidth": self.stage_read,
             "weight_streaming": self.weight_streaming(),
             "levels": [level.to_dict() for level in self.levels],
+            "prediction": self.prediction,
             "derivations": DERIVATIONS,
         }
 
@@ -209,8 +222,10 @@ def run_bench(
     stage_cpus = stage_cpus_of(plan)
     weights = plan.profile.env.get(WEIGHTS_ENV, "model")
     talker_dtype = plan.profile.replicas[plan.replica].stage(0).dtype
-    weight_bytes = footprint_for_model(plan.model).streamed_bytes_per_frame(
-        "int8" if weights == "int8" else talker_dtype
+    footprint = footprint_for_model(plan.model)
+    weight_bytes = footprint.streamed_bytes_per_frame(talker_dtype, weights)
+    speed = capacity.profile_speed_inputs(
+        plan.profile, plan.replica, footprint, envs.OMNI_CPU_CODE2WAV or "stream"
     )
     progress("measuring memory bandwidth (triad) before the engines start")
     triad = triad_bandwidth(triad_bytes) if triad_bytes else triad_bandwidth()
@@ -228,6 +243,7 @@ def run_bench(
         weight_bytes,
         weights,
         stage_read=talker_read,
+        prediction=capacity.prediction_dict(plan.profile, plan.replica, speed),
     )
     # Stage workers inherit this and log each step's wall time (read per level).
     if not envs.OMNI_CPU_STEP_LOG:
@@ -245,7 +261,11 @@ def run_bench(
         for concurrency in levels:
             count = requests_per_level or concurrency
             progress(f"concurrency {concurrency}: {count} request(s)")
-            result.levels.append(
-                _level(session, concurrency, make_requests(count), groups, stage_cpus, step_dir)
+            level = _level(session, concurrency, make_requests(count), groups, stage_cpus, step_dir)
+            # The request length that arrived (the talker may deliver one frame short).
+            length = level.summary.get("frames_per_request_p50") or frames
+            level.predicted_rtf, level.predicted_ttfa_s = capacity.predict_request(
+                plan.profile, plan.replica, speed, concurrency, round(length)
             )
+            result.levels.append(level)
     return result

@@ -7,12 +7,14 @@ from pathlib import Path
 import typer
 
 from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json
-from omni_cpu.cli.render import facts_table, profile_table
+from omni_cpu.cli.render import capacity_table, facts_table, profile_table
 
 PROBE_HELP = """Read this machine (or a sysfs/procfs dump of one) and plan a deploy profile.
 
 The profile gives each pipeline stage its cores (VLLM_CPU_OMP_THREADS_BIND), KV cache
 bytes, batch limits, dtype and streaming chunk sizes: one pipeline replica per NUMA node.
+It ends with the plan's predicted capacity: streams in real time, one stream's RTF and
+first audio, what stops more streams, and what the prediction assumes.
 
 Examples:
 
@@ -22,9 +24,11 @@ Examples:
 
   omni-cpu probe --sysroot /tmp/dump --json  # another machine's dump
 
+  omni-cpu probe --sysroot /tmp/dump --weights int8   # its capacity, int8
+
   omni-cpu probe --model 1.7b --max-seqs 4   # another size, smaller batches
 
-  omni-cpu probe --calibrate --output deploy.yaml   # measure first (<= 19 s)
+  omni-cpu probe --calibrate --output deploy.yaml   # measure first (<= 20 s)
 
 Exit codes: 0 planned; 5 the machine cannot hold the model (the facts still print,
 and one line says what it needs and what would fit); 6 the machine (or dump)
@@ -69,9 +73,10 @@ def probe(
     calibrate: bool = typer.Option(
         False,
         "--calibrate",
-        help="Measure weight-streaming bandwidth per core count, code2wav's cost per "
-        "frame and each linear kernel at 1-32 rows here first (<= 19 s, needs the runtime); "
-        "the plan uses and keeps them, and picks the kernel per row count from them.",
+        help="Measure weight-streaming bandwidth per core count, each linear kernel at 1-32 "
+        "rows, the talker step's small-op time and code2wav's cost per frame and per call "
+        "here first (<= 20 s, needs the runtime); the plan, its kernel choice and its "
+        "predicted capacity use them, and the profile keeps them.",
     ),
 ) -> None:
     from omni_cpu.hardware.probe import read_facts
@@ -109,12 +114,32 @@ def probe(
         return
     console.print(facts_table(facts))
     console.print(profile_table(profile))
+    print_capacity(profile)
     for note in profile.notes:
         console.print(f"[yellow]note:[/] {note}")
     if output is not None:
         err_console.print(f"wrote {output}")
     else:
         console.print("[dim]write it with --output FILE; check it later with omni-cpu validate[/]")
+
+
+def print_capacity(profile) -> None:
+    """The predicted capacity, why each replica stops where it does, and what it assumes."""
+    from omni_cpu.cpulist import format_cpu_list
+
+    table = capacity_table(profile)
+    if table is None:
+        return
+    console.print(table)
+    limits: dict[str, list[int]] = {}
+    for replica in profile.replicas:
+        if replica.capacity is not None:
+            limits.setdefault(replica.capacity.limit, []).append(replica.index)
+    for limit, indexes in limits.items():
+        which = "replica" + ("s" if len(indexes) > 1 else "")
+        console.print(f"[dim]{which} {format_cpu_list(indexes)} limit:[/] {limit}", highlight=False)
+    for line in profile.capacity.assumptions:
+        console.print(f"[dim]assumes:[/] {line}", highlight=False)
 
 
 def _calibrate(facts, dtype: str | None, quiet: bool):
@@ -139,9 +164,9 @@ def _calibrate(facts, dtype: str | None, quiet: bool):
         measured = calibrate(cores, dtype or choose_dtype(facts), progress=progress)
     except ImportError as missing:
         raise RuntimeMissingError(f"--calibrate needs torch ({missing})", "make setup") from None
-    if not measured.bandwidth_gb_s and not measured.code2wav_ms_per_frame:
+    if not (measured.bandwidth_gb_s or measured.code2wav_ms_per_frame or measured.small_op_us):
         err_console.print(
-            "[yellow]calibrate:[/] nothing measured within 19 s (a busy machine?): "
+            "[yellow]calibrate:[/] nothing measured within 18 s (a busy machine?): "
             "planning with the stated constants"
         )
         return None

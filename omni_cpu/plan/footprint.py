@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_cpu.errors import ModelError
+from omni_cpu.plan.costs import WEIGHT_FORMATS
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1}
 KNOWN_SIZES = ("0.6b", "1.7b", "tiny")
@@ -31,6 +32,12 @@ KIND_OF_MODEL_TYPE = {
     "voice_design": "voice-design",
     "base": "base",
 }
+
+
+def linear_weight_bytes(dtype: str, weights: str = "model") -> float:
+    """Bytes of one talker linear-layer weight in a weight format (costs.WEIGHT_FORMATS)."""
+    packed = WEIGHT_FORMATS[weights].bytes_per_weight
+    return DTYPE_BYTES[dtype] if packed is None else packed
 
 
 @dataclass(frozen=True)
@@ -57,23 +64,23 @@ class ModelFootprint:
     # heads): what `--weights int8` packs to one byte each.
     talker_linear_params: int = 0
 
-    def streamed_bytes_per_frame(self, dtype: str) -> int:
-        """Bytes of weights one frame streams at batch 1 (`int8` counts one byte each)."""
-        return self.streamed_params_per_frame * DTYPE_BYTES[dtype]
+    def streamed_bytes_per_frame(self, dtype: str, weights: str = "model") -> int:
+        """Bytes of weights one frame streams at batch 1, in the weight format `weights`."""
+        return int(self.streamed_params_per_frame * linear_weight_bytes(dtype, weights))
 
     def talker_weight_bytes(self, dtype: str, weights: str = "model") -> int:
         """The talker stage: talker, code predictor, speaker encoder and tokenizer encoder.
 
-        With int8 weights the talker's and code predictor's linear layers take one byte each.
+        In a packed weight format (`--weights int8`) the talker's and code predictor's
+        linear layers take that format's bytes each; the rest keeps the stage dtype.
         """
         encoders = (
             self.speaker_encoder_params * DTYPE_BYTES[dtype]
             + self.tokenizer_encoder_params * DTYPE_BYTES[TOKENIZER_ENCODER_DTYPE]
         )
-        if weights == "int8":
-            rest = self.talker_params - self.talker_linear_params
-            return rest * DTYPE_BYTES[dtype] + self.talker_linear_params + encoders
-        return self.talker_params * DTYPE_BYTES[dtype] + encoders
+        rest = self.talker_params - self.talker_linear_params
+        linear = self.talker_linear_params * linear_weight_bytes(dtype, weights)
+        return int(rest * DTYPE_BYTES[dtype] + linear) + encoders
 
     def code2wav_weight_bytes(self, dtype: str) -> int:
         return self.code2wav_params * DTYPE_BYTES[dtype]

@@ -6,6 +6,7 @@ reviewer can check a plan against the machine by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from omni_cpu import __version__
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
+from omni_cpu.plan.capacity import isa_class, machine_capacity, replica_capacity, stage_cores
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.kernels import describe as describe_kernels
 from omni_cpu.plan.kernels import kernel_env
@@ -357,6 +359,22 @@ def plan_profile(
         replica, chunk = _replica(index, node, facts, footprint, options, speed, len(nodes), notes)
         replicas.append(replica)
         chunks.append(chunk)
+    # What the plan carries, for the chunk every replica streams with.
+    replicas = [
+        dataclasses.replace(
+            replica,
+            capacity=replica_capacity(
+                replica, max(chunks), speed, costs.INITIAL_CODEC_CHUNK_FRAMES
+            ),
+        )
+        for replica in replicas
+    ]
+    capacity = machine_capacity(
+        replicas,
+        speed,
+        isa_class(facts.architecture, facts.isa),
+        stage_cores(replicas[0]).talker_cores,
+    )
     env = {
         # The code predictor's torch.compile costs 45-90 s of start-up for ~12 %.
         "VLLM_OMNI_CPU_INDUCTOR": "0",
@@ -381,4 +399,5 @@ def plan_profile(
         replicas=tuple(replicas),
         env=env,
         notes=tuple(dict.fromkeys(notes)),
+        capacity=capacity,
     )

@@ -1,10 +1,12 @@
 """The cost model: a stream's time per frame for a core split, from constants or a calibration.
 
-Pure. Without a calibration every number is a constant of omni_cpu.plan.costs,
-stated with where it was measured. With one (`omni-cpu probe --calibrate`, kept in
-the profile's machine block) the talker's time follows this machine's measured
-weight-streaming bandwidth per core count and code2wav's its measured cost per
-frame in each dtype.
+Pure. The talker's step is its weights' bytes per frame over the bandwidth of the
+stage's cores plus a per-step overhead that is not weight streaming; code2wav's
+time per new frame is its decoder's per frame plus each chunk's fixed cost, spread
+over the chunk. Without a calibration every number is a constant of
+omni_cpu.plan.costs, stated with where it was measured; with one (`omni-cpu probe
+--calibrate`, kept in the profile's machine block) the bandwidth per core count, the
+small-op time behind the overhead and code2wav's costs are this machine's.
 """
 
 from __future__ import annotations
@@ -27,26 +29,39 @@ class Calibration:
     # dtype -> ms of one core per decoded code2wav frame.
     code2wav_ms_per_frame: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0  # how long the measurement took
+    # dtype -> ms of one core per code2wav decoder call beyond its frames.
+    code2wav_ms_per_call: dict[str, float] = field(default_factory=dict)
+    # µs per call of the small torch ops a talker step is made of, one thread (0: not measured).
+    small_op_us: float = 0.0
     # omni_cpu.platform.kernel_timing: {"threads", "ms": {format: {kernel: {rows: ms}}}};
     # omni_cpu.plan.kernels turns it into the profile's kernel settings.
     kernels: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "bandwidth_gb_s": {str(k): v for k, v in sorted(self.bandwidth_gb_s.items())},
             "code2wav_ms_per_frame": dict(sorted(self.code2wav_ms_per_frame.items())),
             "seconds": self.seconds,
             **({"kernels": _kernel_times(self.kernels)} if self.kernels.get("ms") else {}),
         }
+        # Written only when measured, so profiles calibrated before them read back the same.
+        if self.code2wav_ms_per_call:
+            data["code2wav_ms_per_call"] = dict(sorted(self.code2wav_ms_per_call.items()))
+        if self.small_op_us:
+            data["small_op_us"] = self.small_op_us
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Calibration:
+        def per_dtype(key: str) -> dict[str, float]:
+            return {str(k): float(v) for k, v in data.get(key, {}).items()}
+
         return cls(
             bandwidth_gb_s={int(k): float(v) for k, v in data.get("bandwidth_gb_s", {}).items()},
-            code2wav_ms_per_frame={
-                str(k): float(v) for k, v in data.get("code2wav_ms_per_frame", {}).items()
-            },
+            code2wav_ms_per_frame=per_dtype("code2wav_ms_per_frame"),
             seconds=float(data.get("seconds", 0.0)),
+            code2wav_ms_per_call=per_dtype("code2wav_ms_per_call"),
+            small_op_us=float(data.get("small_op_us", 0.0)),
             kernels=_kernel_times(data.get("kernels") or {}),
         )
 
@@ -81,62 +96,100 @@ class SpeedInputs:
     code2wav_dtype: str
     weights: str = "model"
     calibration: Calibration | None = None
+    code2wav_decode: str = "stream"  # OMNI_CPU_CODE2WAV: stream or recompute
+
+    @property
+    def weight_format(self) -> str:
+        """The talker's weights as a user names them: int8, or the stage dtype."""
+        return self.talker_dtype if self.weights == "model" else self.weights
 
 
 def _speedup(cores: int, efficiency: float) -> float:
     return 1 + (max(cores, 1) - 1) * efficiency
 
 
+def talker_bandwidth_gb_s(cores: int, inputs: SpeedInputs) -> float:
+    """GB/s the talker's cores stream weights at: measured, else per core up to a node's."""
+    measured = inputs.calibration.bandwidth(cores) if inputs.calibration else None
+    if measured:
+        return measured
+    return min(max(cores, 1) * costs.GEMV_GB_S_PER_CORE, costs.NODE_READ_GB_S)
+
+
+def talker_overhead_ms(inputs: SpeedInputs) -> float:
+    """The step's time that is not weight streaming, at one stream."""
+    overhead = costs.WEIGHT_FORMATS[inputs.weights].step_overhead_ms
+    measured = inputs.calibration.small_op_us if inputs.calibration else 0.0
+    return overhead * measured / costs.REFERENCE_SMALL_OP_US if measured else overhead
+
+
+def talker_step_ms(cores: int, inputs: SpeedInputs, streams: int = 1) -> float:
+    """One talker step (a frame for each of `streams` streams) on `cores` cores."""
+    streamed = inputs.footprint.streamed_bytes_per_frame(inputs.talker_dtype, inputs.weights)
+    one = streamed / (talker_bandwidth_gb_s(cores, inputs) * 1e9) * 1e3
+    one += talker_overhead_ms(inputs)
+    return one * (1 + (max(streams, 1) - 1) * costs.TALKER_STEP_GROWTH_PER_STREAM)
+
+
 def talker_ms(cores: int, inputs: SpeedInputs) -> float:
     """The talker stage's time per frame at batch 1 on `cores` cores."""
+    return talker_step_ms(cores, inputs)
+
+
+def code2wav_costs(inputs: SpeedInputs) -> tuple[float, float]:
+    """Code2wav's ms per decoded frame and per call on one core (measured, else constants)."""
+    dtype = inputs.code2wav_dtype
     calibration = inputs.calibration
-    if calibration is not None and calibration.bandwidth(cores):
-        weights_dtype = "int8" if inputs.weights == "int8" else inputs.talker_dtype
-        streamed = inputs.footprint.streamed_bytes_per_frame(weights_dtype)
-        bandwidth = calibration.bandwidth(cores) or 1.0
-        return streamed / (bandwidth * 1e9) * 1e3 * costs.TALKER_MS_PER_STREAMED_MS
-    table = (
-        costs.INT8_TALKER_CORE_MS_PER_FRAME
-        if inputs.weights == "int8"
-        else costs.TALKER_CORE_MS_PER_FRAME
+    per_frame = (calibration.code2wav_ms_per_frame if calibration else {}).get(dtype)
+    per_call = (calibration.code2wav_ms_per_call if calibration else {}).get(dtype)
+    return (
+        costs.CODE2WAV_CORE_MS_PER_FRAME[dtype] if per_frame is None else per_frame,
+        costs.CODE2WAV_CORE_MS_PER_CALL[dtype] if per_call is None else per_call,
     )
-    efficiency = (
-        costs.INT8_PARALLEL_EFFICIENCY
-        if inputs.weights == "int8"
-        else costs.PARALLEL_EFFICIENCY[inputs.talker_dtype]
-    )
-    return table[inputs.talker_dtype] / _speedup(cores, efficiency)
+
+
+def code2wav_chunk_core_ms(frames: int, inputs: SpeedInputs) -> float:
+    """One chunk of `frames` new frames through the code2wav stage, on one core."""
+    per_frame, per_call = code2wav_costs(inputs)
+    recomputed = costs.CODEC_RECOMPUTED_FRAMES[inputs.code2wav_decode]
+    decoded = per_frame * (frames + recomputed) + costs.CODE2WAV_STAGE_MS_PER_FRAME * frames
+    return decoded + per_call + costs.CODEC_ENGINE_CALL_MS
 
 
 def code2wav_core_ms(chunk_frames: int, inputs: SpeedInputs) -> float:
     """Code2wav work per new frame on one core, with each chunk's re-decoded earlier frames
     (none with omni-cpu's streaming decode; 12 on vLLM-Omni's recompute path) and
     its share of the chunk's fixed cost."""
-    dtype = inputs.code2wav_dtype
-    measured = inputs.calibration.code2wav_ms_per_frame if inputs.calibration else {}
-    per_frame = measured.get(dtype, costs.CODE2WAV_CORE_MS_PER_FRAME[dtype])
-    decoded = per_frame * (chunk_frames + costs.CODEC_RECOMPUTED_FRAMES)
-    return (decoded + costs.CODEC_CHUNK_CALL_MS) / chunk_frames
+    return code2wav_chunk_core_ms(chunk_frames, inputs) / chunk_frames
+
+
+def code2wav_chunk_ms(frames: int, cores: int, inputs: SpeedInputs) -> float:
+    """One chunk of `frames` new frames through the code2wav stage on `cores` cores."""
+    efficiency = costs.CODE2WAV_PARALLEL_EFFICIENCY[inputs.code2wav_dtype]
+    return code2wav_chunk_core_ms(frames, inputs) / _speedup(cores, efficiency)
 
 
 def code2wav_ms(cores: int, chunk_frames: int, inputs: SpeedInputs) -> float:
-    efficiency = costs.PARALLEL_EFFICIENCY[inputs.code2wav_dtype]
-    return code2wav_core_ms(chunk_frames, inputs) / _speedup(cores, efficiency)
+    """Code2wav's time per new frame of one stream on `cores` cores."""
+    return code2wav_chunk_ms(chunk_frames, cores, inputs) / chunk_frames
 
 
-def frame_ms(talker_cores: int, compute: int, chunk_frames: int, inputs: SpeedInputs) -> float:
-    """A stream's time per frame: the slower stage of a split, or both stages in turn.
+def frame_ms(
+    talker_cores: int, compute: int, chunk_frames: int, inputs: SpeedInputs, streams: int = 1
+) -> float:
+    """The time between a stream's frames with `streams` streams running: the slower stage
+    of a split, or both stages in turn.
 
     Sharing, each stage runs on every core but the other's idle OpenMP threads spin
     on them (measured: a stage beside another's spinner loses ~22 %).
     """
-    if talker_cores == SHARED or compute < 2:
-        both = talker_ms(compute, inputs) + code2wav_ms(compute, chunk_frames, inputs)
-        return both / (1 - costs.SHARED_SPIN_LOSS)
-    return max(
-        talker_ms(talker_cores, inputs),
-        code2wav_ms(compute - talker_cores, chunk_frames, inputs),
+    decode = streams * code2wav_ms(
+        compute if talker_cores == SHARED else compute - talker_cores, chunk_frames, inputs
     )
+    if talker_cores == SHARED or compute < 2:
+        both = talker_step_ms(compute, inputs, streams) + decode
+        return both / (1 - costs.SHARED_SPIN_LOSS)
+    return max(talker_step_ms(talker_cores, inputs, streams), decode)
 
 
 def best_split(compute: int, chunk_frames: int, inputs: SpeedInputs) -> int:

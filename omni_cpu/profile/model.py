@@ -50,6 +50,35 @@ class StagePlan:
 
 
 @dataclass(frozen=True)
+class ReplicaCapacity:
+    """What the cost model predicts one replica carries (omni_cpu.plan.capacity).
+
+    Read by people sizing a machine and checked by `bench`; no process is configured by it.
+    """
+
+    source: str  # "calibrated" (probe --calibrate on this machine) or "built-in" constants
+    weights: str  # the talker's weight format: its dtype, or int8
+    rtf_one_stream: float  # wall / audio of one steady stream
+    ttfa_s: float  # one stream's first audio
+    realtime_streams: int  # the most concurrent streams with RTF <= 1 (<= max_num_seqs)
+    talker_step_ms: float  # one decode step at one stream
+    talker_step_ms_at_max_seqs: float  # one decode step with max_num_seqs streams
+    max_num_seqs: int  # the batch the step above is for
+    code2wav_ms_per_frame: float  # one stream's new frame on its cores, chunk costs included
+    limit: str  # why realtime_streams is not higher
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The whole machine's predicted real-time streams and what the prediction assumes."""
+
+    realtime_streams: int
+    source: str
+    weights: str
+    assumptions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Replica:
     """One whole pipeline (talker + code2wav) on one NUMA node or group of nearest nodes."""
 
@@ -57,6 +86,7 @@ class Replica:
     numa_node: int  # its home: the first node its memory comes from
     frontend_cpus: str  # taskset of the API server / driver; "" = none reserved
     stages: tuple[StagePlan, ...]
+    capacity: ReplicaCapacity | None = None  # None in profiles written before issue 23
 
     def stage(self, stage_id: int) -> StagePlan:
         for stage in self.stages:
@@ -105,6 +135,7 @@ class Profile:
     # custom-voice, voice-design or base: the kind the plan counted ("" in older profiles)
     model_kind: str = ""
     schema_version: int = PROFILE_SCHEMA_VERSION
+    capacity: Capacity | None = None  # None in profiles written before issue 23
 
     @property
     def stages(self) -> tuple[StagePlan, ...]:

@@ -6,6 +6,7 @@ that is wrong and what it should be.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,11 @@ from omni_cpu.profile.emit import emit_mapping
 from omni_cpu.profile.model import (
     DTYPES,
     READABLE_SCHEMA_VERSIONS,
+    Capacity,
     MachineStamp,
     Profile,
     Replica,
+    ReplicaCapacity,
     StagePlan,
     Streaming,
 )
@@ -45,6 +48,18 @@ COMMENTS = {
     "omni_cpu.machine.calibration.bandwidth_gb_s": "cores -> GB/s of weights streamed",
     "omni_cpu.machine.calibration.code2wav_ms_per_frame": "one core, per dtype",
     "omni_cpu.machine.calibration.kernels": "ms per code-predictor layer: format, kernel, rows",
+    "omni_cpu.machine.calibration.code2wav_ms_per_call": "one core, per dtype",
+    "omni_cpu.machine.calibration.small_op_us": "one thread: the talker step's small ops",
+    "omni_cpu.capacity": "predicted by omni_cpu.plan.capacity, for people; no process reads it",
+    "omni_cpu.capacity.realtime_streams": "streams at RTF <= 1, every replica together",
+    "omni_cpu.capacity.source": "calibrated (probe --calibrate here) or built-in",
+    "omni_cpu.capacity.weights": "the talker's weight format",
+    "omni_cpu.replicas[].capacity": "this replica's predicted capacity",
+    "omni_cpu.replicas[].capacity.rtf_one_stream": "wall / audio, one steady stream",
+    "omni_cpu.replicas[].capacity.ttfa_s": "one stream's first audio",
+    "omni_cpu.replicas[].capacity.realtime_streams": "streams at RTF <= 1 (<= max_num_seqs)",
+    "omni_cpu.replicas[].capacity.talker_step_ms_at_max_seqs": "one step, max_num_seqs streams",
+    "omni_cpu.replicas[].capacity.max_num_seqs": "the streams of the step above",
     "omni_cpu.env": "environment of every stage process",
     "omni_cpu.env.VLLM_OMNI_CPU_INDUCTOR": "code predictor torch.compile (1 = on)",
     "omni_cpu.env.OMNI_CPU_WEIGHTS": "talker weights: model (checkpoint dtype) or int8",
@@ -105,16 +120,22 @@ def _omni_block(profile: Profile) -> dict[str, Any]:
         },
         "env": dict(profile.env),
         "notes": list(profile.notes),
+        **({"capacity": _capacity_dict(profile.capacity)} if profile.capacity else {}),
         "replicas": [
             {
                 "index": replica.index,
                 "numa_node": replica.numa_node,
                 "frontend_cpus": replica.frontend_cpus,
                 "stages": [_replica_stage(stage) for stage in replica.stages],
+                **({"capacity": dataclasses.asdict(replica.capacity)} if replica.capacity else {}),
             }
             for replica in profile.replicas
         ],
     }
+
+
+def _capacity_dict(capacity: Capacity) -> dict[str, Any]:
+    return {**dataclasses.asdict(capacity), "assumptions": list(capacity.assumptions)}
 
 
 def _replica_stage(stage: StagePlan) -> dict[str, Any]:
@@ -276,7 +297,14 @@ def _calibration(data: dict[str, Any], path: str) -> dict[str, Any]:
     from omni_cpu.plan.speed import Calibration
 
     reader = _Reader(data, path)
-    reader.only("bandwidth_gb_s", "code2wav_ms_per_frame", "seconds", "kernels")
+    reader.only(
+        "bandwidth_gb_s",
+        "code2wav_ms_per_frame",
+        "seconds",
+        "code2wav_ms_per_call",
+        "small_op_us",
+        "kernels",
+    )
     try:
         return Calibration.from_dict(data).to_dict()
     except (TypeError, ValueError, AttributeError):
@@ -284,6 +312,44 @@ def _calibration(data: dict[str, Any], path: str) -> dict[str, Any]:
             f"{path} must map core counts to GB/s and dtypes to ms",
             "rerun `omni-cpu probe --calibrate --output FILE`",
         ) from None
+
+
+def _number(reader: _Reader, key: str) -> float:
+    value = reader.get(key, (int, float))
+    if value < 0:
+        raise ProfileError(f"{reader._key(key)} must not be negative ({value})")
+    return float(value)
+
+
+def _replica_capacity(replica: _Reader) -> ReplicaCapacity:
+    """A replica's predicted capacity, as `_omni_block` writes it (written, never planned from)."""
+    reader = replica.child("capacity")
+    reader.only(*(f.name for f in dataclasses.fields(ReplicaCapacity)))
+    return ReplicaCapacity(
+        source=reader.get("source", str),
+        weights=reader.get("weights", str),
+        rtf_one_stream=_number(reader, "rtf_one_stream"),
+        ttfa_s=_number(reader, "ttfa_s"),
+        realtime_streams=reader.non_negative("realtime_streams"),
+        talker_step_ms=_number(reader, "talker_step_ms"),
+        talker_step_ms_at_max_seqs=_number(reader, "talker_step_ms_at_max_seqs"),
+        max_num_seqs=reader.positive("max_num_seqs"),
+        code2wav_ms_per_frame=_number(reader, "code2wav_ms_per_frame"),
+        limit=reader.get("limit", str),
+    )
+
+
+def _capacity(reader: _Reader) -> Capacity:
+    reader.only(*(f.name for f in dataclasses.fields(Capacity)))
+    assumptions = reader.get("assumptions", list)
+    if not all(isinstance(line, str) for line in assumptions):
+        raise ProfileError(f"{reader.path}.assumptions must be a list of strings")
+    return Capacity(
+        realtime_streams=reader.non_negative("realtime_streams"),
+        source=reader.get("source", str),
+        weights=reader.get("weights", str),
+        assumptions=tuple(assumptions),
+    )
 
 
 def _streaming(root: _Reader) -> Streaming:
@@ -360,6 +426,7 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
         "machine",
         "env",
         "notes",
+        "capacity",
         "replicas",
     )
     version = omni.get("schema_version", int)
@@ -380,7 +447,7 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
     sizes = _stage_sizes(root)
     replicas = []
     for replica in omni.items("replicas"):
-        replica.only("index", "numa_node", "frontend_cpus", "stages")
+        replica.only("index", "numa_node", "frontend_cpus", "stages", "capacity")
         stages = []
         for stage in replica.items("stages"):
             stage_id = stage.non_negative("stage_id")
@@ -399,6 +466,7 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
                 numa_node=replica.non_negative("numa_node"),
                 frontend_cpus=replica.cpu_list("frontend_cpus", allow_empty=True),
                 stages=tuple(stages),
+                capacity=_replica_capacity(replica) if "capacity" in replica.data else None,
             )
         )
     if not replicas:
@@ -415,6 +483,7 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
         replicas=tuple(replicas),
         env=dict(env),
         notes=tuple(str(note) for note in notes),
+        capacity=_capacity(omni.child("capacity")) if "capacity" in omni.data else None,
     )
     _check_platform_env(root, profile)
     return profile

@@ -28,6 +28,8 @@ LEVEL_KEYS = {
     "busy_fraction",
     "stage_cpu_s",
     "peak_rss_bytes",
+    "predicted_rtf",
+    "predicted_ttfa_s",
 }
 
 
@@ -112,3 +114,30 @@ def test_start_up_is_reported_phase_by_phase(bench: dict) -> None:
     startup = bench["startup"]
     assert startup["engines_s"] > 0 and startup["runtime_import_s"] > 0
     assert startup["total_s"] >= startup["engines_s"]
+
+
+def test_every_level_carries_the_cost_models_prediction_beside_the_measurement(bench: dict) -> None:
+    for level in bench["levels"]:
+        assert level["predicted_rtf"] > 0 and level["predicted_ttfa_s"] > 0
+    one, two = bench["levels"]
+    # Two streams share the talker's step and code2wav: neither faster nor sooner than one.
+    assert two["predicted_rtf"] >= one["predicted_rtf"]
+    assert two["predicted_ttfa_s"] >= one["predicted_ttfa_s"]
+    prediction = bench["prediction"]
+    assert prediction["source"] in ("built-in", "calibrated")
+    assert prediction["weights"] in ("bfloat16", "float32")
+    assert any("GB/s" in line for line in prediction["assumptions"])
+    assert {"predicted_rtf", "predicted_ttfa_s"} <= set(bench["derivations"])
+
+
+def test_the_table_shows_measured_over_predicted(bench: dict) -> None:
+    from rich.console import Console
+
+    from omni_cpu.bench.report import print_bench
+
+    console = Console(record=True, width=200)
+    print_bench(console, bench)
+    text = console.export_text()
+    assert "RTF / model" in text and "TTFA / model" in text
+    one = bench["levels"][0]
+    assert f"{one['rtf_p50'] / one['predicted_rtf']:.2f}x ({one['predicted_rtf']:.2f})" in text

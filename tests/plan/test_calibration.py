@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,8 @@ def test_bandwidth_that_does_not_grow_with_cores_splits_the_stages():
 
 
 def test_bandwidth_that_doubles_with_cores_shares_them():
-    scaling = Calibration(bandwidth_gb_s={1: 16.0, 2: 32.0}, code2wav_ms_per_frame={"bfloat16": 46})
+    # Slow enough that streaming, not the step's fixed overhead, is most of the step.
+    scaling = Calibration(bandwidth_gb_s={1: 5.0, 2: 10.0}, code2wav_ms_per_frame={"bfloat16": 46})
     profile = plan(scaling)
     assert profile.stages[0].cpus == profile.stages[1].cpus == "0-1"
     assert any("calibrated" in note for note in profile.notes)
@@ -62,3 +64,29 @@ def test_probe_without_calibrate_imports_no_torch():
     )
     assert done.returncode == 0, done.stderr
     assert "HEAVY=\n" in done.stderr
+
+
+def test_a_calibration_written_before_small_ops_and_calls_reads_back_the_same():
+    older = {
+        "bandwidth_gb_s": {"1": 11.4},
+        "code2wav_ms_per_frame": {"bfloat16": 51.3},
+        "seconds": 9.0,
+    }
+    assert Calibration.from_dict(older).to_dict() == older
+
+
+def test_small_op_time_and_code2wav_calls_travel_in_the_profile_and_move_the_plan():
+    measured = Calibration(
+        {1: 13.0, 2: 20.0},
+        {"bfloat16": 30.0},
+        12.0,
+        code2wav_ms_per_call={"bfloat16": 45.0},
+        small_op_us=6.0,
+    )
+    profile = plan(measured)
+    loaded = parse_profile(dump_profile(profile))
+    assert Calibration.from_dict(loaded.machine.calibration) == measured
+    # Twice the reference small-op time: twice the built-in per-step overhead.
+    slower = profile.replicas[0].capacity.talker_step_ms
+    quicker = plan(dataclasses.replace(measured, small_op_us=3.0)).replicas[0].capacity
+    assert slower > quicker.talker_step_ms

@@ -120,7 +120,8 @@ def test_chunk_is_the_smallest_code2wav_keeps_up_with():
     # 2 cores, 1 + 1: a 10-frame chunk's fixed cost still leaves code2wav ahead.
     assert choose_chunk_frames(1, 2, fast) == costs.CODEC_CHUNK_FRAMES_CHOICES[0] == 10
     # A code2wav that only just keeps up per frame cannot pay for small chunks' calls.
-    tight = talker_ms(1, fast) - costs.CODEC_CHUNK_CALL_MS / 40
+    call_ms = costs.CODE2WAV_CORE_MS_PER_CALL["bfloat16"] + costs.CODEC_ENGINE_CALL_MS
+    tight = talker_ms(1, fast) - costs.CODE2WAV_STAGE_MS_PER_FRAME - call_ms / 40
     slow = SpeedInputs(
         FOOTPRINT,
         "bfloat16",

@@ -1,0 +1,284 @@
+"""What a plan can carry: streams in real time, one stream's RTF and first audio.
+
+Pure, on the cost model of omni_cpu.plan.speed. A stream is real time while its
+frames (80 ms of audio each) come at least every 80 ms; with b streams running, a
+frame comes every `frame_ms(..., streams=b)`: the talker's step for all b, or
+code2wav's b frames, whichever is slower (both in turn where they share cores).
+First audio is the prompt's prefill, one step, and code2wav's first 1-frame chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.plan import costs
+from omni_cpu.plan.footprint import ModelFootprint
+from omni_cpu.plan.speed import (
+    SHARED,
+    Calibration,
+    SpeedInputs,
+    code2wav_chunk_ms,
+    code2wav_costs,
+    code2wav_ms,
+    frame_ms,
+    talker_bandwidth_gb_s,
+    talker_overhead_ms,
+    talker_step_ms,
+)
+from omni_cpu.platform import WEIGHTS_ENV
+from omni_cpu.profile.model import Capacity, Profile, Replica, ReplicaCapacity
+
+CALIBRATED = "calibrated"
+BUILT_IN = "built-in"
+
+
+@dataclass(frozen=True)
+class StageCores:
+    """A replica's compute split as the cost model sees it."""
+
+    talker: int  # SHARED where both stages share every compute core
+    compute: int
+
+    @property
+    def talker_cores(self) -> int:
+        return self.compute if self.talker == SHARED else self.talker
+
+    @property
+    def code2wav_cores(self) -> int:
+        return self.compute if self.talker == SHARED else self.compute - self.talker
+
+
+def stage_cores(replica: Replica) -> StageCores:
+    """The split a replica's CPU lists make: shared when both stages list the same CPUs."""
+    talker = set(parse_cpu_list(replica.stage(0).cpus))
+    code2wav = set(parse_cpu_list(replica.stage(1).cpus))
+    if talker == code2wav:
+        return StageCores(SHARED, len(talker))
+    return StageCores(len(talker), len(talker | code2wav))
+
+
+def interval_ms(cores: StageCores, chunk: int, speed: SpeedInputs, streams: int) -> float:
+    """ms between a stream's frames with `streams` streams running."""
+    return frame_ms(cores.talker, cores.compute, chunk, speed, streams)
+
+
+def _turns(cores: StageCores) -> float:
+    """Sharing cores, the stages run in turn and lose the other's spinning."""
+    return 1 / (1 - costs.SHARED_SPIN_LOSS) if cores.talker == SHARED else 1.0
+
+
+def _chunk_ms(frames: int, cores: StageCores, speed: SpeedInputs) -> float:
+    return code2wav_chunk_ms(frames, cores.code2wav_cores, speed)
+
+
+def ttfa_ms(cores: StageCores, speed: SpeedInputs, streams: int = 1, first_chunk: int = 1) -> float:
+    """Submission to first audio: prefill of every stream's prompt, one step, the first chunk.
+
+    Streams that start together share the prefill step; their first chunks decode in
+    turn, so the middle stream waits for half of them.
+    """
+    step = talker_step_ms(cores.talker_cores, speed)
+    prefill = costs.TALKER_PREFILL_STEPS * step
+    prefill *= 1 + (streams - 1) * costs.PREFILL_GROWTH_PER_STREAM
+    first = talker_step_ms(cores.talker_cores, speed, streams)
+    decode = _chunk_ms(first_chunk, cores, speed) * (streams + 1) / 2
+    return (prefill + first + decode) * _turns(cores)
+
+
+def request_rtf(
+    cores: StageCores,
+    chunk: int,
+    speed: SpeedInputs,
+    streams: int,
+    frames: int,
+    first_chunk: int = 1,
+) -> float:
+    """One request's wall time over its audio: first audio, its other frames, the last chunk.
+
+    What `bench` measures per request: submission to the last chunk / audio seconds.
+    """
+    frames = max(frames, 1)
+    rest = max(frames - first_chunk, 0)
+    last = rest % chunk or min(chunk, rest)
+    tail = _chunk_ms(last, cores, speed) * (streams + 1) / 2 * _turns(cores) if last else 0.0
+    wall = ttfa_ms(cores, speed, streams, first_chunk)
+    wall += (frames - 1) * interval_ms(cores, chunk, speed, streams) + tail
+    return wall / (frames * costs.FRAME_AUDIO_MS)
+
+
+def realtime_streams(
+    cores: StageCores, chunk: int, speed: SpeedInputs, max_seqs: int
+) -> tuple[int, str]:
+    """The most concurrent streams that stay real time (<= max_seqs), and what stops more."""
+    limit = costs.FRAME_AUDIO_MS
+    streams = 0
+    while streams < max_seqs and interval_ms(cores, chunk, speed, streams + 1) <= limit:
+        streams += 1
+    if streams == max_seqs:
+        return streams, f"max_num_seqs {max_seqs}: more streams queue in this replica"
+    over = streams + 1
+    step = talker_step_ms(cores.talker_cores, speed, over)
+    decode = over * code2wav_ms(cores.code2wav_cores, chunk, speed)
+    who = (
+        f"both stages in turn on {cores.compute} shared core(s) take "
+        f"{interval_ms(cores, chunk, speed, over):.0f} ms"
+        if cores.talker == SHARED
+        else (
+            f"the talker's step takes {step:.0f} ms on {cores.talker_cores} core(s)"
+            if step >= decode
+            else f"code2wav takes {decode:.0f} ms on {cores.code2wav_cores} core(s)"
+        )
+    )
+    what = "one stream" if over == 1 else f"{over} streams"
+    return streams, f"{what}: {who} per frame, over the {limit:.0f} ms it plays"
+
+
+def replica_capacity(
+    replica: Replica, chunk: int, speed: SpeedInputs, first_chunk: int = 1
+) -> ReplicaCapacity:
+    """The capacity of one planned replica."""
+    cores = stage_cores(replica)
+    max_seqs = replica.stage(0).max_num_seqs
+    streams, why = realtime_streams(cores, chunk, speed, max_seqs)
+    return ReplicaCapacity(
+        source=source_of(speed),
+        weights=speed.weight_format,
+        rtf_one_stream=round(interval_ms(cores, chunk, speed, 1) / costs.FRAME_AUDIO_MS, 3),
+        ttfa_s=round(ttfa_ms(cores, speed, 1, first_chunk) / 1000, 3),
+        realtime_streams=streams,
+        talker_step_ms=round(talker_step_ms(cores.talker_cores, speed), 1),
+        talker_step_ms_at_max_seqs=round(talker_step_ms(cores.talker_cores, speed, max_seqs), 1),
+        max_num_seqs=max_seqs,
+        code2wav_ms_per_frame=round(code2wav_ms(cores.code2wav_cores, chunk, speed), 1),
+        limit=why,
+    )
+
+
+def source_of(speed: SpeedInputs) -> str:
+    return CALIBRATED if speed.calibration is not None else BUILT_IN
+
+
+def isa_class(architecture: str, isa: Iterable[str]) -> str:
+    """The ISA class the built-in constants are read for, in words."""
+    flags = set(isa)
+    if architecture in ("x86_64", "i686"):
+        for flag, name in (
+            ("amx_bf16", "AMX"),
+            ("avx512_bf16", "AVX-512 with bf16"),
+            ("avx512f", "AVX-512"),
+            ("avx2", "AVX2"),
+        ):
+            if flag in flags:
+                return name
+        return "x86 without AVX2"
+    if architecture == "aarch64":
+        return "Arm with bf16" if "bf16" in flags else "Arm"
+    return architecture
+
+
+def machine_capacity(
+    replicas: Iterable[Replica], speed: SpeedInputs, isa: str, talker_cores: int = 1
+) -> Capacity:
+    """The machine's streams (every replica's) with the assumptions behind them."""
+    replicas = tuple(replicas)
+    total = sum(r.capacity.realtime_streams for r in replicas if r.capacity is not None)
+    return Capacity(
+        realtime_streams=total,
+        source=source_of(speed),
+        weights=speed.weight_format,
+        assumptions=assumptions(speed, isa, talker_cores),
+    )
+
+
+def assumptions(speed: SpeedInputs, isa: str, talker_cores: int = 1) -> tuple[str, ...]:
+    """What the prediction takes for given, in words a buyer can check."""
+    calibration = speed.calibration
+    measured = calibration.bandwidth_gb_s if calibration else {}
+    if measured:
+        bandwidth = "talker weights stream at the bandwidth measured here: " + ", ".join(
+            f"{n} core(s) {gb:g} GB/s" for n, gb in sorted(measured.items())
+        )
+    else:
+        bandwidth = (
+            f"talker weights stream at {costs.GEMV_GB_S_PER_CORE:g} GB/s per core up to "
+            f"{costs.NODE_READ_GB_S:g} GB/s per node (built-in, uncalibrated: the 2-core Intel "
+            f"Xeon's; {talker_bandwidth_gb_s(talker_cores, speed):g} GB/s on the first "
+            "replica's talker cores)"
+        )
+    streamed = speed.footprint.streamed_bytes_per_frame(speed.talker_dtype, speed.weights)
+    overhead = (
+        f"{talker_overhead_ms(speed):.0f} ms per talker step besides its "
+        f"{streamed / 1e9:.2f} GB of {speed.weight_format} weights per frame"
+    )
+    if calibration is not None and calibration.small_op_us:
+        overhead += f" (scaled by the small-op time measured here, {calibration.small_op_us} µs)"
+    else:
+        overhead += " (built-in)"
+    per_frame, per_call = code2wav_costs(speed)
+    code2wav_source = (
+        "measured here"
+        if calibration is not None and speed.code2wav_dtype in calibration.code2wav_ms_per_frame
+        else "built-in"
+    )
+    return (
+        bandwidth,
+        overhead,
+        f"{costs.TALKER_STEP_GROWTH_PER_STREAM:.0%} more step time per extra stream (built-in)",
+        f"code2wav ({speed.code2wav_dtype}, {speed.code2wav_decode} decode) {per_frame:g} ms per "
+        f"frame and {per_call:g} ms per call on one core ({code2wav_source}), "
+        f"+{costs.CODE2WAV_STAGE_MS_PER_FRAME:g} ms per frame and "
+        f"{costs.CODEC_ENGINE_CALL_MS:g} ms per chunk in its engine",
+        f"ISA class {isa}: talker {speed.talker_dtype}, code2wav {speed.code2wav_dtype}",
+        "real time: a stream's frames (80 ms of audio each) come at least every 80 ms; "
+        "rtf_one_stream is the steady rate, first audio apart",
+    )
+
+
+def profile_speed_inputs(
+    profile: Profile, replica_index: int, footprint: ModelFootprint, code2wav_decode: str = "stream"
+) -> SpeedInputs:
+    """The cost model's inputs as a (loaded) profile states them, for one of its replicas.
+
+    `code2wav_decode` is the stage's OMNI_CPU_CODE2WAV (the caller reads it: omni_cpu.envs).
+    """
+    replica = profile.replicas[replica_index]
+    calibration = profile.machine.calibration
+    return SpeedInputs(
+        footprint=footprint,
+        talker_dtype=replica.stage(0).dtype,
+        code2wav_dtype=replica.stage(1).dtype,
+        weights=profile.env.get(WEIGHTS_ENV, "model"),
+        calibration=None if calibration is None else Calibration.from_dict(calibration),
+        code2wav_decode=code2wav_decode,
+    )
+
+
+def predict_request(
+    profile: Profile, replica_index: int, speed: SpeedInputs, streams: int, frames: int
+) -> tuple[float, float]:
+    """Predicted RTF and first audio (s) of a request of `frames` frames among `streams`."""
+    cores = stage_cores(profile.replicas[replica_index])
+    chunk = profile.streaming.codec_chunk_frames
+    first = profile.streaming.initial_codec_chunk_frames
+    rtf = request_rtf(cores, chunk, speed, streams, frames, first)
+    return round(rtf, 3), round(ttfa_ms(cores, speed, streams, first) / 1000, 3)
+
+
+def prediction_dict(profile: Profile, replica_index: int, speed: SpeedInputs) -> dict[str, Any]:
+    """Where a prediction comes from, for reports beside what was measured."""
+    cores = stage_cores(profile.replicas[replica_index])
+    return {
+        "source": source_of(speed),
+        "weights": speed.weight_format,
+        "code2wav_decode": speed.code2wav_decode,
+        "assumptions": list(
+            assumptions(
+                speed,
+                isa_class(profile.machine.architecture, profile.machine.isa),
+                cores.talker_cores,
+            )
+        ),
+    }
