@@ -27,15 +27,18 @@ alone. Each format is teacher-forced on the reference: every step it is fed
 the reference's previous frame, so frame t of each figure compares the same
 position rather than two utterances that parted at their first different code.
 
-  logit KL      talker's layer-0 distribution, KL(reference || format), nats per frame
-  top-1         share of frames where the talker's argmax is the reference's code
-  codes equal   share of the 15 residual codes the code predictor picks for the
-                reference's layer-0 code that equal the reference's
+  logit KL      KL(reference || format) of the talker's layer-0
+                distribution, nats per frame
+  top-1         share of frames where the talker's argmax is the
+                reference's code
+  codes equal   share of the 15 residual codes the code predictor picks
+                for the reference's layer-0 code equal to the reference's
   frames equal  share of frames whose 15 residual codes are all equal
-  log-mel dB    mean |log-mel difference| (80 bands, dB) between the reference's
-                audio and the audio of the frames the format chose, per frame
-  speaker cos   Base checkpoints: cosine of the speaker encoder's embeddings of
-                the two outputs (the lowest over the texts)
+  log-mel dB    mean |log-mel difference| (80 bands, dB) per frame between
+                the reference's audio and that of the frames the format
+                chose (each decoded by the same float32 codec decoder)
+  speaker cos   Base: cosine of the speaker encoder's embeddings of the
+                two outputs (the lowest over the texts)
 
 With random weights (a make-checkpoint checkpoint) the figures only say how far
 a format perturbs a random network; the command says so. Default texts: one
@@ -43,7 +46,8 @@ sentence; formats: every quantized one ({", ".join(QUANTIZED)}); `model` checks
 the reference against itself (KL 0, agreement 1).
 
   omni-cpu check-weights --model DIR
-  omni-cpu check-weights --model DIR --text-file lines.txt --json --plot kl.png
+  omni-cpu check-weights --model DIR --weights int8 --text-file lines.txt
+  omni-cpu check-weights --model DIR --json --plot divergence.png
 """
 
 
@@ -148,15 +152,17 @@ def check_weights_command(
 def _figure(value: Any, digits: int) -> str:
     if value is None:
         return "-"
+    if digits < 0:
+        return f"{value:.{-digits}g}"
     return str(value) if digits == 0 else f"{value:.{digits}f}"
 
 
 ROWS: tuple[tuple[str, str, int], ...] = (
-    # (label, summary key, digits)
+    # (label, summary key, digits after the point; -n: n significant digits)
     ("frames", "frames", 0),
-    ("logit KL mean (nats)", "logit_kl_mean", 4),
-    ("logit KL p95", "logit_kl_p95", 4),
-    ("logit KL max", "logit_kl_max", 4),
+    ("logit KL mean (nats)", "logit_kl_mean", -3),
+    ("logit KL p95", "logit_kl_p95", -3),
+    ("logit KL max", "logit_kl_max", -3),
     ("top-1 agreement", "top1_agreement", 3),
     ("codes equal", "codes_equal", 3),
     ("frames all equal", "frames_all_equal", 3),

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from omni_cpu.platform import DRIVER_ENV, gemv, int8, linears, talker_ops
+from omni_cpu.platform import DRIVER_ENV, linears, talker_ops
 from omni_cpu.platform.code_predictor import install_cached_forward, predictor_mode
 
 TALKER_ARCHITECTURE = "Qwen3TTSTalkerForConditionalGeneration"
@@ -83,6 +83,7 @@ class Talker:
     def __init__(self, model: Any, kernels: Counter[str]) -> None:
         self.model = model
         self.kernels = kernels  # linear layers per kernel, talker and predictor together
+        self.quantized_layers = sum(n for k, n in kernels.items() if k not in FLOAT_KERNELS)
         self.dtype: torch.dtype = model._embedding_dtype
         self.eos_id = int(model.talker_config.codec_eos_token_id)
         self.codebook_size = int(model._codebook_vocab_size)
@@ -168,8 +169,6 @@ def _init_vllm_once() -> None:
     global _initialized
     if _initialized:
         return
-    for key, value in DRIVER_ENV.items():
-        os.environ.setdefault(key, value)
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
 
     with socket.socket() as probe:
@@ -186,13 +185,22 @@ def _init_vllm_once() -> None:
     _initialized = True
 
 
+# The kernels of the checkpoint's own dtype (omni_cpu.platform.linears.choose).
+FLOAT_KERNELS = frozenset({"gemv-bf16", "onednn"})
+
+
 def format_available(weights: str) -> bool:
-    """Whether this CPU and torch build have a kernel for the `weights` format."""
+    """Whether this CPU and torch build have a kernel for the `weights` format.
+
+    Asks the same rule the talker stage's layers ask, for one 256 x 256 matrix:
+    a format no kernel takes would leave every layer in bf16 and compare bf16
+    with itself.
+    """
     if weights == "model":
         return True
-    if weights == "int8":
-        return gemv.kernel() is not None or int8.int8_supported()
-    return True  # a newer format: its kernels say so at load (no layer routed)
+    sample = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+    chosen = linears.choose(sample.to(torch.bfloat16), weights)
+    return chosen is not None and chosen[0] not in FLOAT_KERNELS
 
 
 def load_talker(checkpoint: Path, weights: str) -> Talker:

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from omni_cpu.errors import InputError
 from omni_cpu.quality import figures
 
 Progress = Callable[[str], None]
@@ -64,14 +65,14 @@ class Utterance:
         return {
             "text": self.text,
             "frames": self.frames,
-            "logit_kl_mean": _mean(self.kl),
+            "logit_kl_mean": _significant(_mean(self.kl)),
             "top1_agreement": _share(self.top1),
             "codes_equal": self.codes["codes_equal"],
             "frames_all_equal": self.codes["frames_all_equal"],
-            "log_mel_db_mean": _mean(self.log_mel_db),
+            "log_mel_db_mean": _round(_mean(self.log_mel_db)),
             "speaker_cosine": _round(self.speaker_cosine),
             "per_frame": {
-                "logit_kl": [round(v, 6) for v in self.kl],
+                "logit_kl": [_significant(v) for v in self.kl],
                 "top1_equal": self.top1,
                 "log_mel_db": [round(v, 4) for v in self.log_mel_db],
             },
@@ -95,13 +96,13 @@ class FormatResult:
         cosines = [u.speaker_cosine for u in self.utterances if u.speaker_cosine is not None]
         return {
             "frames": frames,
-            "logit_kl_mean": _mean(kl),
-            "logit_kl_p95": _round(_quantile(kl, 0.95)),
-            "logit_kl_max": _round(max(kl) if kl else None),
+            "logit_kl_mean": _significant(_mean(kl)),
+            "logit_kl_p95": _significant(_quantile(kl, 0.95)),
+            "logit_kl_max": _significant(max(kl) if kl else None),
             "top1_agreement": _share([v for u in self.utterances for v in u.top1]),
             "codes_equal": round(codes_equal / residual, 4) if residual else None,
             "frames_all_equal": round(whole / frames, 4) if frames else None,
-            "log_mel_db_mean": _mean([v for u in self.utterances for v in u.log_mel_db]),
+            "log_mel_db_mean": _round(_mean([v for u in self.utterances for v in u.log_mel_db])),
             "speaker_cosine": _round(min(cosines)) if cosines else None,
         }
 
@@ -152,8 +153,13 @@ def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _significant(value: float | None) -> float | None:
+    """4 significant digits: a KL of 3e-6 nats matters as much as its size says."""
+    return None if value is None else float(f"{value:.4g}")
+
+
 def _mean(values: list[float]) -> float | None:
-    return round(statistics.fmean(values), 6) if values else None
+    return statistics.fmean(values) if values else None
 
 
 def _share(flags: list[bool]) -> float | None:
@@ -282,6 +288,11 @@ def check_weights(
         else:
             progress(f"loading the talker with {weights} weights")
             talker = inprocess.load_talker(checkpoint, weights)
+            if not talker.quantized_layers:
+                raise InputError(
+                    f"--weights {weights}: no layer of this checkpoint took a {weights} kernel",
+                    "leave it out, or check on a CPU that runs it",
+                )
         result = FormatResult(weights, dict(sorted(talker.kernels.items())))
         for index, (info, ref) in enumerate(zip(infos, references, strict=True), start=1):
             progress(f"{weights}: utterance {index}/{len(requests)} ({ref.codes.shape[0]} frames)")
