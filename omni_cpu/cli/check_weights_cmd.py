@@ -88,6 +88,9 @@ def check_weights_command(
     frames: int = typer.Option(
         DEFAULT_FRAMES, "--frames", min=1, help="At most this many codec frames per text (80 ms)."
     ),
+    threads: int = typer.Option(
+        1, "--threads", min=1, help="Threads for the models (1: a talker stage's own count)."
+    ),
     verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print every figure as JSON."),
     plot: Path | None = typer.Option(
@@ -133,7 +136,7 @@ def check_weights_command(
         if not as_json:
             err_console.print(f"[dim]…[/] {message}", highlight=False)
 
-    result = check_weights(info.path, requests, formats, frames, progress)
+    result = check_weights(info.path, requests, formats, frames, progress, threads)
     if plot is not None:
         from omni_cpu.quality.plot import plot_divergence
 

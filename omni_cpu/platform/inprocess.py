@@ -216,6 +216,7 @@ def load_talker(checkpoint: Path, weights: str) -> Talker:
 
     register_qwen3_tts_config()
     load_general_plugins()
+    torch.set_flush_denormal(True)  # as every stage worker does (omni_cpu.platform.workers)
     model_config = ModelConfig(
         model=str(checkpoint),
         hf_overrides={"architectures": [TALKER_ARCHITECTURE]},

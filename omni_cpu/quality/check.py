@@ -249,16 +249,20 @@ def check_weights(
     formats: list[str],
     max_frames: int,
     progress: Progress = lambda message: None,
+    threads: int = 1,
 ) -> WeightsCheck:
     """Every request through the checkpoint's dtype, then each format teacher-forced on it.
 
     `requests` are omni_cpu.launch.request.SpeechRequest; `formats` are weight
-    formats ("int8", ...; "model" checks the reference against itself).
+    formats ("int8", ...; "model" checks the reference against itself). `threads`:
+    torch's intra-op threads (the kernels were tuned at one per stage core; more
+    threads on a busy 2-core box made the code predictor 4x slower, not faster).
     """
     from omni_cpu.checkpoint.layout import has_speaker_encoder
     from omni_cpu.checkpoint.random_init import looks_random
     from omni_cpu.platform import inprocess
 
+    torch.set_num_threads(threads)
     config = _config(checkpoint)
     with_encoder = has_speaker_encoder(config)
     infos = [request.additional_information() for request in requests]
