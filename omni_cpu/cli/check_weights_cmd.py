@@ -19,8 +19,9 @@ DEFAULT_FRAMES = 100
 
 _HELP = f"""\
 Before turning a quantized weight format on, see what it changes on your own
-checkpoint: the same texts run through the checkpoint's dtype (the reference)
-and through each format, in this process, on the kernels `run --weights` uses.
+checkpoint: the same texts run through the talker's own dtype (the reference:
+bfloat16 where the CPU has native bf16, else float32, as `probe` plans) and
+through each format, in this process, on the kernels `run --weights` uses.
 
 Both runs are greedy (argmax, no sampling), so they depend on the weights
 alone. Each format is teacher-forced on the reference: every step it is fed
@@ -71,6 +72,20 @@ def parse_formats(value: str | None) -> list[str]:
     return chosen
 
 
+def _talker_dtype(dtype: str | None) -> str:
+    """The dtype `run` would give the talker here: bfloat16 where the CPU has native bf16."""
+    from omni_cpu.profile.model import DTYPES
+
+    if dtype is None:
+        from omni_cpu.hardware.probe import read_facts
+        from omni_cpu.plan import choose_dtype
+
+        return choose_dtype(read_facts())
+    if dtype not in DTYPES:
+        raise InputError(f"--dtype {dtype!r}", f"use one of: {', '.join(DTYPES)}")
+    return dtype
+
+
 @voice_options
 def check_weights_command(
     model: Path = typer.Option(..., "--model", help="Checkpoint directory (local)."),
@@ -88,6 +103,11 @@ def check_weights_command(
     frames: int = typer.Option(
         DEFAULT_FRAMES, "--frames", min=1, help="At most this many codec frames per text (80 ms)."
     ),
+    dtype: str | None = typer.Option(
+        None,
+        "--dtype",
+        help="The talker's dtype: bfloat16 or float32 (default: what `probe` plans here).",
+    ),
     threads: int = typer.Option(
         1, "--threads", min=1, help="Threads for the models (1: a talker stage's own count)."
     ),
@@ -104,6 +124,7 @@ def check_weights_command(
     from omni_cpu.launch.wav import check_output_path
 
     formats = parse_formats(weights)
+    dtype = _talker_dtype(dtype)
     info = read_model_info(str(model))
     if info.path is None:
         raise InputError(f"--model {model}: not a local checkpoint", "pass a checkpoint directory")
@@ -136,7 +157,7 @@ def check_weights_command(
         if not as_json:
             err_console.print(f"[dim]…[/] {message}", highlight=False)
 
-    result = check_weights(info.path, requests, formats, frames, progress, threads)
+    result = check_weights(info.path, requests, formats, frames, progress, threads, dtype)
     if plot is not None:
         from omni_cpu.quality.plot import plot_divergence
 

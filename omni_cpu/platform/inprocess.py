@@ -185,7 +185,7 @@ def _init_vllm_once() -> None:
     _initialized = True
 
 
-# The kernels of the checkpoint's own dtype (omni_cpu.platform.linears.choose).
+# The kernels of the unquantized dtypes (omni_cpu.platform.linears.choose).
 FLOAT_KERNELS = frozenset({"gemv-bf16", "onednn"})
 
 
@@ -203,8 +203,11 @@ def format_available(weights: str) -> bool:
     return chosen is not None and chosen[0] not in FLOAT_KERNELS
 
 
-def load_talker(checkpoint: Path, weights: str) -> Talker:
-    """The checkpoint's talker and code predictor on `weights` kernels, as the stage loads it."""
+def load_talker(checkpoint: Path, weights: str, dtype: str = "auto") -> Talker:
+    """The checkpoint's talker and code predictor on `weights` kernels, as the stage loads it.
+
+    `dtype`: the talker stage's (bfloat16 or float32; auto: the checkpoint's).
+    """
     for key, value in DRIVER_ENV.items():
         os.environ.setdefault(key, value)
     from vllm.config import LoadConfig, ModelConfig, VllmConfig, set_current_vllm_config
@@ -219,6 +222,7 @@ def load_talker(checkpoint: Path, weights: str) -> Talker:
     torch.set_flush_denormal(True)  # as every stage worker does (omni_cpu.platform.workers)
     model_config = ModelConfig(
         model=str(checkpoint),
+        dtype=dtype,
         hf_overrides={"architectures": [TALKER_ARCHITECTURE]},
         enforce_eager=True,
     )

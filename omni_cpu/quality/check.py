@@ -1,8 +1,9 @@
-"""`check-weights`: the same texts in the checkpoint's dtype and in each quantized format.
+"""`check-weights`: the same texts in the talker's own dtype and in each quantized format.
 
-The reference run is greedy in the checkpoint's dtype: the talker picks each
-frame's layer-0 code by argmax and the code predictor the 15 residual codes the
-same way, until the codec's end-of-speech code or the frame cap. Each other
+The reference run is greedy in the talker's own dtype (bfloat16 or float32, as
+the plan gives it): the talker picks each frame's layer-0 code by argmax and the
+code predictor the 15 residual codes the same way, until the codec's
+end-of-speech code or the frame cap. Each other
 format is then teacher-forced on the reference: every step it is fed the
 reference's previous frame, so its figures at frame t compare the same
 position, not two utterances that parted at their first different code.
@@ -37,7 +38,7 @@ Progress = Callable[[str], None]
 
 @dataclass
 class Reference:
-    """One utterance in the checkpoint's dtype: its frames and the logits that chose them."""
+    """One utterance in the talker's own dtype: its frames and the logits that chose them."""
 
     text: str
     codes: torch.Tensor  # [frames, 16]
@@ -250,13 +251,15 @@ def check_weights(
     max_frames: int,
     progress: Progress = lambda message: None,
     threads: int = 1,
+    dtype: str = "auto",
 ) -> WeightsCheck:
-    """Every request through the checkpoint's dtype, then each format teacher-forced on it.
+    """Every request through the talker's own dtype, then each format teacher-forced on it.
 
     `requests` are omni_cpu.launch.request.SpeechRequest; `formats` are weight
     formats ("int8", ...; "model" checks the reference against itself). `threads`:
     torch's intra-op threads (the kernels were tuned at one per stage core; more
     threads on a busy 2-core box made the code predictor 4x slower, not faster).
+    `dtype`: the talker's, for every format (what is not quantized runs in it).
     """
     from omni_cpu.checkpoint.layout import has_speaker_encoder
     from omni_cpu.checkpoint.random_init import looks_random
@@ -267,8 +270,8 @@ def check_weights(
     with_encoder = has_speaker_encoder(config)
     infos = [request.additional_information() for request in requests]
 
-    progress("loading the talker in the checkpoint's dtype")
-    reference_talker = inprocess.load_talker(checkpoint, "model")
+    progress(f"loading the talker in {dtype}")
+    reference_talker = inprocess.load_talker(checkpoint, "model", dtype)
     progress("loading the codec decoder")
     decoder = inprocess.Code2Wav(checkpoint)
     references = []
@@ -291,7 +294,7 @@ def check_weights(
             talker = reference_talker
         else:
             progress(f"loading the talker with {weights} weights")
-            talker = inprocess.load_talker(checkpoint, weights)
+            talker = inprocess.load_talker(checkpoint, weights, dtype)
             if not talker.quantized_layers:
                 raise InputError(
                     f"--weights {weights}: no layer of this checkpoint took a {weights} kernel",

@@ -129,3 +129,9 @@ def test_help_says_the_runs_are_greedy_and_teacher_forced() -> None:
     text = " ".join(done.stdout.split())
     assert "teacher-forced" in text and "greedy" in text
     assert "every quantized one (int8" in text
+
+
+def test_an_unknown_dtype_is_a_one_line_error(tiny_kinds: dict[str, Path]) -> None:
+    done = omni_cpu("check-weights", "--model", str(tiny_kinds["custom-voice"]), "--dtype", "fp16")
+    assert done.returncode == 2
+    assert "--dtype 'fp16'" in done.stderr and "bfloat16" in done.stderr
