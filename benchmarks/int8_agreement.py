@@ -6,8 +6,10 @@ weights N(0, 0.02), the fused forward omni-cpu runs by default:
    predictor's own 21 linears (activations N(0, 1));
 2. over N frames (default 200) of random talker states, the share of the 15 greedy
    residual codes per frame equal to the bf16 run's, per scheme, and the share of
-   frames whose 15 codes are all equal. A code depends on the codes before it, so a
-   flip early in a frame changes the rest: the per-frame share is the strict one.
+   frames whose 15 codes are all equal (omni_cpu.quality.figures.code_agreement, the
+   figure `omni-cpu check-weights` reports on a real checkpoint's real talker states).
+   A code depends on the codes before it, so a flip early in a frame changes the
+   rest: the per-frame share is the strict one.
 
 "float32" (the same weights in float32) is the yardstick: how often bf16 rounding
 alone flips a code. Schemes: "gemv-w8a8" (omni-cpu's VNNI kernel, 8-bit activations,
@@ -65,6 +67,7 @@ def main() -> int:
     )
 
     from omni_cpu.platform import code_predictor, gemv, int8, linears
+    from omni_cpu.quality.figures import code_agreement
 
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
@@ -122,12 +125,7 @@ def main() -> int:
     for scheme in ["float32", *schemes]:
         predictor = forward_for(scheme)
         codes = [predictor.forward(**frame, do_sample=False)[0, 1:] for frame in frames]
-        equal = sum(int((a == b).sum()) for a, b in zip(codes, base, strict=True))
-        whole = sum(bool(torch.equal(a, b)) for a, b in zip(codes, base, strict=True))
-        agreement[scheme] = {
-            "codes_equal": round(equal / (15 * len(frames)), 4),
-            "frames_all_equal": round(whole / len(frames), 4),
-        }
+        agreement[scheme] = code_agreement(codes, base)
     result = {
         "frames": args.frames,
         "layer_error_median": {

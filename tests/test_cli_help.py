@@ -24,6 +24,7 @@ COMMANDS = [
     ["serve"],
     ["bench"],
     ["tune"],
+    ["check-weights"],
 ]
 
 

@@ -60,7 +60,7 @@ def test_a_command_without_a_voice_parameter_is_refused() -> None:
         voice_options(speak)
 
 
-@pytest.mark.parametrize("name", ["run", "bench", "tune"])
+@pytest.mark.parametrize("name", ["run", "bench", "tune", "check-weights"])
 def test_every_voice_field_is_an_option_of_each_speaking_command(name: str) -> None:
     from omni_cpu.cli import app
 

@@ -22,10 +22,12 @@ import math
 import re
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from omni_cpu.checkpoint import safetensors_file
 from omni_cpu.checkpoint.layout import TensorSpec, numel
 
 CHUNK_ELEMENTS = 1 << 22  # 16 MiB of float32 per chunk
@@ -124,3 +126,24 @@ def speech_tokenizer_values(
     if leaf == "weight" and len(spec.shape) == 1:  # RMSNorm / LayerNorm
         return _constant(total, 1.0)
     return _normal(seed, name, total, _codec_weight_std(name, spec))
+
+
+def looks_random(checkpoint: Path) -> bool:
+    """True for a checkpoint `make-checkpoint` wrote: every talker norm weight exactly 1.
+
+    `model_values` writes norms as 1; a trained model's norms have moved (by the
+    tenths, in Qwen3-TTS), so one exact 1 over a whole norm vector does not happen.
+    Reads only the norm vectors (kilobytes). False where the file does not read.
+    """
+    path = Path(checkpoint) / "model.safetensors"
+    try:
+        names = [
+            name
+            for name in safetensors_file.read_layout(path)
+            if name.startswith("talker.") and name.endswith("norm.weight")
+        ]
+        if not names:
+            return False
+        return all(bool((safetensors_file.read_tensor(path, name) == 1.0).all()) for name in names)
+    except (OSError, ValueError, KeyError):
+        return False

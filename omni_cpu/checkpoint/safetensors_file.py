@@ -126,6 +126,11 @@ def read_layout(path: Path) -> dict[str, TensorSpec]:
     }
 
 
+def read_tensor(path: Path, name: str) -> np.ndarray:
+    """One tensor as float32 (bf16 widened), read without loading the rest of the file."""
+    return dict(_read(path, [name]))[name]
+
+
 def _read(path: Path, names: Iterable[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:
     with path.open("rb") as handle:
         (length,) = struct.unpack("<Q", handle.read(8))

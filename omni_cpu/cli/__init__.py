@@ -14,6 +14,7 @@ import typer
 from omni_cpu import __version__
 from omni_cpu.cli import (
     bench_cmd,
+    check_weights_cmd,
     checkpoint_cmd,
     doctor_cmd,
     export_cmd,
@@ -70,6 +71,7 @@ for _module in (
     serve_cmd,
     bench_cmd,
     tune_cmd,
+    check_weights_cmd,
 ):
     _module.register(app)
 reflow_app(app)  # every command's help: paragraphs rich wraps once, examples kept
