@@ -125,6 +125,20 @@ _TABLE: tuple[Knob, ...] = (
         _count,
     ),
     Knob(
+        "OMNI_CPU_SERVE_MAX_BODY_BYTES",
+        str(24 << 20),
+        "largest request body in bytes (30 s of 48 kHz stereo float WAV as base64 fits); "
+        "larger: 413. 0 = no limit",
+        "serve",
+        _count,
+    ),
+    Knob(
+        "OMNI_CPU_SERVE_REF_AUDIO_DIR",
+        "",
+        "the folder file:// `ref_audio` may name (serve --ref-audio-dir); checked like base64",
+        "serve",
+    ),
+    Knob(
         "OMNI_CPU_SERVE_DRAIN_FILE",
         "",
         "while this file exists the server is draining: new speech requests and /health get 503",
@@ -205,6 +219,8 @@ if TYPE_CHECKING:
     OMNI_CPU_TORCH_PROFILE: str
     OMNI_CPU_SERVE_MAX_IN_FLIGHT: int
     OMNI_CPU_SERVE_MAX_INPUT_CHARS: int
+    OMNI_CPU_SERVE_MAX_BODY_BYTES: int
+    OMNI_CPU_SERVE_REF_AUDIO_DIR: str
     OMNI_CPU_SERVE_DRAIN_FILE: str
     OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS: bool
     OMNI_CPU_SERVE_ACCEPT_FRAME_LIMIT: bool

@@ -129,6 +129,11 @@ def build_serve_plan(
         raise InputError(f"--max-waiting {waiting}", "give 0 or more")
     # Text tokens never outnumber characters; half the talker's context stays for frames.
     chars = talker.max_model_len // 2 if max_input_chars is None else max_input_chars
+    if ref_audio_dir is not None and not ref_audio_dir.is_dir():
+        raise InputError(
+            f"--ref-audio-dir {ref_audio_dir} is not a directory",
+            "name the folder whose files clients may send as file:// ref_audio",
+        )
     limits = AdmissionLimits(
         max_in_flight=talker.max_num_seqs + waiting,
         max_input_chars=max(0, chars),
@@ -138,6 +143,7 @@ def build_serve_plan(
         down_file=str(folder / "stage-down"),
         talker_max_model_len=talker.max_model_len,
         tokenizer=model,
+        ref_audio_dir=str(ref_audio_dir.resolve()) if ref_audio_dir is not None else "",
     )
     notes.append(
         f"at most {limits.max_in_flight} speech requests at once "
@@ -175,11 +181,6 @@ def build_serve_plan(
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
     if ref_audio_dir is not None:
-        if not ref_audio_dir.is_dir():
-            raise InputError(
-                f"--ref-audio-dir {ref_audio_dir} is not a directory",
-                "name the folder whose files clients may send as file:// ref_audio",
-            )
         # vLLM's own media policy: file:// URLs are read only from under this folder.
         argv += ["--allowed-local-media-path", str(ref_audio_dir.resolve())]
         notes.append(f"ref_audio may name files under {ref_audio_dir.resolve()} (file://...)")
