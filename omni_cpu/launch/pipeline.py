@@ -372,12 +372,18 @@ class PipelineSession:
             self._guard = None
 
     def generate(
-        self, requests: list[SpeechRequest], *, stream: bool, on_chunk: ChunkHandler
+        self,
+        requests: list[SpeechRequest],
+        *,
+        stream: bool,
+        on_chunk: ChunkHandler,
+        on_done: Callable[[int], None] | None = None,
     ) -> float:
         """Submit `requests` at once; `on_chunk` gets each audio chunk. The wall seconds.
 
         Streaming passes every delta as it arrives; otherwise each request's audio
-        comes once, when it finishes.
+        comes once, when it finishes. `on_done` gets a request's index once its
+        audio is complete.
         """
         import numpy as np
 
@@ -394,14 +400,15 @@ class PipelineSession:
                 if not stream and not output.finished:
                     continue
                 audio = _audio_array(output)
-                if not audio.size:
-                    continue
-                if not np.isfinite(audio).all():
-                    raise StageError(
-                        "code2wav produced non-finite audio (NaN/inf)",
-                        "check the checkpoint's speech_tokenizer weights and the stage dtype",
-                    )
-                on_chunk(request_index(output.request_id), audio, time.perf_counter() - start)
+                if audio.size:
+                    if not np.isfinite(audio).all():
+                        raise StageError(
+                            "code2wav produced non-finite audio (NaN/inf)",
+                            "check the checkpoint's speech_tokenizer weights and the stage dtype",
+                        )
+                    on_chunk(request_index(output.request_id), audio, time.perf_counter() - start)
+                if output.finished and on_done is not None:
+                    on_done(request_index(output.request_id))
         except (OmniCpuError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as error:
@@ -424,21 +431,16 @@ def run_pipeline(
 
     `on_audio` sees every utterance and the seconds since generation started after
     each chunk (a progress display); `verbose` shows the engines' own logs.
-    The outputs are checked (and opened, unlinked) and the prompts measured before
-    any engine starts; each WAV is committed as soon as its audio is complete.
+    The outputs are checked (the first in each folder opened, unlinked) and the
+    prompts measured before any engine starts; each WAV is opened at its first
+    chunk and committed as soon as its audio is complete, so a file of many
+    lines holds only the utterances in flight open.
     """
-    from omni_cpu.launch.wav import AtomicWavWriter
+    from omni_cpu.launch.wav import WavOutputs
 
-    writers: list[AtomicWavWriter] = []
-    try:
-        for path in out_paths:
-            writers.append(AtomicWavWriter(path, allow_special=allow_special))
-    except BaseException:
-        for writer in writers:
-            writer.abort()
-        raise
+    outputs = WavOutputs(out_paths, allow_special=allow_special)
     utterances = [Utterance(index, path) for index, path in enumerate(out_paths)]
-    folders = tuple(sorted({writer.path.parent for writer in writers}))
+    folders = outputs.folders
 
     interrupts = _Interrupts()
 
@@ -447,11 +449,15 @@ def run_pipeline(
         utterance = utterances[index]
         if utterance.first_audio_s is None:
             utterance.first_audio_s = seconds
-        writers[index].append(audio)
+        outputs.append(index, audio)
         utterance.samples += audio.size
         utterance.chunks += 1
         if on_audio is not None:
             on_audio(utterances, seconds)
+
+    def finish(index: int) -> None:
+        interrupts.check()
+        outputs.commit(index)
 
     interrupts.install()
     try:
@@ -463,11 +469,10 @@ def run_pipeline(
                 f"engines up in {sum(session.startup.values()):.1f} s; "
                 f"synthesizing {len(requests)} utterance(s)"
             )
-            wall_s = session.generate(requests, stream=stream, on_chunk=write_chunk)
+            wall_s = session.generate(requests, stream=stream, on_chunk=write_chunk, on_done=finish)
             interrupts.check()
             # The audio is complete: the WAVs are in place before the engines stop.
-            for writer in writers:
-                writer.commit()
+            outputs.commit_all()
         return RunResult(
             session.load_s,
             wall_s,
@@ -478,8 +483,7 @@ def run_pipeline(
             session.startup,
         )
     except BaseException:
-        for writer in writers:
-            writer.abort()
+        outputs.abort()
         raise
     finally:
         interrupts.restore()
