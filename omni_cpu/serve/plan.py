@@ -6,6 +6,7 @@ supervisor runs it. Nothing here imports torch or vLLM.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import tempfile
@@ -76,9 +77,17 @@ class ServePlan:
         return data
 
 
-def default_workdir(port: int) -> Path:
-    """Per-port folder for the deploy config and drain flag (one server per port)."""
-    return Path(tempfile.gettempdir()) / f"omni-cpu-serve-{port}"
+WORKDIR_PREFIX = "omni-cpu-serve-"
+
+
+def default_workdir(port: int, pid: int | None = None) -> Path:
+    """This server's folder for the deploy config and drain flag: per port and process.
+
+    Per process, so a second server started on a port in use never touches the
+    first one's files (it refuses at once anyway: omni_cpu.serve.supervisor).
+    """
+    owner = os.getpid() if pid is None else pid
+    return Path(tempfile.gettempdir()) / f"{WORKDIR_PREFIX}{port}-{owner}"
 
 
 def build_serve_plan(

@@ -19,9 +19,11 @@ systemd, Kubernetes or any supervisor restarts the whole server clean.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,12 +34,14 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from omni_cpu.errors import InputError, StageError
+import psutil
+
+from omni_cpu.errors import InputError, PortInUseError, StageError
 from omni_cpu.launch import logs, processes, proctree
 from omni_cpu.launch.guard import StageGuard
 from omni_cpu.profile.model import STAGE_NAMES
 from omni_cpu.serve.knobs import IN_FLIGHT_METRIC
-from omni_cpu.serve.plan import ServePlan
+from omni_cpu.serve.plan import WORKDIR_PREFIX, ServePlan
 
 POLL_S = 0.25
 DOWN_REPORT_S = 2.0  # /health names the dead stage this long before the server stops
@@ -78,9 +82,56 @@ def in_flight(host: str, port: int, timeout_s: float = 2.0) -> int | None:
     return None
 
 
+def check_port_free(host: str, port: int) -> None:
+    """PortInUseError when something already listens on host:port (checked before any engine).
+
+    Bound the way uvicorn binds (SO_REUSEADDR), so only a live listener counts,
+    not a port an earlier server left in TIME_WAIT.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host or "0.0.0.0", port))
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                return  # not ours to judge (an address this host lacks): the server says
+            raise PortInUseError(
+                f"port {port} on {host or '0.0.0.0'} is in use (another server?)",
+                "stop it, or serve on another --port",
+            ) from None
+
+
+def listens_on(root: int, port: int) -> bool:
+    """True when `root` or a process under it listens on TCP `port`."""
+    for pid in [root, *proctree.descendants(root)]:
+        try:
+            connections = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in connections):
+            return True
+    return False
+
+
+def sweep_workdirs(folder: Path) -> list[Path]:
+    """Remove serve folders beside `folder` whose server process is gone (killed, say)."""
+    removed = []
+    for entry in folder.parent.glob(f"{WORKDIR_PREFIX}*-*"):
+        pid = entry.name.rsplit("-", 1)[-1]
+        if entry == folder or not pid.isdigit() or proctree.is_running(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.stat().st_uid == os.getuid():
+                shutil.rmtree(entry)
+                removed.append(entry)
+    return removed
+
+
 def prepare_workdir(plan: ServePlan) -> None:
     """Write the deploy config; clear a drain flag left by an earlier run on this port."""
     folder = Path(plan.workdir)
+    sweep_workdirs(folder)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     if folder.stat().st_uid != os.getuid():
         raise InputError(
@@ -141,6 +192,7 @@ class Supervisor:
     def run(self) -> int:
         """Serve until the server exits or a stop is requested; the exit code."""
         plan = self.plan
+        check_port_free(plan.host, plan.port)
         prepare_workdir(plan)
         proctree.become_subreaper()
         previous = {
@@ -201,7 +253,10 @@ class Supervisor:
                 self._stage_down(dead)
             if not ready and now - last_probe >= 2.0:
                 last_probe = now
-                if http_status(local_url(self.plan.host, self.plan.port, "/health")) == 200:
+                # Only our server counts: a probe can reach another one that took the port.
+                if http_status(
+                    local_url(self.plan.host, self.plan.port, "/health")
+                ) == 200 and listens_on(self.child.pid, self.plan.port):
                     ready = True
                     if self.plan.frontend_cpus:
                         pinned = pin_frontend(self.child.pid, self.plan.frontend_cpus)
@@ -243,7 +298,11 @@ class Supervisor:
         """Refuse new work, then wait (bounded) for admitted requests to finish."""
         assert self.child is not None
         plan = self.plan
-        Path(plan.limits.drain_file).touch()
+        try:
+            Path(plan.limits.drain_file).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            Path(plan.limits.drain_file).touch()
+        except OSError as error:  # the stop goes on; only the 503s before it are lost
+            self.say(f"cannot raise the drain flag ({error.strerror}); stopping without it")
         deadline = time.monotonic() + plan.drain_timeout_s
         self.say(f"draining (up to {plan.drain_timeout_s:g} s; signal again to stop now)")
         while self.stop_requests < 2 and self.child.poll() is None:

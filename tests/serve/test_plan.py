@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +88,8 @@ def test_drain_flag_lives_in_the_per_port_workdir():
     plan = build_serve_plan("m", load_profile(EIGHT_NODES), port=8077)
     assert plan.env[DRAIN_FILE_ENV] == str(Path(plan.workdir) / "draining")
     assert Path(plan.deploy_config_path).parent == Path(plan.workdir)
-    assert plan.workdir.endswith("omni-cpu-serve-8077")
+    # Per port and per process: a second server never touches the first one's files.
+    assert plan.workdir.endswith(f"omni-cpu-serve-8077-{os.getpid()}")
 
 
 def test_max_frames_caps_the_talkers_default_max_tokens():
