@@ -32,6 +32,15 @@ def _count(raw: str) -> int:
         return 0
 
 
+def _seconds(raw: str) -> float:
+    """Non-negative seconds; anything unreadable counts as 0 (off)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        return 0.0
+    return value if value > 0 and value != float("inf") else 0.0
+
+
 @dataclass(frozen=True)
 class Knob:
     """One environment variable: its default (as the text it would be set to) and its doc."""
@@ -109,6 +118,22 @@ _TABLE: tuple[Knob, ...] = (
         "",
         "a directory: each stage worker writes a torch profiler op table of steps 10-19",
         "stage",
+    ),
+    Knob(
+        "OMNI_CPU_STAGE_STALL_S",
+        "30",
+        "seconds a stage may hold work without using CPU before run/serve call it hung "
+        "(exit 4; /health 503 naming it). 0 = never",
+        "cli",
+        _seconds,
+    ),
+    Knob(
+        "OMNI_CPU_SERVE_REQUEST_TIMEOUT_S",
+        "0",
+        "serve --request-timeout: seconds a speech request may take (a request's `timeout` "
+        "field may ask for less); past it: 504, or the stream ends. 0 = none",
+        "serve",
+        _seconds,
     ),
     Knob(
         "OMNI_CPU_SERVE_MAX_IN_FLIGHT",
@@ -217,6 +242,8 @@ if TYPE_CHECKING:
     VLLM_OMNI_CPU_INDUCTOR: bool
     OMNI_CPU_STEP_LOG: str
     OMNI_CPU_TORCH_PROFILE: str
+    OMNI_CPU_STAGE_STALL_S: float
+    OMNI_CPU_SERVE_REQUEST_TIMEOUT_S: float
     OMNI_CPU_SERVE_MAX_IN_FLIGHT: int
     OMNI_CPU_SERVE_MAX_INPUT_CHARS: int
     OMNI_CPU_SERVE_MAX_BODY_BYTES: int

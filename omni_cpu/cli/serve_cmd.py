@@ -70,6 +70,13 @@ def serve(
     drain_timeout: float = typer.Option(
         30.0, "--drain-timeout", min=0, help="Seconds SIGTERM waits for requests in flight."
     ),
+    request_timeout: float = typer.Option(
+        0.0,
+        "--request-timeout",
+        min=0,
+        help="Seconds a speech request may take (504, or its stream ends); 0 = none. "
+        "A request's `timeout` field may ask for less.",
+    ),
     ref_audio_dir: Path | None = typer.Option(
         None, "--ref-audio-dir", help="Folder whose files requests may name as file:// ref_audio."
     ),
@@ -114,6 +121,7 @@ def serve(
         max_frames=max_frames,
         served_model_name=served_model_name,
         drain_timeout_s=drain_timeout,
+        request_timeout_s=request_timeout,
         ref_audio_dir=ref_audio_dir,
         allow_ref_audio_urls=allow_ref_audio_urls,
         accept_frame_limit=accept_frame_limit,

@@ -30,6 +30,7 @@ from omni_cpu.launch.guard import StageGuard
 from omni_cpu.launch.plan import DRIVER_ENV_DEFAULTS, LaunchPlan
 from omni_cpu.launch.prompt import check_prompt_lengths
 from omni_cpu.launch.request import SAMPLE_RATE, SpeechRequest
+from omni_cpu.launch.watch import STALL_ENV, ProgressWatch, stall_seconds
 from omni_cpu.platform.prompts import PromptBuilder, request_index
 
 STAGE_INIT_TIMEOUT_S = 900  # a 2-core box loads two engines in 1-3 minutes
@@ -179,6 +180,9 @@ class _StageWatch:
         self.stage_names = stage_names or {}
         self.seen: dict[int, processes.StageProcess] = {}
         self.oom_kills_before = procfs.oom_kills()
+        self.progress = ProgressWatch(stall_seconds())
+        self.stalled: str | None = None  # set once work stopped moving (omni_cpu.launch.watch)
+        self._working: int | None = None  # the thread generating, while it does
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="omni-cpu-stages")
 
@@ -198,6 +202,24 @@ class _StageWatch:
     def _run(self) -> None:
         while not self._stop.wait(0.5):
             self.sample()
+            self.look()
+
+    def working(self, on: bool) -> None:
+        """Work is held from `working(True)` in the generating thread to `working(False)`."""
+        self._working = threading.get_ident() if on else None
+
+    def look(self) -> None:
+        """Note progress; on a stall, remember it and interrupt the generating main thread."""
+        working = self._working
+        live = [p for p in self.seen.values() if proctree.is_running(p.pid)]
+        stalled = self.progress.look(live, busy=working is not None)
+        if stalled is None or self.stalled is not None:
+            return
+        self.stalled = stalled
+        if working is not None and working == threading.main_thread().ident:
+            # Wakes the main thread from whatever it waits in; generate() turns the
+            # KeyboardInterrupt into the stall's StageError.
+            signal.pthread_kill(working, signal.SIGINT)
 
     def dead(self) -> list[processes.StageProcess]:
         """Stage processes (engine cores, workers) seen before and gone now."""
@@ -393,6 +415,9 @@ class PipelineSession:
         prompts = [self._builder.prompt(request.additional_information()) for request in requests]
         params = _sampling_params(self._omni, requests, stream)
         start = time.perf_counter()
+        watch = self._watch
+        if watch is not None:
+            watch.working(True)
         try:
             for output in self._omni.generate(prompts, params, py_generator=True, use_tqdm=False):
                 if getattr(output, "error", None):
@@ -409,10 +434,21 @@ class PipelineSession:
                     on_chunk(request_index(output.request_id), audio, time.perf_counter() - start)
                 if output.finished and on_done is not None:
                     on_done(request_index(output.request_id))
-        except (OmniCpuError, KeyboardInterrupt, SystemExit):
+        except KeyboardInterrupt:
+            if watch is not None and watch.stalled is not None:
+                raise StageError(
+                    f"synthesis failed: {watch.stalled}",
+                    f"the stage is hung, not dead: its log above may say why ({STALL_ENV} "
+                    "sets how long work may go without progress)",
+                ) from None
+            raise
+        except (OmniCpuError, SystemExit):
             raise
         except Exception as error:
             raise stage_error("synthesis", error, self._watch) from error
+        finally:
+            if watch is not None:
+                watch.working(False)
         return time.perf_counter() - start
 
 

@@ -32,6 +32,7 @@ It keeps `omni_cpu_speech_requests_in_flight` in vLLM's Prometheus registry, whi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -419,14 +420,82 @@ class SpeechAdmission:
                 if bad_ref is not None:
                     raise BadBody(400, bad_ref, "ref_audio", "ref_audio")
                 self._judge_length(fields)
+                timeout_s = self._timeout_s(fields)
             except BadBody as bad:
                 REJECTED.labels(bad.reason).inc()
                 await _refuse(send, bad)
                 return
-            await self.app(scope, replay(body, receive), self._stage_aware(send))
+            await self._answer(scope, replay(body, receive), send, timeout_s)
         finally:
             self.in_flight -= 1
             IN_FLIGHT.dec()
+
+    def _timeout_s(self, fields: dict[str, Any]) -> float:
+        """The request's deadline in seconds: the server's, or its own `timeout` if sooner."""
+        server = self.limits.request_timeout_s
+        asked = fields.get("timeout")
+        if asked is None:
+            return server
+        if isinstance(asked, bool) or not isinstance(asked, (int, float)) or not asked > 0:
+            raise BadBody(400, "timeout must be a number of seconds above 0", "timeout", "timeout")
+        return min(server, float(asked)) if server else float(asked)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, timeout_s: float) -> None:
+        """Let the server answer; end the request if a stage goes down or its deadline passes.
+
+        Not answered yet: 503 (a stage is down) or 504 (the deadline). A stream already
+        under way ends: cleanly at its deadline (the audio so far is what was asked
+        for), cut when a stage is down (a client must not take it for complete).
+        """
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s if timeout_s else None
+        task = asyncio.ensure_future(self.app(scope, receive, self._stage_aware(send_tracked)))
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.watch_s)
+                if done:
+                    task.result()
+                    return
+                down = self.stage_down()
+                late = deadline is not None and loop.time() >= deadline
+                if down is None and not late:
+                    continue
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+                if down is not None:
+                    REJECTED.labels("stage_down").inc()
+                    if not started:
+                        await send_json(
+                            send,
+                            503,
+                            error_body(down, "ServiceUnavailableError", 503),
+                            [(b"retry-after", b"5")],
+                        )
+                    return  # a started stream is left incomplete: the server cuts it
+                REJECTED.labels("timeout").inc()
+                if started:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return
+                message = (
+                    f"the request took longer than its {timeout_s:g} s deadline "
+                    "(raise the request's timeout, or serve --request-timeout)"
+                )
+                await send_json(send, 504, error_body(message, "TimeoutError", 504), [])
+                return
+        finally:
+            if not task.done():
+                task.cancel()
+
+    watch_s = 0.25  # how often a request in flight looks for a down stage or its deadline
 
     def _judge(self, fields: dict[str, Any]) -> None:
         """Refuse, by raising BadBody, what needs no audio decoding to judge."""

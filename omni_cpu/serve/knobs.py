@@ -23,6 +23,7 @@ MAX_MODEL_LEN_ENV = "OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN"
 TOKENIZER_ENV = "OMNI_CPU_SERVE_TOKENIZER"
 MAX_BODY_BYTES_ENV = "OMNI_CPU_SERVE_MAX_BODY_BYTES"
 REF_AUDIO_DIR_ENV = "OMNI_CPU_SERVE_REF_AUDIO_DIR"
+REQUEST_TIMEOUT_ENV = "OMNI_CPU_SERVE_REQUEST_TIMEOUT_S"
 
 
 # The import path vLLM's `--middleware` option takes.
@@ -47,6 +48,7 @@ class AdmissionLimits:
     tokenizer: str = ""
     max_body_bytes: int = 24 << 20
     ref_audio_dir: str = ""
+    request_timeout_s: float = 0.0
 
     def to_env(self) -> dict[str, str]:
         return {
@@ -60,6 +62,7 @@ class AdmissionLimits:
             TOKENIZER_ENV: self.tokenizer,
             MAX_BODY_BYTES_ENV: str(self.max_body_bytes),
             REF_AUDIO_DIR_ENV: self.ref_audio_dir,
+            REQUEST_TIMEOUT_ENV: f"{self.request_timeout_s:g}",
         }
 
     @classmethod
@@ -76,4 +79,5 @@ class AdmissionLimits:
             tokenizer=envs.KNOBS[TOKENIZER_ENV].value(env),
             max_body_bytes=envs.KNOBS[MAX_BODY_BYTES_ENV].value(env),
             ref_audio_dir=envs.KNOBS[REF_AUDIO_DIR_ENV].value(env),
+            request_timeout_s=envs.KNOBS[REQUEST_TIMEOUT_ENV].value(env),
         )

@@ -19,6 +19,7 @@ import yaml
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
 from omni_cpu.launch import logs, startup
+from omni_cpu.launch.watch import stall_seconds
 from omni_cpu.platform import DRIVER_ENV
 from omni_cpu.profile import Profile, deploy_config_dict
 from omni_cpu.serve.knobs import MIDDLEWARE_PATH, AdmissionLimits
@@ -50,6 +51,7 @@ class ServePlan:
     drain_timeout_s: float
     stop_timeout_s: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    stall_s: float = 0.0  # work held this long with no stage progress: hung (0 = never)
 
     def shell(self) -> str:
         """The plan as one shell command line (what `--dry-run` prints), one option a line."""
@@ -104,6 +106,8 @@ def build_serve_plan(
     served_model_name: str | None = None,
     drain_timeout_s: float = 30.0,
     stop_timeout_s: float = 15.0,
+    request_timeout_s: float = 0.0,
+    stall_s: float | None = None,
     python: str = sys.executable,
     ref_audio_dir: Path | None = None,
     allow_ref_audio_urls: bool = False,
@@ -153,7 +157,21 @@ def build_serve_plan(
         talker_max_model_len=talker.max_model_len,
         tokenizer=model,
         ref_audio_dir=str(ref_audio_dir.resolve()) if ref_audio_dir is not None else "",
+        request_timeout_s=request_timeout_s,
     )
+    if request_timeout_s < 0:
+        raise InputError(f"--request-timeout {request_timeout_s:g}", "give 0 (none) or more")
+    if request_timeout_s:
+        notes.append(
+            f"a speech request may take at most {request_timeout_s:g} s (504, or its stream "
+            "ends); a request's `timeout` field may ask for less"
+        )
+    stall = stall_seconds() if stall_s is None else stall_s
+    if stall:
+        notes.append(
+            f"a stage that holds work with no progress for {stall:g} s stops the server (exit 4; "
+            "OMNI_CPU_STAGE_STALL_S)"
+        )
     notes.append(
         f"at most {limits.max_in_flight} speech requests at once "
         f"({talker.max_num_seqs} running + {waiting} waiting); more get 429"
@@ -225,4 +243,5 @@ def build_serve_plan(
         drain_timeout_s=drain_timeout_s,
         stop_timeout_s=stop_timeout_s,
         notes=tuple(notes),
+        stall_s=stall,
     )

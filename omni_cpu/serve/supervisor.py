@@ -13,7 +13,9 @@ answers every request 500 for as long as it runs, and restarting one stage in
 place is not something it supports. The supervisor notices within a second,
 writes which stage died to the down file (the middleware's /health and speech
 requests then answer 503 naming it), stops everything and exits 4, so that
-systemd, Kubernetes or any supervisor restarts the whole server clean.
+systemd, Kubernetes or any supervisor restarts the whole server clean. A stage that
+holds work (speech requests in flight) and makes no progress for `stall_s`
+(omni_cpu.launch.watch) is hung, and is treated the same way.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import psutil
 from omni_cpu.errors import InputError, PortInUseError, StageError
 from omni_cpu.launch import logs, processes, proctree
 from omni_cpu.launch.guard import StageGuard
+from omni_cpu.launch.watch import ProgressWatch
 from omni_cpu.profile.model import STAGE_NAMES
 from omni_cpu.serve.knobs import IN_FLIGHT_METRIC
 from omni_cpu.serve.plan import WORKDIR_PREFIX, ServePlan
@@ -234,6 +237,8 @@ class Supervisor:
         last_probe = 0.0
         stages: dict[int, processes.StageProcess] = {}
         last_census = 0.0
+        progress = ProgressWatch(self.plan.stall_s)
+        last_look = 0.0
         while self.stop_requests == 0:
             code = self.child.poll()
             if code is not None:
@@ -250,7 +255,13 @@ class Supervisor:
                         stages[stage.pid] = stage
             dead = [stage for stage in stages.values() if not proctree.is_running(stage.pid)]
             if dead:
-                self._stage_down(dead)
+                self._stage_down(", ".join(process.describe() for process in dead) + " died")
+            if ready and self.plan.stall_s and now - last_look >= 1.0:
+                last_look = now
+                held = in_flight(self.plan.host, self.plan.port)
+                stalled = progress.look(stages.values(), busy=bool(held))
+                if stalled is not None:
+                    self._stage_down(stalled)
             if not ready and now - last_probe >= 2.0:
                 last_probe = now
                 # Only our server counts: a probe can reach another one that took the port.
@@ -281,9 +292,8 @@ class Supervisor:
         found = [processes.identify(pid, binds, STAGE_NAMES) for pid in descendants]
         return [p for p in found if p.role in ("engine core", "worker")]
 
-    def _stage_down(self, dead: list[processes.StageProcess]) -> None:
-        """Say which stage died, let /health report it briefly, then fail (exit 4)."""
-        what = ", ".join(process.describe() for process in dead) + " died"
+    def _stage_down(self, what: str) -> None:
+        """Say which stage died or hung, let /health report it briefly, then fail (exit 4)."""
         self.say(f"{what}; stopping (a stage is not restarted in place)")
         with contextlib.suppress(OSError):
             Path(self.plan.limits.down_file).write_text(what + "\n")

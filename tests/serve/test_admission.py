@@ -378,3 +378,119 @@ def test_a_500_unrelated_to_a_stage_passes_through(tmp_path: Path):
     app.down_wait_s = 0.1
     status, raw = run(call(app, "/v1/audio/speech", SPEECH))
     assert status == 500 and json.loads(raw)["error"]["message"] == "something else"
+
+
+class StreamingApp:
+    """Stands in for vLLM-Omni streaming audio: one chunk, then waits forever."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"chunk", "more_body": True})
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+
+async def call_messages(app: Any, body: dict) -> list[dict]:
+    """One speech request through `app`; every message it sent."""
+    raw = json.dumps(body).encode()
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await app({"type": "http", "path": "/v1/audio/speech",
+               "method": "POST", "headers": []}, receive, send)  # fmt: skip
+    return sent
+
+
+def test_a_request_in_flight_when_a_stage_goes_down_gets_503_not_a_hang(tmp_path: Path):
+    down = tmp_path / "stage-down"
+
+    async def scenario() -> tuple[int, bytes]:
+        inner = SlowApp()  # never released: the stage it waits on is hung
+        app = SpeechAdmission(inner, AdmissionLimits(down_file=str(down)))
+        request = asyncio.create_task(call(app, "/v1/audio/speech", SPEECH))
+        while inner.started < 1:
+            await asyncio.sleep(0.01)
+        down.write_text("stage 0 (talker) engine core pid 9 made no progress for 30 s\n")
+        result = await request
+        assert app.in_flight == 0
+        return result
+
+    status, raw = run(scenario())
+    assert status == 503 and "made no progress" in json.loads(raw)["error"]["message"]
+
+
+def test_a_stream_in_flight_when_a_stage_goes_down_is_cut_not_ended(tmp_path: Path):
+    down = tmp_path / "stage-down"
+
+    async def scenario() -> list[dict]:
+        inner = StreamingApp()
+        app = SpeechAdmission(inner, AdmissionLimits(down_file=str(down)))
+        request = asyncio.create_task(call_messages(app, SPEECH))
+        await asyncio.sleep(0.1)
+        down.write_text("stage 0 (talker) died\n")
+        sent = await request
+        assert inner.cancelled
+        return sent
+
+    sent = run(scenario())
+    # No final body message: the server closes the connection, the client sees an error.
+    assert [m.get("more_body", False) for m in sent if m["type"] == "http.response.body"] == [True]
+
+
+@pytest.mark.parametrize(
+    ("limits", "body"),
+    [
+        (AdmissionLimits(request_timeout_s=0.3), SPEECH),
+        (AdmissionLimits(), {**SPEECH, "timeout": 0.3}),
+        (AdmissionLimits(request_timeout_s=600), {**SPEECH, "timeout": 0.3}),
+    ],
+)
+def test_a_request_past_its_deadline_gets_504(limits: AdmissionLimits, body: dict):
+    inner = SlowApp()  # never released
+    app = SpeechAdmission(inner, limits)
+    started = asyncio.run(asyncio.wait_for(_timed(call(app, "/v1/audio/speech", body)), 10))
+    (status, raw), seconds = started
+    error = json.loads(raw)["error"]
+    assert status == 504 and error["code"] == 504 and "0.3 s deadline" in error["message"]
+    assert 0.25 <= seconds < 2 and app.in_flight == 0
+
+
+async def _timed(coro: Any) -> tuple[Any, float]:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    result = await coro
+    return result, loop.time() - start
+
+
+def test_a_stream_past_its_deadline_ends_cleanly_with_what_it_had():
+    inner = StreamingApp()
+    app = SpeechAdmission(inner, AdmissionLimits())
+    sent = run(call_messages(app, {**SPEECH, "stream": True, "timeout": 0.3}))
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    assert b"".join(m.get("body", b"") for m in bodies) == b"chunk"
+    assert bodies[-1].get("more_body", False) is False and inner.cancelled
+
+
+@pytest.mark.parametrize("timeout", [0, -1, "soon", True])
+def test_a_timeout_field_that_is_not_positive_seconds_is_400(timeout: Any):
+    inner = _released()
+    status, raw = run(
+        call(
+            SpeechAdmission(inner, AdmissionLimits()),
+            "/v1/audio/speech",
+            {**SPEECH, "timeout": timeout},
+        )
+    )
+    assert status == 400 and json.loads(raw)["error"]["param"] == "timeout" and inner.started == 0
