@@ -161,6 +161,31 @@ MEMORY_WORDS = re.compile(r"out of memory|memoryerror|cannot allocate memory|\bo
 STOP_GRACE_S = 2.0  # killed stage processes get this long to be gone
 # Set once engines were started in this process; the CLI then ends with os._exit.
 ENGINES_STARTED = threading.Event()
+# Set once this process stops its stages (an interrupt, an error, the end): vLLM-Omni's
+# threads then fail as their stages go, and their tracebacks would bury the one line.
+STOPPING = threading.Event()
+THREAD_ERROR_GRACE_S = 0.5  # a Ctrl-C reaches the stages and the main thread together
+
+
+def _quiet_thread_errors(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A threading.excepthook that drops thread errors once the stages are being stopped."""
+
+    def hook(args: Any) -> None:
+        if not STOPPING.is_set():
+            STOPPING.wait(THREAD_ERROR_GRACE_S)
+        if STOPPING.is_set():
+            logging.getLogger("omni_cpu").debug(
+                "thread %s failed while the stages stopped",
+                getattr(args.thread, "name", "?"),
+                exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+            )
+            return
+        previous(args)
+
+    hook.omni_cpu_quiet = True  # type: ignore[attr-defined]
+    return hook
+
+
 TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
 
 
@@ -322,6 +347,9 @@ class PipelineSession:
         self._builder = PromptBuilder(self.plan.model)
         self.startup["prompt_tokenizer_s"] = time.perf_counter() - tokenizer_start
         check_prompt_lengths(self._builder, self._check, self.talker_max_model_len)
+        if not getattr(threading.excepthook, "omni_cpu_quiet", False):
+            threading.excepthook = _quiet_thread_errors(threading.excepthook)
+        STOPPING.clear()
         try:
             ENGINES_STARTED.set()
             self._guard = StageGuard(self._output_folders).__enter__()
@@ -368,6 +396,7 @@ class PipelineSession:
         removes what the stages held, so the stage processes are killed first and
         close() then finds nothing to wait for.
         """
+        STOPPING.set()
         if self._watch is not None:
             self._watch.stop()
         spare = StageGuard.watchdog_pids
@@ -540,6 +569,7 @@ class _Interrupts:
 
     def _handler(self, signum: int, frame: Any) -> None:
         self.signum = signum
+        STOPPING.set()
         raise KeyboardInterrupt
 
     def install(self) -> None:

@@ -47,6 +47,9 @@ from omni_cpu.serve.knobs import IN_FLIGHT_METRIC
 from omni_cpu.serve.plan import WORKDIR_PREFIX, ServePlan
 
 POLL_S = 0.25
+# Stopped while starting: nothing to drain, and engines that are loading finish loading
+# before they heed SIGTERM (10-15 s), so they get this long, then SIGKILL.
+STARTUP_STOP_S = 1.0
 DOWN_REPORT_S = 2.0  # /health names the dead stage this long before the server stops
 
 
@@ -185,6 +188,7 @@ class Supervisor:
         self.log = log
         self.stop_requests = 0
         self.child: subprocess.Popen[bytes] | None = None
+        self.ready = False
 
     def say(self, text: str) -> None:
         print(f"omni-cpu serve: {text}", file=self.log, flush=True)
@@ -220,7 +224,7 @@ class Supervisor:
             if self.child is not None:
                 left = proctree.stop_tree(
                     self.child.pid,
-                    plan.stop_timeout_s,
+                    plan.stop_timeout_s if self.ready else STARTUP_STOP_S,
                     include_adopted=True,
                     spare=StageGuard.watchdog_pids,
                 )
@@ -268,14 +272,17 @@ class Supervisor:
                 if http_status(
                     local_url(self.plan.host, self.plan.port, "/health")
                 ) == 200 and listens_on(self.child.pid, self.plan.port):
-                    ready = True
+                    ready = self.ready = True
                     if self.plan.frontend_cpus:
                         pinned = pin_frontend(self.child.pid, self.plan.frontend_cpus)
                         cpus = ",".join(map(str, self.plan.frontend_cpus))
                         self.say(f"API server {pinned} pinned to CPUs {cpus}")
                     self.say("ready")
             time.sleep(POLL_S)
-        self._drain()
+        if ready:
+            self._drain()
+        else:
+            self.say("stopped while starting; stopping the stage processes")
         return 0
 
     def _stage_processes(self) -> list[processes.StageProcess]:
