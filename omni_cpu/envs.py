@@ -48,6 +48,15 @@ def _rows_by_format(raw: str) -> dict[str, int] | None:
         ) from None
 
 
+def _seconds(raw: str) -> float:
+    """Non-negative seconds; anything unreadable counts as 0 (off)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        return 0.0
+    return value if value > 0 and value != float("inf") else 0.0
+
+
 @dataclass(frozen=True)
 class Knob:
     """One environment variable: its default (as the text it would be set to) and its doc."""
@@ -134,6 +143,22 @@ _TABLE: tuple[Knob, ...] = (
         "stage",
     ),
     Knob(
+        "OMNI_CPU_STAGE_STALL_S",
+        "30",
+        "seconds a stage may hold work without using CPU before run/serve call it hung "
+        "(exit 4; /health 503 naming it). 0 = never",
+        "cli",
+        _seconds,
+    ),
+    Knob(
+        "OMNI_CPU_SERVE_REQUEST_TIMEOUT_S",
+        "0",
+        "serve --request-timeout: seconds a speech request may take (a request's `timeout` "
+        "field may ask for less); past it: 504, or the stream ends. 0 = none",
+        "serve",
+        _seconds,
+    ),
+    Knob(
         "OMNI_CPU_SERVE_MAX_IN_FLIGHT",
         "0",
         "speech requests admitted at once (running + waiting); past it: 429. 0 = no limit",
@@ -146,6 +171,20 @@ _TABLE: tuple[Knob, ...] = (
         "longest `input` text in characters; longer: 400. 0 = no limit",
         "serve",
         _count,
+    ),
+    Knob(
+        "OMNI_CPU_SERVE_MAX_BODY_BYTES",
+        str(24 << 20),
+        "largest request body in bytes (30 s of 48 kHz stereo float WAV as base64 fits); "
+        "larger: 413. 0 = no limit",
+        "serve",
+        _count,
+    ),
+    Knob(
+        "OMNI_CPU_SERVE_REF_AUDIO_DIR",
+        "",
+        "the folder file:// `ref_audio` may name (serve --ref-audio-dir); checked like base64",
+        "serve",
     ),
     Knob(
         "OMNI_CPU_SERVE_DRAIN_FILE",
@@ -227,8 +266,12 @@ if TYPE_CHECKING:
     VLLM_OMNI_CPU_INDUCTOR: bool
     OMNI_CPU_STEP_LOG: str
     OMNI_CPU_TORCH_PROFILE: str
+    OMNI_CPU_STAGE_STALL_S: float
+    OMNI_CPU_SERVE_REQUEST_TIMEOUT_S: float
     OMNI_CPU_SERVE_MAX_IN_FLIGHT: int
     OMNI_CPU_SERVE_MAX_INPUT_CHARS: int
+    OMNI_CPU_SERVE_MAX_BODY_BYTES: int
+    OMNI_CPU_SERVE_REF_AUDIO_DIR: str
     OMNI_CPU_SERVE_DRAIN_FILE: str
     OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS: bool
     OMNI_CPU_SERVE_ACCEPT_FRAME_LIMIT: bool

@@ -48,6 +48,10 @@ class RuntimeMissingError(OmniCpuError):
     exit_code = 3
 
 
+class PortInUseError(OmniCpuError):
+    """`serve` on an address and port something else already listens on."""
+
+
 class StageError(OmniCpuError):
     """A pipeline stage failed or died."""
 

@@ -40,3 +40,32 @@ def test_a_stage_error_names_the_dead_process_and_hints_memory_only_for_memory()
     assert "kv_cache_memory_bytes" not in error.one_line()
     memory = stage_error("synthesis", RuntimeError("CPU out of memory"), watch)
     assert "kv_cache_memory_bytes" in memory.one_line()
+
+
+def test_a_thread_failing_while_the_stages_stop_prints_nothing(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    import threading
+
+    from omni_cpu.launch import pipeline
+
+    def fail() -> None:
+        raise RuntimeError("Stage-0 is dead")  # what vLLM-Omni's orchestrator thread raises
+
+    shown: list[str] = []  # what the previous hook (Python's: a traceback) was given
+    previous = threading.excepthook
+    threading.excepthook = pipeline._quiet_thread_errors(lambda a: shown.append(str(a.exc_value)))
+    try:
+        pipeline.STOPPING.set()  # an interrupt arrived: the stages are being stopped
+        thread = threading.Thread(target=fail, name="orchestrator")
+        thread.start()
+        thread.join(5)
+        assert shown == [] and capfd.readouterr().err == ""
+        pipeline.STOPPING.clear()  # not stopping: a thread's failure is still shown
+        thread = threading.Thread(target=fail, name="orchestrator")
+        thread.start()
+        thread.join(5)
+        assert shown == ["Stage-0 is dead"]
+    finally:
+        threading.excepthook = previous
+        pipeline.STOPPING.clear()

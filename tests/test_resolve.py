@@ -66,3 +66,38 @@ def test_per_stage_dtype_reaches_the_written_deploy_config(tmp_path):
         (0, "float32"),
         (1, "bfloat16"),
     ]
+
+
+def _over_memory_profile(tmp_path: Path) -> Path:
+    """A profile for this machine whose talker asks for a petabyte of KV cache."""
+    import dataclasses
+
+    profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"))
+    replica = profile.replicas[0]
+    talker = dataclasses.replace(replica.stages[0], kv_cache_memory_bytes=10**15)
+    replica = dataclasses.replace(replica, stages=(talker, *replica.stages[1:]))
+    path = tmp_path / "huge-kv.yaml"
+    save_profile(dataclasses.replace(profile, replicas=(replica, *profile.replicas[1:])), path)
+    return path
+
+
+def test_run_refuses_a_profile_that_cannot_fit_unless_forced(tmp_path):
+    path = _over_memory_profile(tmp_path)
+    with pytest.raises(ProfileMismatchError, match=r"needs .* GiB") as refused:
+        make_launch_plan("ckpt", str(path))
+    assert "--force" in refused.value.one_line()
+    plan = make_launch_plan("ckpt", str(path), force=True)
+    assert any("GiB" in problem for problem in plan.problems)  # still shown as a warning
+
+
+def test_serve_refuses_a_profile_that_cannot_fit_in_one_line_unless_forced(tmp_path):
+    path = _over_memory_profile(tmp_path)
+    command = [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", "ckpt",
+               "--deploy-profile", str(path), "--dry-run"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "--force" in done.stderr
+    forced = subprocess.run(
+        [*command, "--force"], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert forced.returncode == 0, forced.stderr

@@ -79,6 +79,9 @@ def run_command(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print per-stage env and engine args, start nothing."
     ),
+    force: bool = typer.Option(
+        False, "--force", help="Start a profile whose memory does not fit this machine."
+    ),
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
     verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print timings (or the dry run) as JSON."),
@@ -93,7 +96,7 @@ def run_command(
         for path in _out_paths(out, len(texts)):
             check_output_path(path, allow_special=out_special)
     requests = voice.requests(info, texts, language, max_frames)
-    plan = make_launch_plan(model, deploy_profile, weights=weights)
+    plan = make_launch_plan(model, deploy_profile, weights=weights, force=force)
 
     if dry_run:
         description = plan.describe()

@@ -70,6 +70,13 @@ def serve(
     drain_timeout: float = typer.Option(
         30.0, "--drain-timeout", min=0, help="Seconds SIGTERM waits for requests in flight."
     ),
+    request_timeout: float = typer.Option(
+        0.0,
+        "--request-timeout",
+        min=0,
+        help="Seconds a speech request may take (504, or its stream ends); 0 = none. "
+        "A request's `timeout` field may ask for less.",
+    ),
     ref_audio_dir: Path | None = typer.Option(
         None, "--ref-audio-dir", help="Folder whose files requests may name as file:// ref_audio."
     ),
@@ -85,18 +92,21 @@ def serve(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the command, environment and deploy config; start nothing."
     ),
+    force: bool = typer.Option(
+        False, "--force", help="Serve a profile whose memory does not fit this machine."
+    ),
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
     verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
 ) -> None:
     from omni_cpu.launch.logs import verbose_requested
     from omni_cpu.launch.plan import with_weights
-    from omni_cpu.launch.resolve import resolve
+    from omni_cpu.launch.resolve import FATAL_TO_START, FORCED, resolve
     from omni_cpu.serve.plan import build_serve_plan
 
     # The same resolver as run/bench/tune: a profile naming CPUs this machine cannot
     # give refuses to start instead of serving with its binding silently dropped.
-    resolved = resolve(deploy_profile, model, weights)
+    resolved = resolve(deploy_profile, model, weights, fatal=FORCED if force else FATAL_TO_START)
     for problem in resolved.problems:
         err_console.print(f"[yellow]warning:[/] {problem.message}", highlight=False)
     profile = resolved.profile
@@ -111,6 +121,7 @@ def serve(
         max_frames=max_frames,
         served_model_name=served_model_name,
         drain_timeout_s=drain_timeout,
+        request_timeout_s=request_timeout,
         ref_audio_dir=ref_audio_dir,
         allow_ref_audio_urls=allow_ref_audio_urls,
         accept_frame_limit=accept_frame_limit,

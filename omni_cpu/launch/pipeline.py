@@ -30,6 +30,7 @@ from omni_cpu.launch.guard import StageGuard
 from omni_cpu.launch.plan import DRIVER_ENV_DEFAULTS, LaunchPlan
 from omni_cpu.launch.prompt import check_prompt_lengths
 from omni_cpu.launch.request import SAMPLE_RATE, SpeechRequest
+from omni_cpu.launch.watch import STALL_ENV, ProgressWatch, stall_seconds
 from omni_cpu.platform.prompts import PromptBuilder, request_index
 
 STAGE_INIT_TIMEOUT_S = 900  # a 2-core box loads two engines in 1-3 minutes
@@ -160,6 +161,31 @@ MEMORY_WORDS = re.compile(r"out of memory|memoryerror|cannot allocate memory|\bo
 STOP_GRACE_S = 2.0  # killed stage processes get this long to be gone
 # Set once engines were started in this process; the CLI then ends with os._exit.
 ENGINES_STARTED = threading.Event()
+# Set once this process stops its stages (an interrupt, an error, the end): vLLM-Omni's
+# threads then fail as their stages go, and their tracebacks would bury the one line.
+STOPPING = threading.Event()
+THREAD_ERROR_GRACE_S = 0.5  # a Ctrl-C reaches the stages and the main thread together
+
+
+def _quiet_thread_errors(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A threading.excepthook that drops thread errors once the stages are being stopped."""
+
+    def hook(args: Any) -> None:
+        if not STOPPING.is_set():
+            STOPPING.wait(THREAD_ERROR_GRACE_S)
+        if STOPPING.is_set():
+            logging.getLogger("omni_cpu").debug(
+                "thread %s failed while the stages stopped",
+                getattr(args.thread, "name", "?"),
+                exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+            )
+            return
+        previous(args)
+
+    hook.omni_cpu_quiet = True  # type: ignore[attr-defined]
+    return hook
+
+
 TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
 
 
@@ -179,6 +205,9 @@ class _StageWatch:
         self.stage_names = stage_names or {}
         self.seen: dict[int, processes.StageProcess] = {}
         self.oom_kills_before = procfs.oom_kills()
+        self.progress = ProgressWatch(stall_seconds())
+        self.stalled: str | None = None  # set once work stopped moving (omni_cpu.launch.watch)
+        self._working: int | None = None  # the thread generating, while it does
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="omni-cpu-stages")
 
@@ -198,6 +227,24 @@ class _StageWatch:
     def _run(self) -> None:
         while not self._stop.wait(0.5):
             self.sample()
+            self.look()
+
+    def working(self, on: bool) -> None:
+        """Work is held from `working(True)` in the generating thread to `working(False)`."""
+        self._working = threading.get_ident() if on else None
+
+    def look(self) -> None:
+        """Note progress; on a stall, remember it and interrupt the generating main thread."""
+        working = self._working
+        live = [p for p in self.seen.values() if proctree.is_running(p.pid)]
+        stalled = self.progress.look(live, busy=working is not None)
+        if stalled is None or self.stalled is not None:
+            return
+        self.stalled = stalled
+        if working is not None and working == threading.main_thread().ident:
+            # Wakes the main thread from whatever it waits in; generate() turns the
+            # KeyboardInterrupt into the stall's StageError.
+            signal.pthread_kill(working, signal.SIGINT)
 
     def dead(self) -> list[processes.StageProcess]:
         """Stage processes (engine cores, workers) seen before and gone now."""
@@ -300,6 +347,9 @@ class PipelineSession:
         self._builder = PromptBuilder(self.plan.model)
         self.startup["prompt_tokenizer_s"] = time.perf_counter() - tokenizer_start
         check_prompt_lengths(self._builder, self._check, self.talker_max_model_len)
+        if not getattr(threading.excepthook, "omni_cpu_quiet", False):
+            threading.excepthook = _quiet_thread_errors(threading.excepthook)
+        STOPPING.clear()
         try:
             ENGINES_STARTED.set()
             self._guard = StageGuard(self._output_folders).__enter__()
@@ -346,6 +396,7 @@ class PipelineSession:
         removes what the stages held, so the stage processes are killed first and
         close() then finds nothing to wait for.
         """
+        STOPPING.set()
         if self._watch is not None:
             self._watch.stop()
         spare = StageGuard.watchdog_pids
@@ -372,12 +423,18 @@ class PipelineSession:
             self._guard = None
 
     def generate(
-        self, requests: list[SpeechRequest], *, stream: bool, on_chunk: ChunkHandler
+        self,
+        requests: list[SpeechRequest],
+        *,
+        stream: bool,
+        on_chunk: ChunkHandler,
+        on_done: Callable[[int], None] | None = None,
     ) -> float:
         """Submit `requests` at once; `on_chunk` gets each audio chunk. The wall seconds.
 
         Streaming passes every delta as it arrives; otherwise each request's audio
-        comes once, when it finishes.
+        comes once, when it finishes. `on_done` gets a request's index once its
+        audio is complete.
         """
         import numpy as np
 
@@ -387,6 +444,9 @@ class PipelineSession:
         prompts = [self._builder.prompt(request.additional_information()) for request in requests]
         params = _sampling_params(self._omni, requests, stream)
         start = time.perf_counter()
+        watch = self._watch
+        if watch is not None:
+            watch.working(True)
         try:
             for output in self._omni.generate(prompts, params, py_generator=True, use_tqdm=False):
                 if getattr(output, "error", None):
@@ -394,18 +454,30 @@ class PipelineSession:
                 if not stream and not output.finished:
                     continue
                 audio = _audio_array(output)
-                if not audio.size:
-                    continue
-                if not np.isfinite(audio).all():
-                    raise StageError(
-                        "code2wav produced non-finite audio (NaN/inf)",
-                        "check the checkpoint's speech_tokenizer weights and the stage dtype",
-                    )
-                on_chunk(request_index(output.request_id), audio, time.perf_counter() - start)
-        except (OmniCpuError, KeyboardInterrupt, SystemExit):
+                if audio.size:
+                    if not np.isfinite(audio).all():
+                        raise StageError(
+                            "code2wav produced non-finite audio (NaN/inf)",
+                            "check the checkpoint's speech_tokenizer weights and the stage dtype",
+                        )
+                    on_chunk(request_index(output.request_id), audio, time.perf_counter() - start)
+                if output.finished and on_done is not None:
+                    on_done(request_index(output.request_id))
+        except KeyboardInterrupt:
+            if watch is not None and watch.stalled is not None:
+                raise StageError(
+                    f"synthesis failed: {watch.stalled}",
+                    f"the stage is hung, not dead: its log above may say why ({STALL_ENV} "
+                    "sets how long work may go without progress)",
+                ) from None
+            raise
+        except (OmniCpuError, SystemExit):
             raise
         except Exception as error:
             raise stage_error("synthesis", error, self._watch) from error
+        finally:
+            if watch is not None:
+                watch.working(False)
         return time.perf_counter() - start
 
 
@@ -424,21 +496,16 @@ def run_pipeline(
 
     `on_audio` sees every utterance and the seconds since generation started after
     each chunk (a progress display); `verbose` shows the engines' own logs.
-    The outputs are checked (and opened, unlinked) and the prompts measured before
-    any engine starts; each WAV is committed as soon as its audio is complete.
+    The outputs are checked (the first in each folder opened, unlinked) and the
+    prompts measured before any engine starts; each WAV is opened at its first
+    chunk and committed as soon as its audio is complete, so a file of many
+    lines holds only the utterances in flight open.
     """
-    from omni_cpu.launch.wav import AtomicWavWriter
+    from omni_cpu.launch.wav import WavOutputs
 
-    writers: list[AtomicWavWriter] = []
-    try:
-        for path in out_paths:
-            writers.append(AtomicWavWriter(path, allow_special=allow_special))
-    except BaseException:
-        for writer in writers:
-            writer.abort()
-        raise
+    outputs = WavOutputs(out_paths, allow_special=allow_special)
     utterances = [Utterance(index, path) for index, path in enumerate(out_paths)]
-    folders = tuple(sorted({writer.path.parent for writer in writers}))
+    folders = outputs.folders
 
     interrupts = _Interrupts()
 
@@ -447,11 +514,15 @@ def run_pipeline(
         utterance = utterances[index]
         if utterance.first_audio_s is None:
             utterance.first_audio_s = seconds
-        writers[index].append(audio)
+        outputs.append(index, audio)
         utterance.samples += audio.size
         utterance.chunks += 1
         if on_audio is not None:
             on_audio(utterances, seconds)
+
+    def finish(index: int) -> None:
+        interrupts.check()
+        outputs.commit(index)
 
     interrupts.install()
     try:
@@ -463,11 +534,10 @@ def run_pipeline(
                 f"engines up in {sum(session.startup.values()):.1f} s; "
                 f"synthesizing {len(requests)} utterance(s)"
             )
-            wall_s = session.generate(requests, stream=stream, on_chunk=write_chunk)
+            wall_s = session.generate(requests, stream=stream, on_chunk=write_chunk, on_done=finish)
             interrupts.check()
             # The audio is complete: the WAVs are in place before the engines stop.
-            for writer in writers:
-                writer.commit()
+            outputs.commit_all()
         return RunResult(
             session.load_s,
             wall_s,
@@ -478,8 +548,7 @@ def run_pipeline(
             session.startup,
         )
     except BaseException:
-        for writer in writers:
-            writer.abort()
+        outputs.abort()
         raise
     finally:
         interrupts.restore()
@@ -500,6 +569,7 @@ class _Interrupts:
 
     def _handler(self, signum: int, frame: Any) -> None:
         self.signum = signum
+        STOPPING.set()
         raise KeyboardInterrupt
 
     def install(self) -> None:

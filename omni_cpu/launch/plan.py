@@ -88,14 +88,21 @@ def with_weights(profile: Profile, weights: str) -> Profile:
 
 
 def make_launch_plan(
-    model: str, deploy_profile: str = "auto", replica: int = 0, weights: str = "model"
+    model: str,
+    deploy_profile: str = "auto",
+    replica: int = 0,
+    weights: str = "model",
+    force: bool = False,
 ) -> LaunchPlan:
-    """Resolve the profile and build the deploy config for one replica."""
+    """Resolve the profile and build the deploy config for one replica.
+
+    A profile whose memory does not fit this machine is refused unless `force`.
+    """
     if weights not in WEIGHT_CHOICES:
         raise InputError(f"--weights {weights}", f"use one of: {', '.join(WEIGHT_CHOICES)}")
-    from omni_cpu.launch.resolve import resolve
+    from omni_cpu.launch.resolve import FATAL_TO_START, FORCED, resolve
 
-    resolved = resolve(deploy_profile, model, weights)
+    resolved = resolve(deploy_profile, model, weights, fatal=FORCED if force else FATAL_TO_START)
     profile = with_weights(resolved.profile, weights)
     if not 0 <= replica < len(profile.replicas):
         raise ProfileMismatchError(

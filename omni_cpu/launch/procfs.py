@@ -111,3 +111,20 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def pid_running(pid: int, proc: str = "/proc") -> bool:
+    """Whether `pid` exists and is not a zombie (a zombie runs no code and holds no file).
+
+    A killed stage under a subreaper (`serve`) stays a zombie until it is reaped.
+    """
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    except OSError:
+        return pid_alive(pid)
+    # The state follows the command name, which may itself hold ") ".
+    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
+    return state not in (b"Z", b"X")

@@ -107,11 +107,15 @@ def _decode(source: str, file: str | BinaryIO) -> ReferenceAudio:
     return from_samples(source, data, rate)
 
 
-def read_reference_audio(path: Path) -> ReferenceAudio:
-    """Read `path` (WAV, FLAC, OGG... anything libsndfile reads) as a checked reference."""
+def read_reference_audio(path: Path, source: str | None = None) -> ReferenceAudio:
+    """Read `path` (WAV, FLAC, OGG... anything libsndfile reads) as a checked reference.
+
+    `source` names it in errors (default: the path; serve gives the client's URL).
+    """
+    name = str(path) if source is None else source
     if not path.is_file():
-        raise InputError(f"reference audio {path} does not exist", "check the --ref-audio path")
-    return _decode(str(path), str(path))
+        raise InputError(f"reference audio {name} does not exist", "check the --ref-audio path")
+    return _decode(name, str(path))
 
 
 def decode_reference_audio(source: str, data: bytes) -> ReferenceAudio:

@@ -22,7 +22,10 @@ from omni_cpu.profile import Profile, load_profile
 from omni_cpu.profile.check import Problem, check_problems
 
 # Binding threads to CPUs this machine cannot give them: nothing may start so.
-FATAL_TO_START = frozenset({"cpu"})
+# More memory than the nodes (or the cgroup) hold: the engines would fail at load,
+# after a minute of tracebacks; `--force` (FORCED) starts them anyway.
+FATAL_TO_START = frozenset({"cpu", "memory"})
+FORCED = frozenset({"cpu"})
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,8 @@ def resolve(
     refused = [problem for problem in problems if problem.kind in fatal]
     if refused:
         more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
-        raise ProfileMismatchError(
-            f"{spec}: {refused[0].message}{more}",
-            "plan this machine instead: --deploy-profile auto, or omni-cpu probe --output FILE",
-        )
+        fix = "plan this machine instead: --deploy-profile auto, or omni-cpu probe --output FILE"
+        if all(problem.kind == "memory" for problem in refused):
+            fix += " (or --force to start it anyway)"
+        raise ProfileMismatchError(f"{spec}: {refused[0].message}{more}", fix)
     return Resolved(profile, facts, footprint, source, options, problems)

@@ -9,6 +9,12 @@ hold open, and their pids. An entry is ours to remove when a ledger of a
 finished run lists it (or it is an OpenMP file of one of its pids) and no live
 process holds it. A run sweeps the ledgers of runs that are gone before it
 starts; `omni-cpu doctor` reports them.
+
+An OpenMP file is stale as soon as the process it names has ended (a zombie
+counts as ended: killed stages under `serve`'s subreaper stay zombies for a
+moment, which is when the watchdog sweeps). Those of this user whose process is
+gone are swept at every start and reported by `doctor` even when no ledger
+names them (the ledger that did was removed by a sweep that ran too early).
 """
 
 from __future__ import annotations
@@ -122,13 +128,29 @@ def leftovers(ledger: Ledger, in_use: set[str]) -> list[Entry]:
     for name in sorted(ledger.names):
         path = SHM_DIR / name
         kmp = _KMP.match(name)
-        if kmp and procfs.pid_alive(int(kmp["pid"])):
+        if kmp and procfs.pid_running(int(kmp["pid"])):
             continue  # an OpenMP file is held by nobody: only a dead pid makes it stale
         if name not in in_use and path.exists():
             found.append(Entry(name, _held(path)))
     for path in SHM_DIR.glob("__KMP_REGISTERED_LIB_*"):
         match = _KMP.match(path.name)
-        if match and int(match["pid"]) in ledger.pids and not procfs.pid_alive(int(match["pid"])):
+        pid = int(match["pid"]) if match else 0
+        if pid in ledger.pids and path.name not in ledger.names and not procfs.pid_running(pid):
+            found.append(Entry(path.name, _held(path)))
+    return found
+
+
+def orphan_openmp_files() -> list[Entry]:
+    """This user's OpenMP files whose process has ended, whichever run (or none) made them."""
+    found = []
+    uid = os.getuid()
+    for path in sorted(SHM_DIR.glob("__KMP_REGISTERED_LIB_*")):
+        match = _KMP.match(path.name)
+        try:
+            mine = path.stat().st_uid == uid
+        except OSError:
+            continue
+        if match and mine and not procfs.pid_running(int(match["pid"])):
             found.append(Entry(path.name, _held(path)))
     return found
 
@@ -168,7 +190,10 @@ def live_ledgers(except_token: str = "") -> list[Ledger]:
 def stale() -> list[Entry]:
     """Every entry that finished runs left behind (what `doctor` reports)."""
     in_use = procfs.shm_names_in_use()
-    return [entry for ledger in finished_ledgers() for entry in leftovers(ledger, in_use)]
+    found = {e.name: e for ledger in finished_ledgers() for e in leftovers(ledger, in_use)}
+    for entry in orphan_openmp_files():
+        found.setdefault(entry.name, entry)
+    return sorted(found.values(), key=lambda entry: entry.name)
 
 
 def sweep(ledger: Ledger) -> int:
@@ -179,5 +204,5 @@ def sweep(ledger: Ledger) -> int:
 
 
 def sweep_finished() -> int:
-    """Remove what every finished run left, and their ledgers; the bytes freed."""
-    return sum(sweep(ledger) for ledger in finished_ledgers())
+    """Remove what every finished run left, their ledgers and stale OpenMP files; bytes freed."""
+    return sum(sweep(ledger) for ledger in finished_ledgers()) + remove(orphan_openmp_files())

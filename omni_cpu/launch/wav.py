@@ -10,6 +10,7 @@ gone.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import re
@@ -36,6 +37,17 @@ def to_pcm16(samples: np.ndarray) -> bytes:
 
 def _why(error: OSError) -> str:
     return os.strerror(error.errno) if error.errno else str(error)
+
+
+def write_fix(error: OSError) -> str:
+    """The fix for a failed write, by its cause."""
+    if error.errno in (errno.EMFILE, errno.ENFILE):
+        return "too many files open in this process: raise `ulimit -n`"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free space in that folder or name another"
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "name a folder you can write"
+    return "name a folder you can write, with space free"
 
 
 def check_output_path(path: Path, *, allow_special: bool = False) -> Path:
@@ -98,8 +110,8 @@ def _open_hidden(folder: Path, name: str) -> tuple[BinaryIO, Path | None]:
         fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o666)
         return os.fdopen(fd, "w+b"), None
     except OSError as error:
-        if error.errno in (13, 30, 28, 122):  # EACCES, EROFS, ENOSPC, EDQUOT: no file at all
-            raise
+        if error.errno in (errno.EACCES, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EMFILE):
+            raise  # no file at all
     temp = folder / f".{name}.omni-cpu-{os.getpid()}.partial"
     fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o666)
     return os.fdopen(fd, "w+b"), temp
@@ -137,9 +149,7 @@ class AtomicWavWriter:
             raise self._error(error) from None
 
     def _error(self, error: OSError) -> OutputError:
-        return OutputError(
-            f"cannot write {self.path}: {_why(error)}", "free space or name a writable folder"
-        )
+        return OutputError(f"cannot write {self.path}: {_why(error)}", write_fix(error))
 
     def append(self, samples: np.ndarray) -> None:
         """Add float samples; the header's length is rewritten on each write."""
@@ -203,3 +213,62 @@ class AtomicWavWriter:
     def abort(self) -> None:
         """Close and delete: no partial file stays behind."""
         self._discard()
+
+
+class WavOutputs:
+    """The WAVs of one run, one per utterance, opened one at a time.
+
+    Every path is checked at once (no file opened); each distinct folder gets its
+    first file opened now, so a read-only or full folder fails before any engine
+    starts. Any other file is opened at its first chunk and committed as soon as
+    its utterance is done, so a run of 100,000 lines holds a handful of files open.
+    """
+
+    def __init__(self, paths: list[Path], *, allow_special: bool = False) -> None:
+        self.allow_special = allow_special
+        self.paths = [check_output_path(path, allow_special=allow_special) for path in paths]
+        self._open: dict[int, AtomicWavWriter] = {}
+        self._done: set[int] = set()
+        self.folders = tuple(sorted({path.parent for path in self.paths}))
+        first: dict[Path, int] = {}
+        for index, path in enumerate(self.paths):
+            first.setdefault(path.parent, index)
+        try:
+            for index in first.values():
+                self._writer(index)
+        except BaseException:
+            self.abort()
+            raise
+
+    def _writer(self, index: int) -> AtomicWavWriter:
+        writer = self._open.get(index)
+        if writer is None:
+            writer = AtomicWavWriter(self.paths[index], allow_special=self.allow_special)
+            self._open[index] = writer
+        return writer
+
+    def append(self, index: int, samples: np.ndarray) -> None:
+        """Add audio to utterance `index`'s WAV (opened now if it was not)."""
+        self._writer(index).append(samples)
+
+    def commit(self, index: int) -> None:
+        """Utterance `index` is complete: its WAV goes into place (empty if it had no audio)."""
+        if index in self._done:
+            return
+        self._writer(index).commit()
+        del self._open[index]
+        self._done.add(index)
+
+    def commit_all(self) -> None:
+        for index in range(len(self.paths)):
+            self.commit(index)
+
+    def abort(self) -> None:
+        """Delete every WAV not yet committed; the committed ones stay."""
+        for writer in self._open.values():
+            writer.abort()
+        self._open.clear()
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)

@@ -1,7 +1,10 @@
 """Profiles as YAML: written with a comment on every field, loaded strictly.
 
 Loading never raises anything but `ProfileError`, whose one line names the key
-that is wrong and what it should be.
+that is wrong and what it should be. The reader is strict about YAML itself too:
+a file over `MAX_PROFILE_BYTES`, a key given twice (YAML would keep the last one
+silently) or an alias (`*name`: a few lines can expand to gigabytes) is refused
+with its line.
 """
 
 from __future__ import annotations
@@ -407,14 +410,68 @@ def _stage_sizes(root: _Reader) -> dict[int, dict[str, Any]]:
     return sizes
 
 
+# A planned profile is a few KiB; anything this large is not one.
+MAX_PROFILE_BYTES = 1 << 20
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """safe_load that refuses aliases and duplicate keys, naming their line."""
+
+    source = "profile"
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ProfileError(
+                f"{self.source} line {event.start_mark.line + 1}: YAML alias *{event.anchor} "
+                "is not allowed in a profile",
+                "write the value out in full",
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.setdefault(key, line)
+            except TypeError:
+                continue  # an unhashable key: construct_mapping refuses it below
+            if first != line:
+                raise ProfileError(
+                    f"{self.source} line {line}: key {key!r} is given twice (first at line "
+                    f"{first})",
+                    "keep one of them",
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _too_large(source: str, size: int) -> ProfileError:
+    return ProfileError(
+        f"{source} is {size} bytes; a profile is at most {MAX_PROFILE_BYTES}",
+        "name the profile file `omni-cpu probe --output FILE` wrote",
+    )
+
+
 def parse_profile(text: str, source: str = "profile") -> Profile:
     """Parse and check a profile's YAML text; raises ProfileError naming the bad key."""
+    if len(text) > MAX_PROFILE_BYTES:
+        raise _too_large(source, len(text.encode(errors="replace")))
+    loader: _StrictLoader | None = None
     try:
-        data = yaml.safe_load(text)
+        loader = _StrictLoader(text)
+        loader.source = source
+        data = loader.get_single_data()
+    except RecursionError:
+        raise ProfileError(f"{source} nests too deeply to be a profile") from None
     except yaml.YAMLError as bad:
         where = getattr(bad, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
         raise ProfileError(f"{source} is not valid YAML{line}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     root = _Reader(data, "")
     root.only("omni_cpu", "model_runner", "async_chunk", "connectors", "stages", "platforms")
     omni = root.child("omni_cpu")
@@ -558,7 +615,11 @@ def load_profile(path: str | Path) -> Profile:
     """Read and check a profile file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        size = path.stat().st_size
+        if size > MAX_PROFILE_BYTES:
+            raise _too_large(str(path), size)
+        with path.open(encoding="utf-8") as handle:  # a FIFO has no size: read at most so much
+            text = handle.read(MAX_PROFILE_BYTES + 1)
     except FileNotFoundError:
         raise ProfileError(
             f"profile {path} does not exist", "create one with `omni-cpu probe --output FILE`"

@@ -21,6 +21,9 @@ ACCEPT_FRAME_LIMIT_ENV = "OMNI_CPU_SERVE_ACCEPT_FRAME_LIMIT"
 DOWN_FILE_ENV = "OMNI_CPU_SERVE_DOWN_FILE"
 MAX_MODEL_LEN_ENV = "OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN"
 TOKENIZER_ENV = "OMNI_CPU_SERVE_TOKENIZER"
+MAX_BODY_BYTES_ENV = "OMNI_CPU_SERVE_MAX_BODY_BYTES"
+REF_AUDIO_DIR_ENV = "OMNI_CPU_SERVE_REF_AUDIO_DIR"
+REQUEST_TIMEOUT_ENV = "OMNI_CPU_SERVE_REQUEST_TIMEOUT_S"
 
 
 # The import path vLLM's `--middleware` option takes.
@@ -43,6 +46,9 @@ class AdmissionLimits:
     down_file: str = ""
     talker_max_model_len: int = 0
     tokenizer: str = ""
+    max_body_bytes: int = 24 << 20
+    ref_audio_dir: str = ""
+    request_timeout_s: float = 0.0
 
     def to_env(self) -> dict[str, str]:
         return {
@@ -54,6 +60,9 @@ class AdmissionLimits:
             DOWN_FILE_ENV: self.down_file,
             MAX_MODEL_LEN_ENV: str(self.talker_max_model_len),
             TOKENIZER_ENV: self.tokenizer,
+            MAX_BODY_BYTES_ENV: str(self.max_body_bytes),
+            REF_AUDIO_DIR_ENV: self.ref_audio_dir,
+            REQUEST_TIMEOUT_ENV: f"{self.request_timeout_s:g}",
         }
 
     @classmethod
@@ -68,4 +77,7 @@ class AdmissionLimits:
             down_file=envs.KNOBS[DOWN_FILE_ENV].value(env),
             talker_max_model_len=envs.KNOBS[MAX_MODEL_LEN_ENV].value(env),
             tokenizer=envs.KNOBS[TOKENIZER_ENV].value(env),
+            max_body_bytes=envs.KNOBS[MAX_BODY_BYTES_ENV].value(env),
+            ref_audio_dir=envs.KNOBS[REF_AUDIO_DIR_ENV].value(env),
+            request_timeout_s=envs.KNOBS[REQUEST_TIMEOUT_ENV].value(env),
         )

@@ -6,6 +6,7 @@ supervisor runs it. Nothing here imports torch or vLLM.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import tempfile
@@ -18,6 +19,7 @@ import yaml
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
 from omni_cpu.launch import logs, startup
+from omni_cpu.launch.watch import stall_seconds
 from omni_cpu.platform import DRIVER_ENV
 from omni_cpu.profile import Profile, deploy_config_dict
 from omni_cpu.serve.knobs import MIDDLEWARE_PATH, AdmissionLimits
@@ -49,6 +51,7 @@ class ServePlan:
     drain_timeout_s: float
     stop_timeout_s: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    stall_s: float = 0.0  # work held this long with no stage progress: hung (0 = never)
 
     def shell(self) -> str:
         """The plan as one shell command line (what `--dry-run` prints), one option a line."""
@@ -76,9 +79,17 @@ class ServePlan:
         return data
 
 
-def default_workdir(port: int) -> Path:
-    """Per-port folder for the deploy config and drain flag (one server per port)."""
-    return Path(tempfile.gettempdir()) / f"omni-cpu-serve-{port}"
+WORKDIR_PREFIX = "omni-cpu-serve-"
+
+
+def default_workdir(port: int, pid: int | None = None) -> Path:
+    """This server's folder for the deploy config and drain flag: per port and process.
+
+    Per process, so a second server started on a port in use never touches the
+    first one's files (it refuses at once anyway: omni_cpu.serve.supervisor).
+    """
+    owner = os.getpid() if pid is None else pid
+    return Path(tempfile.gettempdir()) / f"{WORKDIR_PREFIX}{port}-{owner}"
 
 
 def build_serve_plan(
@@ -95,6 +106,8 @@ def build_serve_plan(
     served_model_name: str | None = None,
     drain_timeout_s: float = 30.0,
     stop_timeout_s: float = 15.0,
+    request_timeout_s: float = 0.0,
+    stall_s: float | None = None,
     python: str = sys.executable,
     ref_audio_dir: Path | None = None,
     allow_ref_audio_urls: bool = False,
@@ -129,6 +142,11 @@ def build_serve_plan(
         raise InputError(f"--max-waiting {waiting}", "give 0 or more")
     # Text tokens never outnumber characters; half the talker's context stays for frames.
     chars = talker.max_model_len // 2 if max_input_chars is None else max_input_chars
+    if ref_audio_dir is not None and not ref_audio_dir.is_dir():
+        raise InputError(
+            f"--ref-audio-dir {ref_audio_dir} is not a directory",
+            "name the folder whose files clients may send as file:// ref_audio",
+        )
     limits = AdmissionLimits(
         max_in_flight=talker.max_num_seqs + waiting,
         max_input_chars=max(0, chars),
@@ -138,7 +156,22 @@ def build_serve_plan(
         down_file=str(folder / "stage-down"),
         talker_max_model_len=talker.max_model_len,
         tokenizer=model,
+        ref_audio_dir=str(ref_audio_dir.resolve()) if ref_audio_dir is not None else "",
+        request_timeout_s=request_timeout_s,
     )
+    if request_timeout_s < 0:
+        raise InputError(f"--request-timeout {request_timeout_s:g}", "give 0 (none) or more")
+    if request_timeout_s:
+        notes.append(
+            f"a speech request may take at most {request_timeout_s:g} s (504, or its stream "
+            "ends); a request's `timeout` field may ask for less"
+        )
+    stall = stall_seconds() if stall_s is None else stall_s
+    if stall:
+        notes.append(
+            f"a stage that holds work with no progress for {stall:g} s stops the server (exit 4; "
+            "OMNI_CPU_STAGE_STALL_S)"
+        )
     notes.append(
         f"at most {limits.max_in_flight} speech requests at once "
         f"({talker.max_num_seqs} running + {waiting} waiting); more get 429"
@@ -175,11 +208,6 @@ def build_serve_plan(
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
     if ref_audio_dir is not None:
-        if not ref_audio_dir.is_dir():
-            raise InputError(
-                f"--ref-audio-dir {ref_audio_dir} is not a directory",
-                "name the folder whose files clients may send as file:// ref_audio",
-            )
         # vLLM's own media policy: file:// URLs are read only from under this folder.
         argv += ["--allowed-local-media-path", str(ref_audio_dir.resolve())]
         notes.append(f"ref_audio may name files under {ref_audio_dir.resolve()} (file://...)")
@@ -215,4 +243,5 @@ def build_serve_plan(
         drain_timeout_s=drain_timeout_s,
         stop_timeout_s=stop_timeout_s,
         notes=tuple(notes),
+        stall_s=stall,
     )

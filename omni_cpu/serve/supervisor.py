@@ -13,15 +13,19 @@ answers every request 500 for as long as it runs, and restarting one stage in
 place is not something it supports. The supervisor notices within a second,
 writes which stage died to the down file (the middleware's /health and speech
 requests then answer 503 naming it), stops everything and exits 4, so that
-systemd, Kubernetes or any supervisor restarts the whole server clean.
+systemd, Kubernetes or any supervisor restarts the whole server clean. A stage that
+holds work (speech requests in flight) and makes no progress for `stall_s`
+(omni_cpu.launch.watch) is hung, and is treated the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,14 +36,20 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from omni_cpu.errors import InputError, StageError
+import psutil
+
+from omni_cpu.errors import InputError, PortInUseError, StageError
 from omni_cpu.launch import logs, processes, proctree
 from omni_cpu.launch.guard import StageGuard
+from omni_cpu.launch.watch import ProgressWatch
 from omni_cpu.profile.model import STAGE_NAMES
 from omni_cpu.serve.knobs import IN_FLIGHT_METRIC
-from omni_cpu.serve.plan import ServePlan
+from omni_cpu.serve.plan import WORKDIR_PREFIX, ServePlan
 
 POLL_S = 0.25
+# Stopped while starting: nothing to drain, and engines that are loading finish loading
+# before they heed SIGTERM (10-15 s), so they get this long, then SIGKILL.
+STARTUP_STOP_S = 1.0
 DOWN_REPORT_S = 2.0  # /health names the dead stage this long before the server stops
 
 
@@ -78,9 +88,56 @@ def in_flight(host: str, port: int, timeout_s: float = 2.0) -> int | None:
     return None
 
 
+def check_port_free(host: str, port: int) -> None:
+    """PortInUseError when something already listens on host:port (checked before any engine).
+
+    Bound the way uvicorn binds (SO_REUSEADDR), so only a live listener counts,
+    not a port an earlier server left in TIME_WAIT.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host or "0.0.0.0", port))
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                return  # not ours to judge (an address this host lacks): the server says
+            raise PortInUseError(
+                f"port {port} on {host or '0.0.0.0'} is in use (another server?)",
+                "stop it, or serve on another --port",
+            ) from None
+
+
+def listens_on(root: int, port: int) -> bool:
+    """True when `root` or a process under it listens on TCP `port`."""
+    for pid in [root, *proctree.descendants(root)]:
+        try:
+            connections = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in connections):
+            return True
+    return False
+
+
+def sweep_workdirs(folder: Path) -> list[Path]:
+    """Remove serve folders beside `folder` whose server process is gone (killed, say)."""
+    removed = []
+    for entry in folder.parent.glob(f"{WORKDIR_PREFIX}*-*"):
+        pid = entry.name.rsplit("-", 1)[-1]
+        if entry == folder or not pid.isdigit() or proctree.is_running(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.stat().st_uid == os.getuid():
+                shutil.rmtree(entry)
+                removed.append(entry)
+    return removed
+
+
 def prepare_workdir(plan: ServePlan) -> None:
     """Write the deploy config; clear a drain flag left by an earlier run on this port."""
     folder = Path(plan.workdir)
+    sweep_workdirs(folder)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     if folder.stat().st_uid != os.getuid():
         raise InputError(
@@ -131,6 +188,7 @@ class Supervisor:
         self.log = log
         self.stop_requests = 0
         self.child: subprocess.Popen[bytes] | None = None
+        self.ready = False
 
     def say(self, text: str) -> None:
         print(f"omni-cpu serve: {text}", file=self.log, flush=True)
@@ -141,6 +199,7 @@ class Supervisor:
     def run(self) -> int:
         """Serve until the server exits or a stop is requested; the exit code."""
         plan = self.plan
+        check_port_free(plan.host, plan.port)
         prepare_workdir(plan)
         proctree.become_subreaper()
         previous = {
@@ -165,7 +224,7 @@ class Supervisor:
             if self.child is not None:
                 left = proctree.stop_tree(
                     self.child.pid,
-                    plan.stop_timeout_s,
+                    plan.stop_timeout_s if self.ready else STARTUP_STOP_S,
                     include_adopted=True,
                     spare=StageGuard.watchdog_pids,
                 )
@@ -182,6 +241,8 @@ class Supervisor:
         last_probe = 0.0
         stages: dict[int, processes.StageProcess] = {}
         last_census = 0.0
+        progress = ProgressWatch(self.plan.stall_s)
+        last_look = 0.0
         while self.stop_requests == 0:
             code = self.child.poll()
             if code is not None:
@@ -198,18 +259,30 @@ class Supervisor:
                         stages[stage.pid] = stage
             dead = [stage for stage in stages.values() if not proctree.is_running(stage.pid)]
             if dead:
-                self._stage_down(dead)
+                self._stage_down(", ".join(process.describe() for process in dead) + " died")
+            if ready and self.plan.stall_s and now - last_look >= 1.0:
+                last_look = now
+                held = in_flight(self.plan.host, self.plan.port)
+                stalled = progress.look(stages.values(), busy=bool(held))
+                if stalled is not None:
+                    self._stage_down(stalled)
             if not ready and now - last_probe >= 2.0:
                 last_probe = now
-                if http_status(local_url(self.plan.host, self.plan.port, "/health")) == 200:
-                    ready = True
+                # Only our server counts: a probe can reach another one that took the port.
+                if http_status(
+                    local_url(self.plan.host, self.plan.port, "/health")
+                ) == 200 and listens_on(self.child.pid, self.plan.port):
+                    ready = self.ready = True
                     if self.plan.frontend_cpus:
                         pinned = pin_frontend(self.child.pid, self.plan.frontend_cpus)
                         cpus = ",".join(map(str, self.plan.frontend_cpus))
                         self.say(f"API server {pinned} pinned to CPUs {cpus}")
                     self.say("ready")
             time.sleep(POLL_S)
-        self._drain()
+        if ready:
+            self._drain()
+        else:
+            self.say("stopped while starting; stopping the stage processes")
         return 0
 
     def _stage_processes(self) -> list[processes.StageProcess]:
@@ -226,9 +299,8 @@ class Supervisor:
         found = [processes.identify(pid, binds, STAGE_NAMES) for pid in descendants]
         return [p for p in found if p.role in ("engine core", "worker")]
 
-    def _stage_down(self, dead: list[processes.StageProcess]) -> None:
-        """Say which stage died, let /health report it briefly, then fail (exit 4)."""
-        what = ", ".join(process.describe() for process in dead) + " died"
+    def _stage_down(self, what: str) -> None:
+        """Say which stage died or hung, let /health report it briefly, then fail (exit 4)."""
         self.say(f"{what}; stopping (a stage is not restarted in place)")
         with contextlib.suppress(OSError):
             Path(self.plan.limits.down_file).write_text(what + "\n")
@@ -243,7 +315,11 @@ class Supervisor:
         """Refuse new work, then wait (bounded) for admitted requests to finish."""
         assert self.child is not None
         plan = self.plan
-        Path(plan.limits.drain_file).touch()
+        try:
+            Path(plan.limits.drain_file).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            Path(plan.limits.drain_file).touch()
+        except OSError as error:  # the stop goes on; only the 503s before it are lost
+            self.say(f"cannot raise the drain flag ({error.strerror}); stopping without it")
         deadline = time.monotonic() + plan.drain_timeout_s
         self.say(f"draining (up to {plan.drain_timeout_s:g} s; signal again to stop now)")
         while self.stop_requests < 2 and self.child.poll() is None:

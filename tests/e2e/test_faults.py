@@ -138,10 +138,10 @@ def test_text_over_the_talkers_context_is_refused_before_the_engines(
 class LiveRun:
     """`omni-cpu run --stream` in the background, its stderr read as it comes."""
 
-    def __init__(self, checkpoint: Path, out: Path) -> None:
+    def __init__(self, checkpoint: Path, out: Path, env: dict[str, str] | None = None) -> None:
         self.token = uuid.uuid4().hex
         self.shm_before = set(os.listdir(SHM))
-        env = {**os.environ, "OMNI_CPU_E2E_TOKEN": self.token}
+        env = {**os.environ, **(env or {}), "OMNI_CPU_E2E_TOKEN": self.token}
         command = [
             OMNI_CPU, "run", "--model", str(checkpoint), "--text", "Hello from the CPU.",
             "--max-frames", LONG_FRAMES, "--stream", "--out", str(out),
@@ -253,5 +253,26 @@ def test_ctrl_c_mid_stream_exits_130_and_leaves_nothing(
     assert code == 130, stderr[-3000:]
     # omni-cpu's own line; the stages' log lines may land around it.
     assert "interrupted" in stderr.strip().splitlines(), stderr[-3000:]
+    assert run.leftovers() == ([], [])
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_a_hung_stage_fails_the_run_naming_it(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    run = LiveRun(tiny_checkpoint, tmp_path / "a.wav", env={"OMNI_CPU_STAGE_STALL_S": "4"})
+    run.wait_synthesizing()
+    victim = run.stage_process(0, "EngineCore")
+    os.kill(victim, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        code, stderr = run.finish(timeout_s=60)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(victim, signal.SIGCONT)
+    assert code == 4, stderr[-3000:]
+    assert time.monotonic() - stopped_at < 30
+    line = error_line(stderr, engines_ran=True)
+    assert f"stage 0 (talker) engine core pid {victim}" in line and "no progress" in line
     assert run.leftovers() == ([], [])
     assert list(tmp_path.iterdir()) == []

@@ -123,3 +123,66 @@ def test_dry_run_imports_neither_torch_nor_vllm(tiny_checkpoint: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "HEAVY []"
+
+
+def _lowered_open_files(limit: int) -> None:
+    import resource
+
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    )
+
+
+def test_many_outputs_are_opened_one_at_a_time(tmp_path: Path) -> None:
+    import numpy as np
+
+    from omni_cpu.launch.wav import WavOutputs
+
+    paths = [tmp_path / f"out-{index:04d}.wav" for index in range(1500)]
+    outputs = WavOutputs(paths)
+    assert outputs.open_count == 1  # the folder's first file: a full disk fails here
+    assert list(tmp_path.iterdir()) == []
+    for index in range(len(paths)):
+        outputs.append(index, np.full(240, 0.1, dtype=np.float32))
+        outputs.commit(index)
+        assert outputs.open_count == 0
+    with wave.open(str(paths[-1])) as done:
+        assert done.getnframes() == 240
+    assert len(list(tmp_path.iterdir())) == len(paths)
+
+
+def test_too_many_open_files_is_named_as_the_cause(tmp_path: Path) -> None:
+    import errno
+
+    from omni_cpu.launch.wav import write_fix
+
+    assert "ulimit -n" in write_fix(OSError(errno.EMFILE, "Too many open files"))
+    assert "free space" in write_fix(OSError(errno.ENOSPC, "No space left on device"))
+    assert "free space" not in write_fix(OSError(errno.EROFS, "Read-only file system"))
+
+
+def test_a_100000_line_text_file_fits_under_ulimit_n_1024(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("vllm_omni", reason="the prompt check before the engines is vLLM-Omni's")
+    import subprocess
+    import time
+
+    from tests.e2e.conftest import OMNI_CPU
+
+    lines = tmp_path / "lines.txt"
+    # The last line is over the talker's context: the run stops at the check made
+    # before any engine starts, after every output was planned.
+    lines.write_text("Hello there.\n" * 100_000 + "😀" * 1100 + "\n")
+    out = tmp_path / "out"
+    started = time.monotonic()
+    done = subprocess.run(
+        [OMNI_CPU, "run", "--model", str(tiny_checkpoint), "--text-file", str(lines),
+         "--out", str(out / "line.wav")],
+        capture_output=True, text=True, timeout=300, preexec_fn=lambda: _lowered_open_files(1024),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "utterance 100001" in done.stderr and "max_model_len" in done.stderr
+    assert "open files" not in done.stderr and "Traceback" not in done.stderr
+    assert list(out.iterdir()) == []
+    assert time.monotonic() - started < 240

@@ -101,3 +101,53 @@ def test_doctor_reports_what_a_finished_run_left_and_how_much_it_holds(tmp_path:
     finally:
         (shm.SHM_DIR / name).unlink(missing_ok=True)
         ledger.path.unlink(missing_ok=True)
+
+
+def _zombie() -> subprocess.Popen[bytes]:
+    """A child that has exited and is not reaped yet, as killed stages are under a subreaper."""
+    child = subprocess.Popen(["true"])
+    assert gone_within(10, lambda: psutil_status(child.pid) == "zombie")
+    return child
+
+
+def psutil_status(pid: int) -> str:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status()
+    except psutil.Error:
+        return "gone"
+
+
+def test_an_openmp_file_of_a_killed_but_unreaped_stage_is_swept(tmp_path: Path) -> None:
+    zombie = _zombie()
+    name = f"__KMP_REGISTERED_LIB_{zombie.pid}_{os.getuid()}"
+    (shm.SHM_DIR / name).write_bytes(b"0x1-libiomp5.so")
+    ledger = shm.Ledger(f"test{os.getpid()}", zombie.pid, zombie.pid, {zombie.pid}, {name})
+    try:
+        assert name in {entry.name for entry in shm.leftovers(ledger, set())}
+        shm.sweep(ledger)
+        assert not (shm.SHM_DIR / name).exists()
+    finally:
+        zombie.wait()
+        (shm.SHM_DIR / name).unlink(missing_ok=True)
+        ledger.path.unlink(missing_ok=True)
+
+
+def test_an_openmp_file_no_ledger_names_is_reported_and_swept_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    from omni_cpu.doctor import check_shared_memory
+    from omni_cpu.launch.guard import StageGuard
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    name = f"__KMP_REGISTERED_LIB_{dead.pid}_{os.getuid()}"
+    (shm.SHM_DIR / name).write_bytes(b"0x1-libiomp5.so")
+    try:
+        assert check_shared_memory().status == "warn"
+        assert name in {entry.name for entry in shm.stale()}  # what doctor lists
+        with StageGuard([tmp_path]):
+            assert not (shm.SHM_DIR / name).exists()
+    finally:
+        (shm.SHM_DIR / name).unlink(missing_ok=True)

@@ -199,3 +199,33 @@ def test_a_shared_core_plan_gives_both_stages_the_passive_wait():
     for stage in (0, 1):
         assert stage_env(shared, 0, stage)["OMP_WAIT_POLICY"] == "PASSIVE"
         assert "OMP_WAIT_POLICY" not in stage_env(split, 0, stage)
+
+
+def test_a_key_given_twice_is_refused_naming_its_line():
+    text = edited("  generated_by:", '  model: "other"\n  generated_by:')
+    line = next(n for n, t in enumerate(text.splitlines(), 1) if t == '  model: "other"')
+    again = r"line \d+: key 'model' is given twice \(first at line " + str(line) + r"\)"
+    with pytest.raises(ProfileError, match=again):
+        parse_profile(text, "deploy.yaml")
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once():
+    bomb = "\n".join(
+        ['  notes: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+        + [f"  n{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 6)]
+    )
+    text = edited("  notes: []", bomb)
+    with pytest.raises(ProfileError, match=r"line \d+: YAML alias \*a0 is not allowed"):
+        parse_profile(text, "deploy.yaml")
+
+
+def test_a_profile_over_the_size_limit_is_refused_before_it_is_parsed(tmp_path: Path):
+    from omni_cpu.profile import load_profile
+    from omni_cpu.profile.yaml_io import MAX_PROFILE_BYTES
+
+    path = tmp_path / "huge.yaml"
+    path.write_text(TEXT + "#" * MAX_PROFILE_BYTES)
+    with pytest.raises(ProfileError, match=f"a profile is at most {MAX_PROFILE_BYTES}"):
+        load_profile(path)
+    with pytest.raises(ProfileError, match="at most"):
+        parse_profile(TEXT + "#" * MAX_PROFILE_BYTES)

@@ -237,3 +237,260 @@ def test_a_prompt_over_the_talkers_context_gets_400_with_the_limit(
     assert error["param"] == "input" and "context is 64" in error["message"]
     assert inner.started == 0
     assert run(call(app, "/v1/audio/speech", {**SPEECH, "input": "Hi."}))[0] == 200
+
+
+def test_a_body_over_the_size_limit_is_413_before_the_server():
+    inner = _released()
+    app = SpeechAdmission(inner, AdmissionLimits(max_body_bytes=1000))
+    status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "junk": "x" * 2000}))
+    error = json.loads(raw)["error"]
+    assert status == 413 and error["code"] == 413 and "1000 byte limit" in error["message"]
+    assert inner.started == 0
+    assert run(call(app, "/v1/audio/speech", SPEECH))[0] == 200
+
+
+async def call_raw(app: Any, path: str, raw: bytes) -> tuple[int, bytes]:
+    """One POST of `raw` bytes through `app`; its status and body."""
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "path": path, "method": "POST", "headers": []}
+    await app(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+@pytest.mark.parametrize("path", ["/v1/audio/speech", "/v1/chat/completions"])
+@pytest.mark.parametrize("depth", [2000, 100])
+def test_deeply_nested_json_is_400_not_a_recursion_error(path: str, depth: int):
+    inner = _released()
+    app = SpeechAdmission(inner, AdmissionLimits())
+    status, raw = run(call_raw(app, path, b"[" * depth + b"]" * depth))
+    error = json.loads(raw)["error"]
+    assert status == 400 and "nests deeper" in error["message"] and inner.started == 0
+
+
+def _wav_file(path: Path, seconds: float, amplitude: float = 0.3, nan: bool = False) -> Path:
+    import numpy as np
+    import soundfile
+
+    rate = 16000
+    samples = amplitude * np.sin(2 * np.pi * 200 * np.arange(int(seconds * rate)) / rate)
+    if nan:
+        samples[100] = np.nan
+    soundfile.write(path, samples, rate, format="WAV", subtype="FLOAT")
+    return path
+
+
+def test_a_file_ref_audio_under_the_folder_reaches_the_server(tmp_path: Path):
+    clip = _wav_file(tmp_path / "voice.wav", 2.0)
+    inner = _released()
+    app = SpeechAdmission(inner, AdmissionLimits(ref_audio_dir=str(tmp_path)))
+    body = {**CLONE, "ref_audio": clip.as_uri()}
+    assert run(call(app, "/v1/audio/speech", body))[0] == 200
+    assert json.loads(inner.bodies[0]) == body
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "words"),
+    [
+        ("missing.wav", None, "does not exist"),
+        ("nan.wav", lambda p: _wav_file(p, 2.0, nan=True), "NaN"),
+        ("silent.wav", lambda p: _wav_file(p, 2.0, amplitude=0.0), "is silent"),
+        ("short.wav", lambda p: _wav_file(p, 0.5), "too short"),
+        ("../outside.wav", lambda p: _wav_file(p, 2.0), "outside"),
+    ],
+)
+def test_a_file_ref_audio_run_would_refuse_is_400_before_the_server(
+    tmp_path: Path, name: str, make: Any, words: str
+):
+    folder = tmp_path / "voices"
+    folder.mkdir()
+    clip = folder / name
+    if make is not None:
+        make(clip)
+    inner = _released()
+    app = SpeechAdmission(inner, AdmissionLimits(ref_audio_dir=str(folder)))
+    url = "file://" + str(folder) + "/" + name
+    status, raw = run(call(app, "/v1/audio/speech", {**CLONE, "ref_audio": url}))
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == "ref_audio" and inner.started == 0
+    assert words in error["message"] and "\n" not in error["message"]
+
+
+def test_a_file_ref_audio_without_a_ref_audio_dir_is_400(tmp_path: Path):
+    clip = _wav_file(tmp_path / "voice.wav", 2.0)
+    inner = _released()
+    app = SpeechAdmission(inner, AdmissionLimits())
+    status, raw = run(call(app, "/v1/audio/speech", {**CLONE, "ref_audio": clip.as_uri()}))
+    assert status == 400 and "--ref-audio-dir" in json.loads(raw)["error"]["message"]
+
+
+def test_a_data_url_that_is_not_base64_is_400():
+    inner = _released()
+    app = SpeechAdmission(inner, AdmissionLimits())
+    body = {**CLONE, "ref_audio": "data:audio/wav,RIFF1234WAVEfmt"}
+    status, raw = run(call(app, "/v1/audio/speech", body))
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == "ref_audio" and "base64" in error["message"]
+    assert inner.started == 0
+
+
+class FailingApp:
+    """Stands in for vLLM-Omni in the instant after a stage died: 500 'no live replica'."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        await receive()
+        body = json.dumps({"error": {"message": self.message, "code": 500}}).encode()
+        await send({"type": "http.response.start", "status": 500, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+
+def test_a_500_in_the_instant_a_stage_dies_becomes_503_naming_it(tmp_path: Path):
+    down = tmp_path / "stage-down"
+
+    async def scenario() -> tuple[int, bytes]:
+        app = SpeechAdmission(
+            FailingApp("stage 0 has no live replica"), AdmissionLimits(down_file=str(down))
+        )
+        request = asyncio.create_task(call(app, "/v1/audio/speech", SPEECH))
+        await asyncio.sleep(0.2)  # the supervisor notices a moment later
+        down.write_text("stage 0 (talker) engine core pid 123 died\n")
+        return await request
+
+    status, raw = run(scenario())
+    error = json.loads(raw)["error"]
+    assert status == 503 and "stage 0 (talker) engine core pid 123 died" in error["message"]
+
+
+def test_a_500_unrelated_to_a_stage_passes_through(tmp_path: Path):
+    app = SpeechAdmission(
+        FailingApp("something else"), AdmissionLimits(down_file=str(tmp_path / "stage-down"))
+    )
+    app.down_wait_s = 0.1
+    status, raw = run(call(app, "/v1/audio/speech", SPEECH))
+    assert status == 500 and json.loads(raw)["error"]["message"] == "something else"
+
+
+class StreamingApp:
+    """Stands in for vLLM-Omni streaming audio: one chunk, then waits forever."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"chunk", "more_body": True})
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+
+async def call_messages(app: Any, body: dict) -> list[dict]:
+    """One speech request through `app`; every message it sent."""
+    raw = json.dumps(body).encode()
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await app({"type": "http", "path": "/v1/audio/speech",
+               "method": "POST", "headers": []}, receive, send)  # fmt: skip
+    return sent
+
+
+def test_a_request_in_flight_when_a_stage_goes_down_gets_503_not_a_hang(tmp_path: Path):
+    down = tmp_path / "stage-down"
+
+    async def scenario() -> tuple[int, bytes]:
+        inner = SlowApp()  # never released: the stage it waits on is hung
+        app = SpeechAdmission(inner, AdmissionLimits(down_file=str(down)))
+        request = asyncio.create_task(call(app, "/v1/audio/speech", SPEECH))
+        while inner.started < 1:
+            await asyncio.sleep(0.01)
+        down.write_text("stage 0 (talker) engine core pid 9 made no progress for 30 s\n")
+        result = await request
+        assert app.in_flight == 0
+        return result
+
+    status, raw = run(scenario())
+    assert status == 503 and "made no progress" in json.loads(raw)["error"]["message"]
+
+
+def test_a_stream_in_flight_when_a_stage_goes_down_is_cut_not_ended(tmp_path: Path):
+    down = tmp_path / "stage-down"
+
+    async def scenario() -> list[dict]:
+        inner = StreamingApp()
+        app = SpeechAdmission(inner, AdmissionLimits(down_file=str(down)))
+        request = asyncio.create_task(call_messages(app, SPEECH))
+        await asyncio.sleep(0.1)
+        down.write_text("stage 0 (talker) died\n")
+        sent = await request
+        assert inner.cancelled
+        return sent
+
+    sent = run(scenario())
+    # No final body message: the server closes the connection, the client sees an error.
+    assert [m.get("more_body", False) for m in sent if m["type"] == "http.response.body"] == [True]
+
+
+@pytest.mark.parametrize(
+    ("limits", "body"),
+    [
+        (AdmissionLimits(request_timeout_s=0.3), SPEECH),
+        (AdmissionLimits(), {**SPEECH, "timeout": 0.3}),
+        (AdmissionLimits(request_timeout_s=600), {**SPEECH, "timeout": 0.3}),
+    ],
+)
+def test_a_request_past_its_deadline_gets_504(limits: AdmissionLimits, body: dict):
+    inner = SlowApp()  # never released
+    app = SpeechAdmission(inner, limits)
+    started = asyncio.run(asyncio.wait_for(_timed(call(app, "/v1/audio/speech", body)), 10))
+    (status, raw), seconds = started
+    error = json.loads(raw)["error"]
+    assert status == 504 and error["code"] == 504 and "0.3 s deadline" in error["message"]
+    assert 0.25 <= seconds < 2 and app.in_flight == 0
+
+
+async def _timed(coro: Any) -> tuple[Any, float]:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    result = await coro
+    return result, loop.time() - start
+
+
+def test_a_stream_past_its_deadline_ends_cleanly_with_what_it_had():
+    inner = StreamingApp()
+    app = SpeechAdmission(inner, AdmissionLimits())
+    sent = run(call_messages(app, {**SPEECH, "stream": True, "timeout": 0.3}))
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    assert b"".join(m.get("body", b"") for m in bodies) == b"chunk"
+    assert bodies[-1].get("more_body", False) is False and inner.cancelled
+
+
+@pytest.mark.parametrize("timeout", [0, -1, "soon", True])
+def test_a_timeout_field_that_is_not_positive_seconds_is_400(timeout: Any):
+    inner = _released()
+    status, raw = run(
+        call(
+            SpeechAdmission(inner, AdmissionLimits()),
+            "/v1/audio/speech",
+            {**SPEECH, "timeout": timeout},
+        )
+    )
+    assert status == 400 and json.loads(raw)["error"]["param"] == "timeout" and inner.started == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +88,8 @@ def test_drain_flag_lives_in_the_per_port_workdir():
     plan = build_serve_plan("m", load_profile(EIGHT_NODES), port=8077)
     assert plan.env[DRAIN_FILE_ENV] == str(Path(plan.workdir) / "draining")
     assert Path(plan.deploy_config_path).parent == Path(plan.workdir)
-    assert plan.workdir.endswith("omni-cpu-serve-8077")
+    # Per port and per process: a second server never touches the first one's files.
+    assert plan.workdir.endswith(f"omni-cpu-serve-8077-{os.getpid()}")
 
 
 def test_max_frames_caps_the_talkers_default_max_tokens():
@@ -172,6 +174,8 @@ def test_ref_audio_dir_becomes_vllms_allowed_local_media_path(tmp_path):
     assert argv[argv.index("--allowed-local-media-path") + 1] == str(tmp_path.resolve())
     assert plan.limits.allow_ref_audio_urls is False
     assert plan.env["OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS"] == "0"
+    # The middleware checks file:// clips under the same folder as base64 ones.
+    assert plan.env["OMNI_CPU_SERVE_REF_AUDIO_DIR"] == str(tmp_path.resolve())
 
 
 def test_a_ref_audio_dir_that_is_not_a_folder_is_refused(tmp_path):

@@ -7,6 +7,7 @@ its engine core (vLLM's "uni" executor, omni_cpu.platform.DRIVER_ENV).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -67,5 +68,59 @@ def test_a_killed_stage_is_named_by_health_and_the_server_exits_4(
         assert f"stage 0 (talker) engine core pid {victim} died" in log.read_text()
         assert proctree.wait_gone(tree, 5.0) == []
     finally:
+        if server.poll() is None:
+            proctree.stop_tree(server.pid, 30)
+
+
+def test_a_hung_stage_fails_requests_and_health_and_the_server_exits_4(
+    tiny_checkpoint: Path,  # noqa: F811 - pytest's fixture
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    from tests.serve.test_serve_e2e import post_json
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    command = [
+        sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(tiny_checkpoint),
+        "--host", "127.0.0.1", "--port", str(port), "--max-frames", "12",
+    ]  # fmt: skip
+    env = {**os.environ, "OMNI_CPU_STAGE_STALL_S": "4"}
+    with log.open("wb") as sink:
+        server = subprocess.Popen(command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    victim = None
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while get_status(f"http://127.0.0.1:{port}/health") != 200:
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(1)
+        victim = talker_process(server.pid)
+        os.kill(victim, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        answer: list[tuple[int, bytes]] = []
+        speech = {"model": str(tiny_checkpoint), "input": "Hello.", "voice": "ryan"}
+        url = f"http://127.0.0.1:{port}/v1/audio/speech"
+        asking = threading.Thread(target=lambda: answer.append(post_json(url, speech, 60)))
+        asking.start()
+        named = None
+        while server.poll() is None and time.monotonic() - stopped_at < 60:
+            try:
+                status, body = get(f"http://127.0.0.1:{port}/health", 2.0)
+            except OSError:
+                status, body = None, ""
+            if status == 503 and "stage 0 (talker) engine core" in body:
+                named = json.loads(body)["error"]["message"]
+            time.sleep(0.2)
+        asking.join(30)
+        assert server.wait(timeout=60) == 4, log.read_text()[-4000:]
+        assert named is not None and f"pid {victim}" in named and "no progress" in named
+        assert answer and answer[0][0] == 503, answer  # an error status, not a hang
+        assert time.monotonic() - stopped_at < 40
+        assert "Traceback" not in log.read_text()
+    finally:
+        if victim is not None:
+            with contextlib.suppress(OSError):
+                os.kill(victim, signal.SIGCONT)
         if server.poll() is None:
             proctree.stop_tree(server.pid, 30)
