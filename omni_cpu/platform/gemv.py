@@ -45,7 +45,7 @@ AMX: where the CPU has AMX tiles, products of `amx_rows` rows or more (a
 prefill, a batch of streams) run on them, from the same packed blocks: a
 block's [K / G][64][G] layout is already AMX's B operand. `OMNI_CPU_AMX_ROWS`
 sets the row count per format (the profile carries what `probe --calibrate`
-measured on the machine; "auto" is AMX_ROWS). 2-core Xeon (AMX), one thread,
+measured on the machine; "auto" is AMX_ROWS, per format). 2-core Xeon (AMX), one thread,
 M = 32: bf16 15.8-16.0 ms against 56.8-57.4 on AVX-512 tiles and oneDNN's 15.4
 (AMX); W8A8 6.3 ms against 18.3 (busy box, RESULTS.md has the quiet figures).
 
@@ -97,7 +97,11 @@ BLOCK = 64  # output columns per packed block (kBlock in the C++)
 BF16_GROUP = 2  # K elements per lane per multiply-add: vdpbf16ps takes pairs
 INT8_GROUP = 4  # vpdpbusd takes quads
 QUANTIZE_ROWS = 256  # rows of a weight quantized at once
-AMX_ROWS = 8  # products of this many rows or more take AMX tiles where the CPU has them
+# Rows from which a product takes AMX tiles where the CPU has them, unless the profile
+# says otherwise. 2-core Xeon (AMX), benchmarks/gemv_kernels.py, 1 and 2 threads: in bf16
+# AMX matches the AVX-512 tiles at 1 row and beats them from 2 (M = 4: 15.8 against 22.8
+# ms, one thread); in int8 the AVX-512 W8A8 tiles stay ahead up to ~8 rows.
+AMX_ROWS = {"bf16": 2, "int8": 16}
 
 
 def sources() -> list[Path]:
@@ -126,8 +130,8 @@ def amx_rows(weights: str) -> int:
     module = kernel()
     if module is None or not amx_supported() or not module.amx_ready():
         return 0
-    chosen = envs.OMNI_CPU_AMX_ROWS
-    return AMX_ROWS if chosen is None else max(0, chosen.get(weights, AMX_ROWS))
+    chosen = envs.OMNI_CPU_AMX_ROWS or {}
+    return max(0, chosen.get(weights, AMX_ROWS.get(weights, 0)))
 
 
 def wanted() -> bool:

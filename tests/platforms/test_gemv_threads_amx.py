@@ -137,7 +137,8 @@ def test_a_k_that_fills_no_whole_tile_row_stays_on_avx512() -> None:
 def test_amx_rows_follow_the_knob(monkeypatch: pytest.MonkeyPatch) -> None:
     has_amx = gemv.amx_supported() and gemv.kernel().amx_ready()
     monkeypatch.setenv("OMNI_CPU_AMX_ROWS", "auto")
-    assert gemv.amx_rows("bf16") == (gemv.AMX_ROWS if has_amx else 0)
+    assert gemv.amx_rows("bf16") == (gemv.AMX_ROWS["bf16"] if has_amx else 0)
+    assert gemv.amx_rows("int8") == (gemv.AMX_ROWS["int8"] if has_amx else 0)
     monkeypatch.setenv("OMNI_CPU_AMX_ROWS", "bf16=2,int8=16")
     assert (gemv.amx_rows("bf16"), gemv.amx_rows("int8")) == ((2, 16) if has_amx else (0, 0))
     assert packed(weight(64, 64), "int8").amx_rows == (16 if has_amx else 0)
