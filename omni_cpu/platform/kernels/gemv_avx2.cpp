@@ -1,0 +1,343 @@
+// The GEMV of gemv_avx512.cpp for CPUs with AVX2 + FMA only (Zen 2/3, Haswell to Skylake
+// client, Cascade Lake without avx512_bf16): its own extension, built without AVX-512.
+//
+// Same packed layout as gemv_avx512.cpp (omni_cpu/platform/gemv.py packs both): blocks of
+// 64 output columns (the last 16, 32 or 48), each [K / G][nb][G], G = 2 for bf16 and 4
+// for int8; a 32-byte load here is 8 columns of one step instead of 16.
+//
+// gemv_bf16: bf16 weights widened to float32 by a shift (even K) and a mask (odd K),
+//            float32 activations and accumulation (vfmadd231ps): no bf16 arithmetic.
+// gemv_w8a8: int8 weights (per output row scale), activations quantized per row to
+//            signed 8 bits in [-127, 127]. vpmaddubsw multiplies u8 by s8 and adds
+//            pairs into 16 bits with saturation; with |w| as the unsigned operand and
+//            x * sign(w) as the signed one, a pair is at most 2 * 127 * 127 = 32258 <
+//            32767, so it never saturates and the result is exact; vpmaddwd by ones
+//            widens to 32 bits. Where the CPU reports avx_vnni (Alder Lake and later,
+//            Zen 5), vpdpbusd (VEX) does the multiply and the 32-bit sum in one step on
+//            the same operands (a separate copy of the tile compiled for avxvnni, chosen
+//            at run time).
+//
+// Register tile (16 ymm registers): one row x the whole block (8 vectors) at M = 1, the
+// weights from memory once; for M > 1, 2 rows x half a block (4 vectors, 128 contiguous
+// bytes of each step: the adjacent-line prefetcher's pair), further tiles from L2.
+
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <immintrin.h>
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace {
+
+constexpr int64_t kLanes = 8;       // float32/int32 outputs per ymm vector
+constexpr int64_t kBlock = 64;      // columns per packed block (the AVX-512 layout's)
+constexpr int64_t kHalf = 32;       // columns per tile when M > 1
+constexpr int kTileRows = 2;        // rows per tile when M > 1
+
+// y[m, j:j+8] = value + bias[j:j+8], rounded once to the output dtype.
+template <typename Out>
+struct Store {
+  Out* out;
+  const float* bias;  // nullptr: none
+  int64_t N;
+  void operator()(int64_t m, int64_t j, __m256 value) const {
+    if (bias) value = _mm256_add_ps(value, _mm256_loadu_ps(bias + j));
+    Out* dst = out + m * N + j;
+    if constexpr (std::is_same_v<Out, float>) {
+      _mm256_storeu_ps(dst, value);
+    } else {  // round to nearest even, as _mm512_cvtneps_pbh does (no NaN here)
+      const __m256i bits = _mm256_castps_si256(value);
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+      const __m256i rounded = _mm256_srli_epi32(
+          _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
+      const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(rounded),
+                                              _mm256_extracti128_si256(rounded, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), packed);
+    }
+  }
+};
+
+// x as float32 [M, K]; the block's step p is [nb][2] bf16 at block + p * nb * 2.
+template <int M, int V, typename Out>
+void bf16_tile(const float* x, int64_t K, const uint16_t* block, int64_t nb, int64_t c,
+               int64_t n0, int64_t m0, const Store<Out>& store) {
+  const __m256i high_half = _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+  __m256 acc[M][V];
+  for (int m = 0; m < M; ++m)
+    for (int v = 0; v < V; ++v) acc[m][v] = _mm256_setzero_ps();
+  const int64_t P = K / 2;
+  for (int64_t p = 0; p < P; ++p) {
+    const uint16_t* step = block + (p * nb + c) * 2;
+    __m256 even[M], odd[M];
+#pragma GCC unroll 2
+    for (int m = 0; m < M; ++m) {
+      even[m] = _mm256_broadcast_ss(x + (m0 + m) * K + 2 * p);
+      odd[m] = _mm256_broadcast_ss(x + (m0 + m) * K + 2 * p + 1);
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + v * 16));
+      const __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+      const __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(w, high_half));
+#pragma GCC unroll 2
+      for (int m = 0; m < M; ++m) {
+        acc[m][v] = _mm256_fmadd_ps(we, even[m], acc[m][v]);
+        acc[m][v] = _mm256_fmadd_ps(wo, odd[m], acc[m][v]);
+      }
+    }
+  }
+  for (int m = 0; m < M; ++m)
+    for (int v = 0; v < V; ++v) store(m0 + m, n0 + c + v * kLanes, acc[m][v]);
+}
+
+struct Int8Rows {
+  const int8_t* xq;     // [M, K] signed 8-bit x in [-127, 127]
+  const float* xscale;  // [M]
+  const float* wscale;  // [N]
+  int64_t K;
+};
+
+// The scaled store of a tile's int32 sums.
+template <int M, int V, typename Out>
+void w8a8_store(const __m256i (&acc)[M][V], const Int8Rows& rows, int64_t j0, int64_t m0,
+                const Store<Out>& store) {
+  for (int v = 0; v < V; ++v) {
+    const int64_t j = j0 + v * kLanes;
+    const __m256 ws = _mm256_loadu_ps(rows.wscale + j);
+    for (int m = 0; m < M; ++m) {
+      const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(rows.xscale[m0 + m]));
+      store(m0 + m, j, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[m][v]), scale));
+    }
+  }
+}
+
+// The block's step q is [nb][4] int8 at block + q * nb * 4.
+template <int M, int V, typename Out>
+void w8a8_tile(const Int8Rows& rows, const int8_t* block, int64_t nb, int64_t c, int64_t n0,
+               int64_t m0, const Store<Out>& store) {
+  const int64_t K = rows.K, Q = K / 4;
+  const auto* quads = reinterpret_cast<const int32_t*>(rows.xq);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[M][V];
+  for (int m = 0; m < M; ++m)
+    for (int v = 0; v < V; ++v) acc[m][v] = _mm256_setzero_si256();
+  for (int64_t q = 0; q < Q; ++q) {
+    const int8_t* step = block + (q * nb + c) * 4;
+    __m256i xv[M];
+    for (int m = 0; m < M; ++m) xv[m] = _mm256_set1_epi32(quads[(m0 + m) * Q + q]);
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + v * 32));
+      const __m256i magnitude = _mm256_abs_epi8(w);
+#pragma GCC unroll 2
+      for (int m = 0; m < M; ++m) {
+        const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xv[m], w));
+        acc[m][v] = _mm256_add_epi32(acc[m][v], _mm256_madd_epi16(pairs, ones));
+      }
+    }
+  }
+  w8a8_store<M, V>(acc, rows, n0 + c, m0, store);
+}
+
+// The same tile with AVX-VNNI's vpdpbusd: only called where the CPU reports avx_vnni.
+template <int M, int V, typename Out>
+__attribute__((target("avx2,fma,avxvnni"))) void w8a8_tile_vnni(
+    const Int8Rows& rows, const int8_t* block, int64_t nb, int64_t c, int64_t n0, int64_t m0,
+    const Store<Out>& store) {
+  const int64_t K = rows.K, Q = K / 4;
+  const auto* quads = reinterpret_cast<const int32_t*>(rows.xq);
+  __m256i acc[M][V];
+  for (int m = 0; m < M; ++m)
+    for (int v = 0; v < V; ++v) acc[m][v] = _mm256_setzero_si256();
+  for (int64_t q = 0; q < Q; ++q) {
+    const int8_t* step = block + (q * nb + c) * 4;
+    __m256i xv[M];
+    for (int m = 0; m < M; ++m) xv[m] = _mm256_set1_epi32(quads[(m0 + m) * Q + q]);
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + v * 32));
+      const __m256i magnitude = _mm256_abs_epi8(w);
+#pragma GCC unroll 2
+      for (int m = 0; m < M; ++m)
+        acc[m][v] = _mm256_dpbusd_avx_epi32(acc[m][v], magnitude, _mm256_sign_epi8(xv[m], w));
+    }
+  }
+  w8a8_store<M, V>(acc, rows, n0 + c, m0, store);
+}
+
+// Calls Tile<rows, vectors>::run(args...) for rows 1..2 and vectors 2, 4, 6 or 8 (N % 16 == 0).
+template <template <int, int> class Tile, typename... Args>
+void dispatch(int rows, int vectors, Args&&... args) {
+  auto by_vectors = [&](auto rows_c) {
+    constexpr int R = decltype(rows_c)::value;
+    switch (vectors) {
+      case 2: Tile<R, 2>::run(args...); break;
+      case 4: Tile<R, 4>::run(args...); break;
+      case 6: Tile<R, 6>::run(args...); break;
+      default: Tile<R, 8>::run(args...); break;
+    }
+  };
+  if (rows == 1)
+    by_vectors(std::integral_constant<int, 1>{});
+  else
+    by_vectors(std::integral_constant<int, 2>{});
+}
+
+template <typename Out>
+struct Bf16Tile {
+  template <int M, int V>
+  struct Of {
+    static void run(const float* x, int64_t K, const uint16_t* block, int64_t nb, int64_t c,
+                    int64_t n0, int64_t m0, const Store<Out>& store) {
+      bf16_tile<M, V, Out>(x, K, block, nb, c, n0, m0, store);
+    }
+  };
+};
+
+template <typename Out, bool Vnni>
+struct W8a8Tile {
+  template <int M, int V>
+  struct Of {
+    static void run(const Int8Rows& rows, const int8_t* block, int64_t nb, int64_t c, int64_t n0,
+                    int64_t m0, const Store<Out>& store) {
+      if constexpr (Vnni)
+        w8a8_tile_vnni<M, V, Out>(rows, block, nb, c, n0, m0, store);
+      else
+        w8a8_tile<M, V, Out>(rows, block, nb, c, n0, m0, store);
+    }
+  };
+};
+
+// Column blocks outer (split over the stage's threads); at M = 1 one tile per block, else
+// tiles of 2 rows x 32 columns. each(rows, vectors, nb, c, n0, m0).
+template <typename Each>
+void for_each_tile(int64_t M, int64_t N, Each each) {
+  const int64_t blocks = (N + kBlock - 1) / kBlock;
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t n0 = b * kBlock;
+      const int64_t nb = std::min(kBlock, N - n0);
+      if (M == 1) {
+        each(1, static_cast<int>(nb / kLanes), nb, int64_t{0}, n0, int64_t{0});
+        continue;
+      }
+      for (int64_t m0 = 0; m0 < M; m0 += kTileRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kTileRows, M - m0));
+        for (int64_t c = 0; c < nb; c += kHalf) {
+          each(rows, static_cast<int>(std::min(kHalf, nb - c) / kLanes), nb, c, n0, m0);
+        }
+      }
+    }
+  });
+}
+
+bool has_avx_vnni() {
+  static const bool has = __builtin_cpu_supports("avxvnni");
+  return has;
+}
+
+// Per-row symmetric quantization to signed 8 bits in [-127, 127].
+template <typename In>
+void quantize_rows(const In* x, int64_t M, int64_t K, int8_t* q, float* scales) {
+  for (int64_t m = 0; m < M; ++m) {
+    const In* row = x + m * K;
+    float amax = 0.f;
+    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
+    const float scale = amax > 0.f ? amax / 127.f : 1.f;
+    const float inv = 1.f / scale;
+    for (int64_t k = 0; k < K; ++k)
+      q[m * K + k] = static_cast<int8_t>(std::nearbyint(static_cast<float>(row[k]) * inv));
+    scales[m] = scale;
+  }
+}
+
+void check(const torch::Tensor& x, const torch::Tensor& w, int64_t group) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2, "gemv: x [M, K] and w [N, K]");
+  TORCH_CHECK(x.size(1) == w.size(1), "gemv: K differs between x and w");
+  TORCH_CHECK(x.size(1) % group == 0, "gemv: K must be a multiple of ", group);
+  TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "gemv: contiguous inputs only");
+  TORCH_CHECK(w.size(0) % 16 == 0, "gemv: N must be a multiple of 16");
+}
+
+// Runs `body(store)` with a Store for an output of x's dtype (bf16 or float32).
+template <typename Body>
+torch::Tensor with_output(const torch::Tensor& x, int64_t N,
+                          const c10::optional<torch::Tensor>& bias, Body body) {
+  auto out = torch::empty({x.size(0), N}, x.options());
+  torch::Tensor bias_f;
+  const float* bias_p = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    bias_f = bias->to(torch::kFloat32).contiguous();
+    bias_p = bias_f.data_ptr<float>();
+  }
+  if (x.scalar_type() == torch::kBFloat16) {
+    body(Store<c10::BFloat16>{out.data_ptr<c10::BFloat16>(), bias_p, N});
+  } else {
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "gemv: bf16 or float32 activations");
+    body(Store<float>{out.data_ptr<float>(), bias_p, N});
+  }
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor gemv_bf16(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+  check(x, w, 2);
+  TORCH_CHECK(w.scalar_type() == torch::kBFloat16, "gemv_bf16: bf16 w");
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  const auto xf = x.to(torch::kFloat32).contiguous();
+  const float* xp = xf.data_ptr<float>();
+  const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
+  return with_output(x, N, bias, [&](const auto& store) {
+    using S = std::decay_t<decltype(store)>;
+    using Out = std::remove_pointer_t<decltype(S::out)>;
+    for_each_tile(M, N, [&](int rows, int vectors, int64_t nb, int64_t c, int64_t n0, int64_t m0) {
+      dispatch<Bf16Tile<Out>::template Of>(rows, vectors, xp, K, wp + n0 * K, nb, c, n0, m0,
+                                           store);
+    });
+  });
+}
+
+// wsum is accepted for the AVX-512 kernel's signature (its x is shifted by 128) and unused.
+torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
+                        torch::Tensor wsum, c10::optional<torch::Tensor> bias) {
+  check(x, w, 4);
+  TORCH_CHECK(w.scalar_type() == torch::kInt8, "gemv_w8a8: int8 w");
+  (void)wsum;
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  auto xq = torch::empty({M, K}, x.options().dtype(torch::kInt8));
+  auto xscale = torch::empty({M}, x.options().dtype(torch::kFloat32));
+  int8_t* q = xq.data_ptr<int8_t>();
+  float* xs = xscale.data_ptr<float>();
+  if (x.scalar_type() == torch::kBFloat16)
+    quantize_rows(x.data_ptr<c10::BFloat16>(), M, K, q, xs);
+  else
+    quantize_rows(x.data_ptr<float>(), M, K, q, xs);
+  const Int8Rows rows{q, xs, wscale.data_ptr<float>(), K};
+  const int8_t* wp = w.data_ptr<int8_t>();
+  const bool vnni = has_avx_vnni();
+  return with_output(x, N, bias, [&](const auto& store) {
+    using S = std::decay_t<decltype(store)>;
+    using Out = std::remove_pointer_t<decltype(S::out)>;
+    for_each_tile(M, N, [&](int rows_n, int vectors, int64_t nb, int64_t c, int64_t n0,
+                            int64_t m0) {
+      if (vnni)
+        dispatch<W8a8Tile<Out, true>::template Of>(rows_n, vectors, rows, wp + n0 * K, nb, c,
+                                                   n0, m0, store);
+      else
+        dispatch<W8a8Tile<Out, false>::template Of>(rows_n, vectors, rows, wp + n0 * K, nb, c,
+                                                    n0, m0, store);
+    });
+  });
+}
+
+bool avx_vnni() { return has_avx_vnni(); }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("gemv_bf16", &gemv_bf16, "y = x @ w.T (+ bias), bf16 weights, float32 arithmetic (AVX2)");
+  m.def("gemv_w8a8", &gemv_w8a8, "y = x @ dequant(w).T (+ bias), int8 weights (AVX2 / AVX-VNNI)");
+  m.def("avx_vnni", &avx_vnni, "whether gemv_w8a8 uses AVX-VNNI's vpdpbusd on this CPU");
+}
