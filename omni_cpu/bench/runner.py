@@ -210,7 +210,7 @@ def run_bench(
     weights = plan.profile.env.get(WEIGHTS_ENV, "model")
     talker_dtype = plan.profile.replicas[plan.replica].stage(0).dtype
     weight_bytes = footprint_for_model(plan.model).streamed_bytes_per_frame(
-        "int8" if weights == "int8" else talker_dtype
+        weights if weights in ("int8", "int4") else talker_dtype
     )
     progress("measuring memory bandwidth (triad) before the engines start")
     triad = triad_bandwidth(triad_bytes) if triad_bytes else triad_bandwidth()

@@ -22,6 +22,8 @@ from typing import Any
 from omni_cpu.errors import ModelError
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1}
+# `--weights int4`: 4 bits a weight and a bf16 scale and minimum per 32 (omni_cpu.platform.gemv).
+INT4_BYTES = 0.625
 KNOWN_SIZES = ("0.6b", "1.7b", "tiny")
 # vLLM-Omni's talker casts the speech tokenizer's encoder to bfloat16 whatever the stage dtype.
 TOKENIZER_ENCODER_DTYPE = "bfloat16"
@@ -58,21 +60,26 @@ class ModelFootprint:
     talker_linear_params: int = 0
 
     def streamed_bytes_per_frame(self, dtype: str) -> int:
-        """Bytes of weights one frame streams at batch 1 (`int8` counts one byte each)."""
+        """Bytes of weights one frame streams at batch 1 (`int8` one byte each, `int4` 0.625)."""
+        if dtype == "int4":
+            return int(self.streamed_params_per_frame * INT4_BYTES)
         return self.streamed_params_per_frame * DTYPE_BYTES[dtype]
 
     def talker_weight_bytes(self, dtype: str, weights: str = "model") -> int:
         """The talker stage: talker, code predictor, speaker encoder and tokenizer encoder.
 
-        With int8 weights the talker's and code predictor's linear layers take one byte each.
+        With int8 weights the talker's and code predictor's linear layers take one byte
+        each, with int4 0.625.
         """
         encoders = (
             self.speaker_encoder_params * DTYPE_BYTES[dtype]
             + self.tokenizer_encoder_params * DTYPE_BYTES[TOKENIZER_ENCODER_DTYPE]
         )
-        if weights == "int8":
+        if weights in ("int8", "int4"):
             rest = self.talker_params - self.talker_linear_params
-            return rest * DTYPE_BYTES[dtype] + self.talker_linear_params + encoders
+            per_weight = 1.0 if weights == "int8" else INT4_BYTES
+            linear = int(self.talker_linear_params * per_weight)
+            return rest * DTYPE_BYTES[dtype] + linear + encoders
         return self.talker_params * DTYPE_BYTES[dtype] + encoders
 
     def code2wav_weight_bytes(self, dtype: str) -> int:

@@ -207,12 +207,12 @@ def refusal(
         f"({dtype}, one stream) but this machine's {what} gives it {have / costs.GIB:.1f} GiB"
     )
     options: list[tuple[str, int]] = []
-    if weights != "int8" and facts.architecture in ("x86_64", "i686"):
+    if weights not in ("int8", "int4") and facts.architecture in ("x86_64", "i686"):
         options.append(("--weights int8", replica_need_bytes(footprint, dtype, "int8")))
     smaller = footprint_for_model("0.6b")
     if footprint.talker_params > smaller.talker_params:
         options.append(("--model 0.6b", replica_need_bytes(smaller, dtype, weights)))
-        if weights != "int8" and facts.architecture in ("x86_64", "i686"):
+        if weights not in ("int8", "int4") and facts.architecture in ("x86_64", "i686"):
             options.append(
                 ("--model 0.6b --weights int8", replica_need_bytes(smaller, dtype, "int8"))
             )

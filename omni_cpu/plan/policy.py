@@ -39,6 +39,8 @@ from omni_cpu.profile.deploy import default_stage_settings
 from omni_cpu.profile.model import MachineStamp, Profile, Replica, StagePlan, Streaming
 
 BF16_ISA = {"x86_64": ("avx512_bf16", "amx_bf16"), "aarch64": ("bf16",)}
+# `--weights int4` runs only on omni-cpu's AVX-512 GEMV (omni_cpu.platform.gemv.cpu_supports).
+INT4_ISA = ("avx512_bf16", "avx512_vnni")
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class PlanOptions:
     # Size for the memory free right now (`--deploy-profile auto` starting engines on a
     # busy machine) rather than for the machine's capacity (a checked-in profile).
     fit_available_memory: bool = False
-    # The talker's weight format (omni_cpu.platform.int8): "model" or "int8".
+    # The talker's weight format (omni_cpu.platform.int8): "model", "int8" or "int4".
     weights: str = "model"
 
 
@@ -321,6 +323,12 @@ def plan_profile(
     if options.weights not in WEIGHT_CHOICES:
         raise PlanError(
             f"--weights must be one of {', '.join(WEIGHT_CHOICES)}, not {options.weights}"
+        )
+    if options.weights == "int4" and not all(flag in facts.isa for flag in INT4_ISA):
+        raise PlanError(
+            "--weights int4 needs avx512_bf16 and avx512_vnni (omni-cpu's int4 GEMV); "
+            "this CPU lacks them",
+            "use --weights int8",
         )
     if not facts.usable_cpus():
         raise PlanError(

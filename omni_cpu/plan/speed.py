@@ -70,21 +70,23 @@ def talker_ms(cores: int, inputs: SpeedInputs) -> float:
     """The talker stage's time per frame at batch 1 on `cores` cores."""
     calibration = inputs.calibration
     if calibration is not None and calibration.bandwidth(cores):
-        weights_dtype = "int8" if inputs.weights == "int8" else inputs.talker_dtype
+        quantized = inputs.weights in ("int8", "int4")
+        weights_dtype = inputs.weights if quantized else inputs.talker_dtype
         streamed = inputs.footprint.streamed_bytes_per_frame(weights_dtype)
         bandwidth = calibration.bandwidth(cores) or 1.0
         return streamed / (bandwidth * 1e9) * 1e3 * costs.TALKER_MS_PER_STREAMED_MS
     table = (
         costs.INT8_TALKER_CORE_MS_PER_FRAME
-        if inputs.weights == "int8"
+        if inputs.weights in ("int8", "int4")
         else costs.TALKER_CORE_MS_PER_FRAME
     )
     efficiency = (
         costs.INT8_PARALLEL_EFFICIENCY
-        if inputs.weights == "int8"
+        if inputs.weights in ("int8", "int4")
         else costs.PARALLEL_EFFICIENCY[inputs.talker_dtype]
     )
-    return table[inputs.talker_dtype] / _speedup(cores, efficiency)
+    scale = costs.INT4_OF_INT8_TALKER if inputs.weights == "int4" else 1.0
+    return table[inputs.talker_dtype] * scale / _speedup(cores, efficiency)
 
 
 def code2wav_core_ms(chunk_frames: int, inputs: SpeedInputs) -> float:

@@ -46,7 +46,17 @@ def test_int8_weights_travel_in_the_profile_env():
 
 def test_unknown_weights_are_a_plan_error():
     with pytest.raises(PlanError, match="--weights"):
-        plan_profile(machine({0: [0, 1]}), FOOTPRINT, PlanOptions(weights="int4"))
+        plan_profile(machine({0: [0, 1]}), FOOTPRINT, PlanOptions(weights="int3"))
+
+
+def test_int4_weights_need_the_avx512_vnni_gemv():
+    vnni = machine({0: [0, 1]}, isa=("avx2", "avx512f", "avx512_bf16", "avx512_vnni"))
+    profile = plan_profile(vnni, FOOTPRINT, PlanOptions(weights="int4"))
+    assert profile.env["OMNI_CPU_WEIGHTS"] == "int4"
+    avx2_only = machine({0: [0, 1]}, isa=("avx2", "fma"))
+    with pytest.raises(PlanError, match="int4 needs avx512_bf16 and avx512_vnni") as raised:
+        plan_profile(avx2_only, FOOTPRINT, PlanOptions(weights="int4"))
+    assert "--weights int8" in str(raised.value.fix)
 
 
 def test_smt_siblings_are_left_out_of_thread_binding():
