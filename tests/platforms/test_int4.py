@@ -70,7 +70,7 @@ def test_int4_gemv_on_the_real_shapes_stays_within_int4_rounding(
 # whole block, 3-6 rows over half blocks, 7 = 6 + 1.
 @needs_gemv
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("rows", [1, 2, 3, 5, 7], ids=lambda r: f"M{r}")
+@pytest.mark.parametrize("rows", [1, 2, 4, 6, 7], ids=lambda r: f"M{r}")
 @pytest.mark.parametrize("columns", [16, 48, 208, 256], ids=lambda n: f"N{n}")
 def test_int4_gemv_on_partial_blocks_with_bias(columns: int, rows: int, dtype: torch.dtype) -> None:
     w, bias = weight(columns, 160, seed=columns), torch.randn(columns) * 0.1
