@@ -1,8 +1,10 @@
 """omni-cpu's AVX-512 weight-streaming GEMV (kernels/gemv_avx512.cpp), built once per machine.
 
-The same extension module carries the code predictor's one-position attention
-(kernels/decode_attention.cpp, `decode_attention` below): one build, one ISA
-check, one cache folder for both.
+The same extension module carries the int4 GEMV (kernels/gemv_int4.cpp) and the code
+predictor's one-position attention (kernels/decode_attention.cpp, `decode_attention`
+below): one build, one ISA check, one cache folder. A second module,
+kernels/gemv_avx2.cpp (`avx2_kernel`), is the bf16 and W8A8 GEMV for CPUs without
+avx512_bf16/VNNI, on the same packed weights.
 
 Why: at batch 1 every talker-stage step is a chain of matrix-vector products,
 so its speed is the rate at which weights come out of DRAM; a prefill and
@@ -39,6 +41,15 @@ int8 here is W8A8: per-output-row weight scales, activations quantized per row
 to 8 bits inside the call, 32-bit accumulation (no 16-bit saturation, so no
 reduce_range): 1.1-1.2 % relative error per layer on random weights against
 FBGEMM's 1.9 %.
+
+int4 here is W4A8: groups of INT4_GROUP = 32 K elements per output row, each with a
+bf16 scale and minimum (w = scale * code + minimum, codes 0..15, 0.625 bytes a weight),
+activations per row to signed 8 bits, vpdpbusd with the weight nibble as the unsigned
+operand. 7.4 % relative error per layer on random weights (PackedInt4Weights says why
+32). AVX2: bf16 weights widened to float32 (vfmadd231ps), int8 by vpmaddubsw on |w|
+and x * sign(w) (exact: a pair sum is at most 2 * 127 * 127), or AVX-VNNI's vpdpbusd
+where the CPU has it. int4 has no AVX2 kernel: the plan and the runner refuse it there.
+`OMNI_CPU_GEMV=avx2` runs the AVX2 module on an AVX-512 CPU (tests, benchmarks).
 
 Written against torch 2.13 (extension API, `at::parallel_for` on torch's
 OpenMP pool, so the stage's thread binding applies).
@@ -339,16 +350,21 @@ def decode_attention(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m omni_cpu.platform.gemv --build`: build (or find) the kernel; 0 either way."""
+    """`python -m omni_cpu.platform.gemv --build`: build (or find) this CPU's GEMV; 0 either way."""
     args = sys.argv[1:] if argv is None else argv
     if args not in ([], ["--build"]):
         print("usage: python -m omni_cpu.platform.gemv [--build]", file=sys.stderr)
         return 2
-    if not cpu_supports():
-        print("gemv: this CPU lacks avx512_bf16/avx512_vnni; oneDNN and FBGEMM will be used")
+    if cpu_supports() and not forced_avx2():
+        module = kernel()
+        print(f"gemv: {'ready in ' + str(cache_dir()) if module else 'not built (see above)'}")
         return 0
-    module = kernel()
-    print(f"gemv: {'ready in ' + str(cache_dir()) if module else 'not built (see above)'}")
+    if not avx2_cpu_supports():
+        print("gemv: this CPU lacks AVX2 and avx512_bf16/VNNI; oneDNN and FBGEMM will be used")
+        return 0
+    built = avx2_kernel() is not None
+    where = cache_dir((AVX2_SOURCE,), AVX2_FLAGS)
+    print(f"gemv: AVX2 build {'ready in ' + str(where) if built else 'not built (see above)'}")
     return 0
 
 
