@@ -1,7 +1,7 @@
 """Which CPU GEMV kernel streams a Qwen3-TTS layer's weights fastest, at batch 1 and 4?
 
 Candidates: omni-cpu's GEMV (omni_cpu.platform.gemv) in bf16, W8A8 and W4A8 (int4 in
-groups of 32) and its AVX2 build in bf16 and W8A8 (run here whatever the CPU), torch's bf16
+groups of 32) and its AVX2 build in the same three (run here whatever the CPU), torch's bf16
 linear, vLLM's oneDNN GEMM in bf16 and float32, FBGEMM dynamic int8 (omni-cpu's int8
 path on AVX2), torch's weight-only int8 (`_weight_int8pack_mm`) and vLLM's weight-only
 int4 (`cpu_gemm_wna16`). vLLM's oneDNN W8A8 (`onednn_scaled_mm`) was tried and gave
@@ -156,6 +156,9 @@ def make_kernels(weights: list[torch.Tensor]) -> dict[str, Callable]:
             module = gemv.avx2_kernel()
             if module is None:
                 raise RuntimeError("no AVX2 here")
+            if fmt == "int4":
+                packed = gemv.PackedInt4Weights(w, module)
+                return packed, packed.packed.numel() + packed.scales.numel() * 2, torch.bfloat16
             if fmt == "bf16":
                 return (
                     gemv.PackedBf16Weights(w.to(torch.bfloat16), module),
@@ -171,6 +174,7 @@ def make_kernels(weights: list[torch.Tensor]) -> dict[str, Callable]:
     kernels["omni-cpu GEMV W4A8"] = omni_w4a8
     kernels["omni-cpu AVX2 bf16"] = avx2("bf16")
     kernels["omni-cpu AVX2 W8A8"] = avx2("int8")
+    kernels["omni-cpu AVX2 W4A8"] = avx2("int4")
     kernels["torch bf16"] = torch_bf16
     kernels["oneDNN bf16"] = onednn_bf16
     kernels["oneDNN f32"] = onednn_f32

@@ -60,7 +60,7 @@ _TABLE: tuple[Knob, ...] = (
     Knob(
         "OMNI_CPU_WEIGHTS",
         "model",
-        "talker weights: model (checkpoint dtype), int8 (W8A8 GEMV, else FBGEMM), int4 (VNNI GEMV)",
+        "talker weights: model (checkpoint dtype), int8 (W8A8 GEMV, else FBGEMM), int4 (GEMV only)",
         "stage",
         _lower,
     ),

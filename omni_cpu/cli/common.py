@@ -23,7 +23,7 @@ state = _State()
 
 WEIGHTS_HELP = (
     "Talker weights: 'model' (the checkpoint's dtype), 'int8' (about 3x less memory "
-    "traffic per frame) or 'int4' (about 5x less; AVX-512 VNNI only); both change the "
+    "traffic per frame) or 'int4' (about 5x less; x86 with AVX2); both change the "
     "audio, so listen first."
 )
 

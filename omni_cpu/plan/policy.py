@@ -39,8 +39,8 @@ from omni_cpu.profile.deploy import default_stage_settings
 from omni_cpu.profile.model import MachineStamp, Profile, Replica, StagePlan, Streaming
 
 BF16_ISA = {"x86_64": ("avx512_bf16", "amx_bf16"), "aarch64": ("bf16",)}
-# `--weights int4` runs only on omni-cpu's AVX-512 GEMV (omni_cpu.platform.gemv.cpu_supports).
-INT4_ISA = ("avx512_bf16", "avx512_vnni")
+# `--weights int4` runs only on omni-cpu's GEMV: AVX-512 or its AVX2 build (AVX2 + FMA).
+INT4_ISA = ("avx2", "fma")
 
 
 @dataclass(frozen=True)
@@ -326,8 +326,7 @@ def plan_profile(
         )
     if options.weights == "int4" and not all(flag in facts.isa for flag in INT4_ISA):
         raise PlanError(
-            "--weights int4 needs avx512_bf16 and avx512_vnni (omni-cpu's int4 GEMV); "
-            "this CPU lacks them",
+            "--weights int4 needs AVX2 and FMA (omni-cpu's int4 GEMV); this CPU lacks them",
             "use --weights int8",
         )
     if not facts.usable_cpus():

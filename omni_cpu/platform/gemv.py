@@ -48,7 +48,8 @@ activations per row to signed 8 bits, vpdpbusd with the weight nibble as the uns
 operand. 7.4 % relative error per layer on random weights (PackedInt4Weights says why
 32). AVX2: bf16 weights widened to float32 (vfmadd231ps), int8 by vpmaddubsw on |w|
 and x * sign(w) (exact: a pair sum is at most 2 * 127 * 127), or AVX-VNNI's vpdpbusd
-where the CPU has it. int4 has no AVX2 kernel: the plan and the runner refuse it there.
+where the CPU has it; int4 by vpmaddubsw on the nibbles (at most 15: no saturation,
+and a group's pair sums fit 16 bits). Without AVX2 the plan and the runner refuse int4.
 `OMNI_CPU_GEMV=avx2` runs the AVX2 module on an AVX-512 CPU (tests, benchmarks).
 
 Written against torch 2.13 (extension API, `at::parallel_for` on torch's

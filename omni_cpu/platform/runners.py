@@ -87,8 +87,8 @@ class _CPUOmniRunnerMixin:
             )
         if weights == "int4" and not linears.int4_available():
             raise RuntimeError(
-                f"{int8.WEIGHTS_ENV}=int4 needs omni-cpu's AVX-512 VNNI GEMV (this CPU lacks "
-                "avx512_bf16/avx512_vnni, or OMNI_CPU_GEMV turns it off); use int8"
+                f"{int8.WEIGHTS_ENV}=int4 needs omni-cpu's GEMV (AVX-512 VNNI or AVX2): this CPU "
+                "lacks both, the build failed, or OMNI_CPU_GEMV=off; use int8"
             )
         talker_kernels: Counter[str] = Counter()
         with linears.vllm_linears(weights, talker_kernels):

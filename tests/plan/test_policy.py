@@ -49,13 +49,13 @@ def test_unknown_weights_are_a_plan_error():
         plan_profile(machine({0: [0, 1]}), FOOTPRINT, PlanOptions(weights="int3"))
 
 
-def test_int4_weights_need_the_avx512_vnni_gemv():
-    vnni = machine({0: [0, 1]}, isa=("avx2", "avx512f", "avx512_bf16", "avx512_vnni"))
-    profile = plan_profile(vnni, FOOTPRINT, PlanOptions(weights="int4"))
+def test_int4_weights_need_the_gemv_isa():
+    avx2 = machine({0: [0, 1]}, isa=("avx2", "fma"))
+    profile = plan_profile(avx2, FOOTPRINT, PlanOptions(weights="int4"))
     assert profile.env["OMNI_CPU_WEIGHTS"] == "int4"
-    avx2_only = machine({0: [0, 1]}, isa=("avx2", "fma"))
-    with pytest.raises(PlanError, match="int4 needs avx512_bf16 and avx512_vnni") as raised:
-        plan_profile(avx2_only, FOOTPRINT, PlanOptions(weights="int4"))
+    old = machine({0: [0, 1]}, isa=("sse4_2", "avx"))
+    with pytest.raises(PlanError, match="int4 needs AVX2 and FMA") as raised:
+        plan_profile(old, FOOTPRINT, PlanOptions(weights="int4"))
     assert "--weights int8" in str(raised.value.fix)
 
 

@@ -115,7 +115,25 @@ def test_choose_picks_int4_for_large_layers_only() -> None:
     assert linears.int4_available()
 
 
-def test_int4_is_refused_where_its_kernel_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.skipif(not gemv.avx2_cpu_supports(), reason="this CPU lacks AVX2")
+@pytest.mark.parametrize("rows", [1, 2, 3, 7], ids=lambda r: f"M{r}")
+@pytest.mark.parametrize("shape", [(208, 192), (144, 256), (1024, 3072)], ids=str)
+def test_the_avx2_int4_gemv_matches_the_dequantized_product(
+    shape: tuple[int, int], rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(gemv.GEMV_ENV, "avx2")  # as on an AVX2-only CPU
+    assert linears.int4_available()
+    w, bias = weight(*shape), torch.randn(shape[0]) * 0.1
+    kernel, product = linears.choose(w, "int4")
+    assert kernel == "gemv-avx2-w4a8"
+    x = torch.randn(rows, shape[1], generator=torch.Generator().manual_seed(rows))
+    got = product(x, bias)
+    assert relative(got, torch.nn.functional.linear(x, dequantized(w), bias)) < KERNEL_BOUND
+    if shape == (1024, 3072):  # small layers' error scatters around 7.4 % by a few tenths
+        assert relative(product(x), x @ w.t()) < INT4_BOUND
+
+
+def test_int4_is_refused_where_its_kernel_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(gemv.GEMV_ENV, "off")  # as on a CPU without AVX2
     assert not linears.int4_available()
     assert linears.choose(weight(384, 256), "int4") is None

@@ -17,6 +17,13 @@
 //            the same operands (a separate copy of the tile compiled for avxvnni, chosen
 //            at run time).
 //
+// gemv_w4a8: the int4 weights of gemv_int4.cpp (groups of 32 along K, a bf16 scale and
+//            minimum each, same packed layout), activations per row to signed 8 bits.
+//            A weight nibble is at most 15, so vpmaddubsw's pair sums (<= 2 * 15 * 127)
+//            need no sign trick, and a group's 8 of them per lane add up in 16 bits
+//            (<= 30480) before one vpmaddwd widens them: 2 vpmaddubsw + 2 vpaddw per
+//            32-byte load and row. Tiles: 1 row x 32 columns or 2 rows x 16 columns.
+//
 // Register tile (16 ymm registers): one row x the whole block (8 vectors) at M = 1, the
 // weights from memory once; for M > 1, 2 rows x half a block (4 vectors, 128 contiguous
 // bytes of each step: the adjacent-line prefetcher's pair), further tiles from L2.
@@ -234,6 +241,127 @@ void for_each_tile(int64_t M, int64_t N, Each each) {
   });
 }
 
+constexpr int64_t kGroup4 = 32;  // K elements per (scale, minimum) of the int4 weights
+
+struct Int4Rows {
+  const int8_t* xq;     // [M, K] signed 8-bit x in [-127, 127]
+  const float* xscale;  // [M]
+  const int32_t* xsum;  // [M, K / kGroup4] sums of xq per group
+  int64_t K;
+};
+
+// V vectors of 8 columns from column c of a block nb columns wide. Step p (8 K elements)
+// is [nb][4] bytes at block + p * nb * 4; group g's scales [nb][2] bf16 at scales + g * nb * 2.
+template <int M, int V, typename Out>
+void w4a8_tile(const Int4Rows& rows, const uint8_t* block, const uint16_t* scales, int64_t nb,
+               int64_t c, int64_t n0, int64_t m0, const Store<Out>& store) {
+  const int64_t K = rows.K, Q = K / 4, groups = K / kGroup4;
+  const auto* quads = reinterpret_cast<const int32_t*>(rows.xq);
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  __m256 acc[M][V];
+  for (int m = 0; m < M; ++m)
+    for (int v = 0; v < V; ++v) acc[m][v] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i pairs[M][V];  // 16-bit sums of the group's products
+    for (int m = 0; m < M; ++m)
+      for (int v = 0; v < V; ++v) pairs[m][v] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int64_t s = 0; s < kGroup4 / 8; ++s) {
+      const int64_t p = g * (kGroup4 / 8) + s;
+      const uint8_t* step = block + (p * nb + c) * 4;
+      __m256i low_x[M], high_x[M];
+      for (int m = 0; m < M; ++m) {
+        low_x[m] = _mm256_set1_epi32(quads[(m0 + m) * Q + 2 * p]);
+        high_x[m] = _mm256_set1_epi32(quads[(m0 + m) * Q + 2 * p + 1]);
+      }
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + v * 32));
+        const __m256i low = _mm256_and_si256(w, nibble);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(w, 4), nibble);
+        for (int m = 0; m < M; ++m) {
+          pairs[m][v] = _mm256_add_epi16(pairs[m][v], _mm256_maddubs_epi16(low, low_x[m]));
+          pairs[m][v] = _mm256_add_epi16(pairs[m][v], _mm256_maddubs_epi16(high, high_x[m]));
+        }
+      }
+    }
+    const uint16_t* group_scales = scales + (g * nb + c) * 2;
+    for (int v = 0; v < V; ++v) {
+      const __m256i both =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group_scales + v * 16));
+      const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(both, 16));
+      const __m256 minimum = _mm256_castsi256_ps(
+          _mm256_and_si256(both, _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
+      for (int m = 0; m < M; ++m) {
+        const __m256i dot = _mm256_madd_epi16(pairs[m][v], _mm256_set1_epi16(1));
+        acc[m][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[m][v]);
+        const __m256 sum = _mm256_set1_ps(static_cast<float>(rows.xsum[(m0 + m) * groups + g]));
+        acc[m][v] = _mm256_fmadd_ps(sum, minimum, acc[m][v]);
+      }
+    }
+  }
+  for (int m = 0; m < M; ++m) {
+    const __m256 xs = _mm256_set1_ps(rows.xscale[m0 + m]);
+    for (int v = 0; v < V; ++v) store(m0 + m, n0 + c + v * kLanes, _mm256_mul_ps(acc[m][v], xs));
+  }
+}
+
+// Column blocks outer (split over the stage's threads); M = 1: tiles of 32 columns, else
+// of 2 rows x 16 columns.
+template <typename Out>
+void w4a8_all(const Int4Rows& rows, int64_t M, const uint8_t* w, const uint16_t* scales,
+              int64_t N, const Store<Out>& store) {
+  const int64_t K = rows.K, blocks = (N + kBlock - 1) / kBlock;
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t n0 = b * kBlock;
+      const int64_t nb = std::min(kBlock, N - n0);
+      const uint8_t* block = w + n0 * K / 2;
+      const uint16_t* block_scales = scales + n0 * (K / kGroup4) * 2;
+      if (M == 1) {
+        for (int64_t c = 0; c < nb; c += 32) {
+          if (nb - c >= 32)
+            w4a8_tile<1, 4>(rows, block, block_scales, nb, c, n0, 0, store);
+          else
+            w4a8_tile<1, 2>(rows, block, block_scales, nb, c, n0, 0, store);
+        }
+        continue;
+      }
+      for (int64_t m0 = 0; m0 < M; m0 += 2) {
+        for (int64_t c = 0; c < nb; c += 16) {
+          if (M - m0 >= 2)
+            w4a8_tile<2, 2>(rows, block, block_scales, nb, c, n0, m0, store);
+          else
+            w4a8_tile<1, 2>(rows, block, block_scales, nb, c, n0, m0, store);
+        }
+      }
+    }
+  });
+}
+
+// Per-row symmetric quantization to signed 8 bits, and each group's sum of the codes.
+template <typename In>
+void quantize_groups(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, int32_t* sums) {
+  const int64_t groups = K / kGroup4;
+  for (int64_t m = 0; m < M; ++m) {
+    const In* row = x + m * K;
+    float amax = 0.f;
+    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
+    const float scale = amax > 0.f ? amax / 127.f : 1.f;
+    const float inv = 1.f / scale;
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t sum = 0;
+      for (int64_t k = g * kGroup4; k < (g + 1) * kGroup4; ++k) {
+        const auto code = static_cast<int8_t>(std::nearbyint(static_cast<float>(row[k]) * inv));
+        q[m * K + k] = code;
+        sum += code;
+      }
+      sums[m * groups + g] = sum;
+    }
+    scales[m] = scale;
+  }
+}
+
 bool has_avx_vnni() {
   static const bool has = __builtin_cpu_supports("avxvnni");
   return has;
@@ -334,10 +462,40 @@ torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
   });
 }
 
+torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
+                        c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && scales.dim() == 2, "gemv_w4a8: 2-D x, w, scales");
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_CHECK(K % kGroup4 == 0, "gemv_w4a8: K must be a multiple of ", kGroup4);
+  TORCH_CHECK(N % 16 == 0, "gemv_w4a8: N must be a multiple of 16");
+  TORCH_CHECK(w.scalar_type() == torch::kUInt8 && w.size(1) == K / 2,
+              "gemv_w4a8: w is uint8 [N, K / 2] (two 4-bit codes a byte)");
+  TORCH_CHECK(scales.scalar_type() == torch::kBFloat16 && scales.size(0) == N &&
+                  scales.size(1) == K / kGroup4 * 2,
+              "gemv_w4a8: scales are bf16 [N, K / 32 * 2] (scale, minimum)");
+  TORCH_CHECK(x.is_contiguous() && w.is_contiguous() && scales.is_contiguous(),
+              "gemv_w4a8: contiguous inputs only");
+  auto xq = torch::empty({M, K}, x.options().dtype(torch::kInt8));
+  auto xscale = torch::empty({M}, x.options().dtype(torch::kFloat32));
+  auto xsum = torch::empty({M, K / kGroup4}, x.options().dtype(torch::kInt32));
+  int8_t* q = xq.data_ptr<int8_t>();
+  if (x.scalar_type() == torch::kBFloat16)
+    quantize_groups(x.data_ptr<c10::BFloat16>(), M, K, q, xscale.data_ptr<float>(),
+                    xsum.data_ptr<int32_t>());
+  else
+    quantize_groups(x.data_ptr<float>(), M, K, q, xscale.data_ptr<float>(),
+                    xsum.data_ptr<int32_t>());
+  const Int4Rows rows{q, xscale.data_ptr<float>(), xsum.data_ptr<int32_t>(), K};
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  const auto* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr());
+  return with_output(x, N, bias, [&](const auto& store) { w4a8_all(rows, M, wp, sp, N, store); });
+}
+
 bool avx_vnni() { return has_avx_vnni(); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemv_bf16", &gemv_bf16, "y = x @ w.T (+ bias), bf16 weights, float32 arithmetic (AVX2)");
   m.def("gemv_w8a8", &gemv_w8a8, "y = x @ dequant(w).T (+ bias), int8 weights (AVX2 / AVX-VNNI)");
+  m.def("gemv_w4a8", &gemv_w4a8, "y = x @ dequant(w).T (+ bias), 4-bit weights in groups of 32");
   m.def("avx_vnni", &avx_vnni, "whether gemv_w8a8 uses AVX-VNNI's vpdpbusd on this CPU");
 }
