@@ -66,8 +66,8 @@ def test_int4_gemv_on_the_real_shapes_stays_within_int4_rounding(
     assert relative(got, x @ w.t()) < INT4_BOUND
 
 
-# Partial column blocks (16, 48, 208 = 3 x 64 + 16) and the tiles: 1-2 rows over a
-# whole block, 3-6 rows over half blocks, 7 = 6 + 1.
+# Partial column blocks (16, 48, 208 = 3 x 64 + 16) and tiles of 1-3 rows: 4 = 3 + 1,
+# 7 = 3 + 3 + 1.
 @needs_gemv
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("rows", [1, 2, 4, 6, 7], ids=lambda r: f"M{r}")

@@ -16,10 +16,8 @@
 // so the unsigned operand of vpdpbusd is the weight nibble and nothing saturates:
 //   sum_k w x = s * sum_k u xq + lo * sum_k xq   (per group, then times the row's scale)
 // The first sum is 32-bit integer per group, the second is the row's group sum of xq,
-// computed once per call. Register tiles hold an int32 and a float32 accumulator per
-// 16 outputs: 1-2 rows x the whole block (4 vectors), or 3-6 rows x half a block (2
-// vectors, 128 contiguous bytes of each step), at most 24 registers, so a batch of up
-// to 6 rows unpacks each weight load once; x is broadcast from memory.
+// computed once per call. Register tile: up to 3 rows x 4 vectors, an int32 and a
+// float32 accumulator each (24 registers), the weights and x broadcast from memory.
 // Built into omni_cpu_gemv (the same flags: AVX-512 BW/VNNI) by gemv.py.
 
 #include <ATen/Parallel.h>
@@ -35,8 +33,7 @@ namespace {
 
 constexpr int64_t kLanes = 16;                   // int32/float32 outputs per vector
 constexpr int64_t kBlock = 64;                   // columns per full block
-constexpr int kTileRows = 6;                     // 6 x 2 x 2 accumulators
-constexpr int kFullBlockRows = 2;                // up to 2 rows: 2 x 4 x 2
+constexpr int kTileRows = 3;                     // 3 x 4 x 2 accumulators
 constexpr int64_t kGroup = 32;                   // K elements per (scale, minimum)
 constexpr int64_t kStep = 8;                     // K elements per 64-byte load of 16 columns
 constexpr int64_t kStepsPerGroup = kGroup / kStep;
@@ -65,10 +62,9 @@ struct Rows {
   int64_t K;
 };
 
-// NB vectors of 16 columns from vector c of a block that is `width` vectors wide.
 template <int M, int NB, typename Out>
 void w4a8_tile(const Rows& rows, int64_t m0, const uint8_t* block, const uint16_t* scales,
-               int64_t width, int64_t c, int64_t n0, const Store<Out>& store) {
+               int64_t n0, const Store<Out>& store) {
   const int64_t K = rows.K, Q = K / 4, groups = K / kGroup;
   const auto* quads = reinterpret_cast<const int32_t*>(rows.xq + m0 * K);
   const int32_t* xsum = rows.xsum + m0 * groups;
@@ -84,13 +80,13 @@ void w4a8_tile(const Rows& rows, int64_t m0, const uint8_t* block, const uint16_
 #pragma GCC unroll 4
     for (int64_t s = 0; s < kStepsPerGroup; ++s) {
       const int64_t p = g * kStepsPerGroup + s;  // step of 8 K elements
-      const uint8_t* step = block + (p * width + c) * 64;
+      const uint8_t* step = block + p * NB * 64;
 #pragma GCC unroll 4
       for (int r = 0; r < NB; ++r) {
         const __m512i packed = _mm512_loadu_si512(step + r * 64);
         const __m512i low = _mm512_and_si512(packed, nibble);
         const __m512i high = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
-#pragma GCC unroll 6
+#pragma GCC unroll 3
         for (int m = 0; m < M; ++m) {
           dot[m][r] = _mm512_dpbusd_epi32(dot[m][r], low, _mm512_set1_epi32(quads[m * Q + 2 * p]));
           dot[m][r] =
@@ -98,13 +94,13 @@ void w4a8_tile(const Rows& rows, int64_t m0, const uint8_t* block, const uint16_
         }
       }
     }
-    const uint16_t* group_scales = scales + (g * width + c) * 32;  // [nb][2] bf16
+    const uint16_t* group_scales = scales + g * NB * 32;  // [nb][2] bf16
 #pragma GCC unroll 4
     for (int r = 0; r < NB; ++r) {
       const __m512i pair = _mm512_loadu_si512(group_scales + r * 32);
       const __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16));
       const __m512 minimum = _mm512_castsi512_ps(_mm512_and_si512(pair, high_half));
-#pragma GCC unroll 6
+#pragma GCC unroll 3
       for (int m = 0; m < M; ++m) {
         acc[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[m][r]), scale, acc[m][r]);
         const __m512 sum = _mm512_set1_ps(static_cast<float>(xsum[m * groups + g]));
@@ -112,44 +108,22 @@ void w4a8_tile(const Rows& rows, int64_t m0, const uint8_t* block, const uint16_
       }
     }
   }
-#pragma GCC unroll 6
+#pragma GCC unroll 3
   for (int m = 0; m < M; ++m) {
     const __m512 xs = _mm512_set1_ps(rows.xscale[m0 + m]);
 #pragma GCC unroll 4
-    for (int r = 0; r < NB; ++r)
-      store(m0 + m, n0 + (c + r) * kLanes, _mm512_mul_ps(acc[m][r], xs));
+    for (int r = 0; r < NB; ++r) store(m0 + m, n0 + r * kLanes, _mm512_mul_ps(acc[m][r], xs));
   }
 }
 
 template <typename Out, int M>
 void by_vectors(int vectors, const Rows& rows, int64_t m0, const uint8_t* block,
-                const uint16_t* scales, int64_t width, int64_t c, int64_t n0,
-                const Store<Out>& store) {
-  if constexpr (M <= kFullBlockRows) {
-    switch (vectors) {
-      case 1: w4a8_tile<M, 1>(rows, m0, block, scales, width, c, n0, store); break;
-      case 2: w4a8_tile<M, 2>(rows, m0, block, scales, width, c, n0, store); break;
-      case 3: w4a8_tile<M, 3>(rows, m0, block, scales, width, c, n0, store); break;
-      default: w4a8_tile<M, 4>(rows, m0, block, scales, width, c, n0, store); break;
-    }
-  } else if (vectors == 1) {
-    w4a8_tile<M, 1>(rows, m0, block, scales, width, c, n0, store);
-  } else {
-    w4a8_tile<M, 2>(rows, m0, block, scales, width, c, n0, store);
-  }
-}
-
-template <typename Out>
-void by_rows(int tile_rows, int vectors, const Rows& rows, int64_t m0, const uint8_t* block,
-             const uint16_t* scales, int64_t width, int64_t c, int64_t n0,
-             const Store<Out>& store) {
-  switch (tile_rows) {
-    case 1: by_vectors<Out, 1>(vectors, rows, m0, block, scales, width, c, n0, store); break;
-    case 2: by_vectors<Out, 2>(vectors, rows, m0, block, scales, width, c, n0, store); break;
-    case 3: by_vectors<Out, 3>(vectors, rows, m0, block, scales, width, c, n0, store); break;
-    case 4: by_vectors<Out, 4>(vectors, rows, m0, block, scales, width, c, n0, store); break;
-    case 5: by_vectors<Out, 5>(vectors, rows, m0, block, scales, width, c, n0, store); break;
-    default: by_vectors<Out, 6>(vectors, rows, m0, block, scales, width, c, n0, store); break;
+                const uint16_t* scales, int64_t n0, const Store<Out>& store) {
+  switch (vectors) {
+    case 1: w4a8_tile<M, 1>(rows, m0, block, scales, n0, store); break;
+    case 2: w4a8_tile<M, 2>(rows, m0, block, scales, n0, store); break;
+    case 3: w4a8_tile<M, 3>(rows, m0, block, scales, n0, store); break;
+    default: w4a8_tile<M, 4>(rows, m0, block, scales, n0, store); break;
   }
 }
 
@@ -162,15 +136,14 @@ void w4a8_all(const Rows& rows, int64_t M, const uint8_t* w, const uint16_t* sca
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const int64_t n0 = b * kBlock;
-      const int64_t width = std::min(kBlock, N - n0) / kLanes;  // vectors in this block
+      const int vectors = static_cast<int>(std::min(kBlock, N - n0) / kLanes);
       const uint8_t* block = w + n0 * K / 2;
       const uint16_t* block_scales = scales + n0 * (K / kGroup) * 2;
       for (int64_t m0 = 0; m0 < M; m0 += kTileRows) {
-        const int tile_rows = static_cast<int>(std::min<int64_t>(kTileRows, M - m0));
-        const int64_t per_tile = tile_rows <= kFullBlockRows ? width : 2;
-        for (int64_t c = 0; c < width; c += per_tile) {
-          const int vectors = static_cast<int>(std::min(per_tile, width - c));
-          by_rows(tile_rows, vectors, rows, m0, block, block_scales, width, c, n0, store);
+        switch (std::min<int64_t>(kTileRows, M - m0)) {
+          case 1: by_vectors<Out, 1>(vectors, rows, m0, block, block_scales, n0, store); break;
+          case 2: by_vectors<Out, 2>(vectors, rows, m0, block, block_scales, n0, store); break;
+          default: by_vectors<Out, 3>(vectors, rows, m0, block, block_scales, n0, store); break;
         }
       }
     }
