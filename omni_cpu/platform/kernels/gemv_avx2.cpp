@@ -22,11 +22,15 @@
 //            A weight nibble is at most 15, so vpmaddubsw's pair sums (<= 2 * 15 * 127)
 //            need no sign trick, and a group's 8 of them per lane add up in 16 bits
 //            (<= 30480) before one vpmaddwd widens them: 2 vpmaddubsw + 2 vpaddw per
-//            32-byte load and row. Tiles: 1 row x 32 columns or 2 rows x 16 columns.
+//            32-byte load and row.
 //
-// Register tile (16 ymm registers): one row x the whole block (8 vectors) at M = 1, the
-// weights from memory once; for M > 1, 2 rows x half a block (4 vectors, 128 contiguous
-// bytes of each step: the adjacent-line prefetcher's pair), further tiles from L2.
+// Register tile (16 ymm registers): one row x the whole block (8 vectors), the block's
+// weights from memory for the first row and from L2 for the others. Tiles of 2 rows x
+// half or a quarter of a block share each load between rows but walk the block in
+// strides; measured (one thread, 48 matrices of the 0.6B, same process, alternating)
+// they were slower at M = 2 and 4 in all three formats (bf16 M = 4: 76 against 61 ms;
+// int8 34 against 27; int4 26 against 24), faster only for int4 at M = 32 (95 against
+// 134 ms, its unpacking shared), so int4 keeps 2 x 16-column tiles from M = 5.
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -41,8 +45,7 @@ namespace {
 
 constexpr int64_t kLanes = 8;       // float32/int32 outputs per ymm vector
 constexpr int64_t kBlock = 64;      // columns per packed block (the AVX-512 layout's)
-constexpr int64_t kHalf = 32;       // columns per tile when M > 1
-constexpr int kTileRows = 2;        // rows per tile when M > 1
+constexpr int64_t kInt4PairRows = 5;  // int4: from this M on, tiles of 2 rows x 16 columns
 
 // y[m, j:j+8] = value + bias[j:j+8], rounded once to the output dtype.
 template <typename Out>
@@ -175,22 +178,15 @@ __attribute__((target("avx2,fma,avxvnni"))) void w8a8_tile_vnni(
   w8a8_store<M, V>(acc, rows, n0 + c, m0, store);
 }
 
-// Calls Tile<rows, vectors>::run(args...) for rows 1..2 and vectors 2, 4, 6 or 8 (N % 16 == 0).
+// Calls Tile<1, vectors>::run(args...) for vectors 2, 4, 6 or 8 (N % 16 == 0).
 template <template <int, int> class Tile, typename... Args>
-void dispatch(int rows, int vectors, Args&&... args) {
-  auto by_vectors = [&](auto rows_c) {
-    constexpr int R = decltype(rows_c)::value;
-    switch (vectors) {
-      case 2: Tile<R, 2>::run(args...); break;
-      case 4: Tile<R, 4>::run(args...); break;
-      case 6: Tile<R, 6>::run(args...); break;
-      default: Tile<R, 8>::run(args...); break;
-    }
-  };
-  if (rows == 1)
-    by_vectors(std::integral_constant<int, 1>{});
-  else
-    by_vectors(std::integral_constant<int, 2>{});
+void dispatch(int vectors, Args&&... args) {
+  switch (vectors) {
+    case 2: Tile<1, 2>::run(args...); break;
+    case 4: Tile<1, 4>::run(args...); break;
+    case 6: Tile<1, 6>::run(args...); break;
+    default: Tile<1, 8>::run(args...); break;
+  }
 }
 
 template <typename Out>
@@ -218,8 +214,8 @@ struct W8a8Tile {
   };
 };
 
-// Column blocks outer (split over the stage's threads); at M = 1 one tile per block, else
-// tiles of 2 rows x 32 columns. each(rows, vectors, nb, c, n0, m0).
+// Column blocks outer (split over the stage's threads), rows inner, one row x the whole
+// block a tile. each(vectors, nb, n0, m0).
 template <typename Each>
 void for_each_tile(int64_t M, int64_t N, Each each) {
   const int64_t blocks = (N + kBlock - 1) / kBlock;
@@ -227,16 +223,7 @@ void for_each_tile(int64_t M, int64_t N, Each each) {
     for (int64_t b = begin; b < end; ++b) {
       const int64_t n0 = b * kBlock;
       const int64_t nb = std::min(kBlock, N - n0);
-      if (M == 1) {
-        each(1, static_cast<int>(nb / kLanes), nb, int64_t{0}, n0, int64_t{0});
-        continue;
-      }
-      for (int64_t m0 = 0; m0 < M; m0 += kTileRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kTileRows, M - m0));
-        for (int64_t c = 0; c < nb; c += kHalf) {
-          each(rows, static_cast<int>(std::min(kHalf, nb - c) / kLanes), nb, c, n0, m0);
-        }
-      }
+      for (int64_t m0 = 0; m0 < M; ++m0) each(static_cast<int>(nb / kLanes), nb, n0, m0);
     }
   });
 }
@@ -306,8 +293,8 @@ void w4a8_tile(const Int4Rows& rows, const uint8_t* block, const uint16_t* scale
   }
 }
 
-// Column blocks outer (split over the stage's threads); M = 1: tiles of 32 columns, else
-// of 2 rows x 16 columns.
+// Column blocks outer (split over the stage's threads); below kInt4PairRows one row x the
+// whole block a tile, from it 2 rows x 16 columns.
 template <typename Out>
 void w4a8_all(const Int4Rows& rows, int64_t M, const uint8_t* w, const uint16_t* scales,
               int64_t N, const Store<Out>& store) {
@@ -318,12 +305,14 @@ void w4a8_all(const Int4Rows& rows, int64_t M, const uint8_t* w, const uint16_t*
       const int64_t nb = std::min(kBlock, N - n0);
       const uint8_t* block = w + n0 * K / 2;
       const uint16_t* block_scales = scales + n0 * (K / kGroup4) * 2;
-      if (M == 1) {
-        for (int64_t c = 0; c < nb; c += 32) {
-          if (nb - c >= 32)
-            w4a8_tile<1, 4>(rows, block, block_scales, nb, c, n0, 0, store);
-          else
-            w4a8_tile<1, 2>(rows, block, block_scales, nb, c, n0, 0, store);
+      if (M < kInt4PairRows) {
+        for (int64_t m0 = 0; m0 < M; ++m0) {
+          switch (nb / kLanes) {
+            case 2: w4a8_tile<1, 2>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+            case 4: w4a8_tile<1, 4>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+            case 6: w4a8_tile<1, 6>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+            default: w4a8_tile<1, 8>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+          }
         }
         continue;
       }
@@ -362,10 +351,14 @@ void quantize_groups(const In* x, int64_t M, int64_t K, int8_t* q, float* scales
   }
 }
 
-bool has_avx_vnni() {
+bool cpu_has_avx_vnni() {
   static const bool has = __builtin_cpu_supports("avxvnni");
   return has;
 }
+
+bool vnni_allowed = true;  // set_avx_vnni(false): the vpmaddubsw tile, for tests on VNNI CPUs
+
+bool has_avx_vnni() { return vnni_allowed && cpu_has_avx_vnni(); }
 
 // Per-row symmetric quantization to signed 8 bits in [-127, 127].
 template <typename In>
@@ -422,8 +415,8 @@ torch::Tensor gemv_bf16(torch::Tensor x, torch::Tensor w, c10::optional<torch::T
   return with_output(x, N, bias, [&](const auto& store) {
     using S = std::decay_t<decltype(store)>;
     using Out = std::remove_pointer_t<decltype(S::out)>;
-    for_each_tile(M, N, [&](int rows, int vectors, int64_t nb, int64_t c, int64_t n0, int64_t m0) {
-      dispatch<Bf16Tile<Out>::template Of>(rows, vectors, xp, K, wp + n0 * K, nb, c, n0, m0,
+    for_each_tile(M, N, [&](int vectors, int64_t nb, int64_t n0, int64_t m0) {
+      dispatch<Bf16Tile<Out>::template Of>(vectors, xp, K, wp + n0 * K, nb, int64_t{0}, n0, m0,
                                            store);
     });
   });
@@ -450,13 +443,12 @@ torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
   return with_output(x, N, bias, [&](const auto& store) {
     using S = std::decay_t<decltype(store)>;
     using Out = std::remove_pointer_t<decltype(S::out)>;
-    for_each_tile(M, N, [&](int rows_n, int vectors, int64_t nb, int64_t c, int64_t n0,
-                            int64_t m0) {
+    for_each_tile(M, N, [&](int vectors, int64_t nb, int64_t n0, int64_t m0) {
       if (vnni)
-        dispatch<W8a8Tile<Out, true>::template Of>(rows_n, vectors, rows, wp + n0 * K, nb, c,
+        dispatch<W8a8Tile<Out, true>::template Of>(vectors, rows, wp + n0 * K, nb, int64_t{0},
                                                    n0, m0, store);
       else
-        dispatch<W8a8Tile<Out, false>::template Of>(rows_n, vectors, rows, wp + n0 * K, nb, c,
+        dispatch<W8a8Tile<Out, false>::template Of>(vectors, rows, wp + n0 * K, nb, int64_t{0},
                                                     n0, m0, store);
     });
   });
@@ -493,9 +485,16 @@ torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
 
 bool avx_vnni() { return has_avx_vnni(); }
 
+// Allows (the default) or forbids AVX-VNNI in gemv_w8a8; whether it is used now.
+bool set_avx_vnni(bool allowed) {
+  vnni_allowed = allowed;
+  return has_avx_vnni();
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemv_bf16", &gemv_bf16, "y = x @ w.T (+ bias), bf16 weights, float32 arithmetic (AVX2)");
   m.def("gemv_w8a8", &gemv_w8a8, "y = x @ dequant(w).T (+ bias), int8 weights (AVX2 / AVX-VNNI)");
   m.def("gemv_w4a8", &gemv_w4a8, "y = x @ dequant(w).T (+ bias), 4-bit weights in groups of 32");
   m.def("avx_vnni", &avx_vnni, "whether gemv_w8a8 uses AVX-VNNI's vpdpbusd on this CPU");
+  m.def("set_avx_vnni", &set_avx_vnni, "allow (default) or forbid AVX-VNNI; whether it is used");
 }
