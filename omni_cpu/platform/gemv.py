@@ -51,6 +51,18 @@ and x * sign(w) (exact: a pair sum is at most 2 * 127 * 127), or AVX-VNNI's vpdp
 where the CPU has it; int4 by vpmaddubsw on the nibbles (at most 15: no saturation,
 and a group's pair sums fit 16 bits). Without AVX2 the plan and the runner refuse int4.
 `OMNI_CPU_GEMV=avx2` runs the AVX2 module on an AVX-512 CPU (tests, benchmarks).
+Measured on the 2-core Intel Xeon KVM guest (AVX-512 + AMX, a busy shared box, one
+thread, benchmarks/gemv_kernels.py --rows 1,4,32 --copies 12: 12 x 20 matrices of the
+code predictor, past its 480 MiB L3; plain read 11.9 GB/s), ms per 5-layer step:
+
+| kernel | M = 1 | M = 4 | M = 32 |
+|---|---|---|---|
+| bf16 | 14.9 ms (10.5 GB/s) | 21.4 ms | 57.5 ms |
+| W8A8 | 5.9 ms (13.2 GB/s; 11.9 with --copies 30) | 7.9 ms | 17.4 ms |
+| W4A8 | 4.4 ms (11.1 GB/s; 10.8 with --copies 30) | 5.4 ms | 18.2 ms |
+| AVX2 bf16 | 16.3 ms (9.6 GB/s) | 24.3 ms | 101 ms |
+| AVX2 W8A8 (AVX-VNNI) | 7.4 ms (10.7 GB/s) | 11.4 ms | 46.0 ms |
+| AVX2 W4A8 | 5.6 ms (8.8 GB/s) | 11.2 ms | 36.5 ms |
 
 Written against torch 2.13 (extension API, `at::parallel_for` on torch's
 OpenMP pool, so the stage's thread binding applies).
