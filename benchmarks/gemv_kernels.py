@@ -1,6 +1,7 @@
 """Which CPU GEMV kernel streams a Qwen3-TTS layer's weights fastest, at batch 1 and 4?
 
-Candidates: omni-cpu's GEMV (omni_cpu.platform.gemv) in bf16 and W8A8, torch's bf16
+Candidates: omni-cpu's GEMV (omni_cpu.platform.gemv) in bf16, W8A8 and W4A8 (int4 in
+groups of 32) and its AVX2 build in the same three (run here whatever the CPU), torch's bf16
 linear, vLLM's oneDNN GEMM in bf16 and float32, FBGEMM dynamic int8 (omni-cpu's int8
 path on AVX2), torch's weight-only int8 (`_weight_int8pack_mm`) and vLLM's weight-only
 int4 (`cpu_gemm_wna16`). vLLM's oneDNN W8A8 (`onednn_scaled_mm`) was tried and gave
@@ -15,6 +16,12 @@ same threads). Also the relative error of each int8/int4 scheme against the
 float32 product.
 
     .venv/bin/python benchmarks/gemv_kernels.py [--threads 1] [--rows 1,4] [--json FILE]
+        [--copies N]
+
+--copies N packs each of the 20 matrices N times (distinct memory, same values), for
+hosts whose L3 holds the 5 layers' int8 or int4 weights (the 2-core Xeon KVM guest
+reports 480 MiB of L3: 79 MB of int8 came back at 22 GB/s against a 12.6 GB/s plain
+read). The float32 masters are shared, so oneDNN f32 stays cached; leave it out then.
 
 The "AMX" rows run omni-cpu's packed weights through AMX tiles at every M (the
 stage itself switches to them from OMNI_CPU_AMX_ROWS rows up); the plain GEMV
@@ -140,10 +147,43 @@ def make_kernels(weights: list[torch.Tensor]) -> dict[str, Callable]:
 
         return factory
 
+    def omni_w4a8(w: torch.Tensor):
+        from omni_cpu.platform import gemv
+
+        module = gemv.kernel()
+        if module is None:
+            raise RuntimeError("no avx512_bf16/vnni here")
+        packed = gemv.PackedInt4Weights(w, module)
+        return packed, packed.packed.numel() + packed.scales.numel() * 2, torch.bfloat16
+
+    def avx2(fmt: str):
+        def factory(w: torch.Tensor):
+            from omni_cpu.platform import gemv
+
+            module = gemv.avx2_kernel()
+            if module is None:
+                raise RuntimeError("no AVX2 here")
+            if fmt == "int4":
+                packed = gemv.PackedInt4Weights(w, module)
+                return packed, packed.packed.numel() + packed.scales.numel() * 2, torch.bfloat16
+            if fmt == "bf16":
+                return (
+                    gemv.PackedBf16Weights(w.to(torch.bfloat16), module),
+                    w.numel() * 2,
+                    torch.bfloat16,
+                )
+            return gemv.PackedInt8Weights(w, module), w.numel(), torch.bfloat16
+
+        return factory
+
     kernels["omni-cpu GEMV bf16"] = omni("bf16", 0)
     kernels["omni-cpu GEMV bf16 AMX"] = omni("bf16", 1)
     kernels["omni-cpu GEMV W8A8"] = omni("int8", 0)
     kernels["omni-cpu GEMV W8A8 AMX"] = omni("int8", 1)
+    kernels["omni-cpu GEMV W4A8"] = omni_w4a8
+    kernels["omni-cpu AVX2 bf16"] = avx2("bf16")
+    kernels["omni-cpu AVX2 W8A8"] = avx2("int8")
+    kernels["omni-cpu AVX2 W4A8"] = avx2("int4")
     kernels["torch bf16"] = torch_bf16
     kernels["oneDNN bf16"] = onednn_bf16
     kernels["oneDNN f32"] = onednn_f32
@@ -159,6 +199,7 @@ def main() -> None:
     parser.add_argument("--rows", default="1,4")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--only", default="")
+    parser.add_argument("--copies", type=int, default=1)
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -167,13 +208,13 @@ def main() -> None:
     weights = [torch.randn(out, inp) * 0.02 for _ in range(LAYERS) for out, inp in SHAPES]
     ceiling = read_bandwidth(args.threads)
     print(f"threads {args.threads}: plain read {ceiling:.1f} GB/s")
-    results = {"threads": args.threads, "read_gb_s": ceiling, "kernels": {}}
+    results = {"threads": args.threads, "read_gb_s": ceiling, "copies": args.copies, "kernels": {}}
     probe_x = {k: torch.randn(4, k) for k in {inp for _, inp in SHAPES}}
     for name, factory in make_kernels(weights).items():
         if args.only and args.only not in name:
             continue
         try:
-            built = [factory(w) for w in weights]
+            built = [factory(w) for w in weights * args.copies]
         except Exception as exc:  # a kernel this build or CPU lacks
             print(f"{name:22s} unavailable: {str(exc).splitlines()[0][:90]}")
             continue
@@ -192,7 +233,7 @@ def main() -> None:
             xs = {k: torch.randn(rows, k).to(dtype) for k in probe_x}
             calls = [
                 (lambda c=call, x=xs[w.shape[1]]: c(x))
-                for (call, _, _), w in zip(built, weights, strict=True)
+                for (call, _, _), w in zip(built, weights * args.copies, strict=True)
             ]
             seconds = time_step(calls, args.repeats)
             entry["rows"][rows] = {"ms": seconds * 1e3, "gb_s": total_bytes / seconds / 1e9}

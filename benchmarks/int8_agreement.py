@@ -13,7 +13,8 @@ weights N(0, 0.02), the fused forward omni-cpu runs by default:
 
 "float32" (the same weights in float32) is the yardstick: how often bf16 rounding
 alone flips a code. Schemes: "gemv-w8a8" (omni-cpu's VNNI kernel, 8-bit activations,
-32-bit sums) and "fbgemm-int8" (PyTorch's dynamic int8, 7-bit activations). The talker's own layer-0
+32-bit sums), "gemv-w4a8" (its int4 weights, groups of 32) and "fbgemm-int8"
+(PyTorch's dynamic int8, 7-bit activations). The talker's own layer-0
 code is not part of this (it needs the engines); the predictor is where 15 of the 16
 codes of a frame are chosen.
 
@@ -78,6 +79,7 @@ def main() -> int:
     if gemv.kernel() is not None:
         module = gemv.kernel()
         schemes["gemv-w8a8"] = lambda w: gemv.PackedInt8Weights(w, module)
+        schemes["gemv-w4a8"] = lambda w: gemv.PackedInt4Weights(w, module)
     if int8.int8_supported():
         schemes["fbgemm-int8"] = int8.Int8Weights
 

@@ -85,7 +85,7 @@ _TABLE: tuple[Knob, ...] = (
     Knob(
         "OMNI_CPU_WEIGHTS",
         "model",
-        "talker weights: model (the checkpoint's dtype) or int8 (W8A8 GEMV on VNNI, else FBGEMM)",
+        "talker weights: model (checkpoint dtype), int8 (W8A8 GEMV, else FBGEMM), int4 (GEMV only)",
         "stage",
         _lower,
     ),
@@ -106,7 +106,7 @@ _TABLE: tuple[Knob, ...] = (
     Knob(
         "OMNI_CPU_GEMV",
         "auto",
-        "off/0/false/no turns off the AVX-512 weight-streaming GEMV kernel for the linears",
+        "GEMV for the linears: auto, avx2 (its AVX2 build even on AVX-512), off/0/false/no",
         "stage",
         _lower,
     ),

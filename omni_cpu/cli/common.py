@@ -22,8 +22,9 @@ class _State:
 state = _State()
 
 WEIGHTS_HELP = (
-    "Talker weights: 'model' (the checkpoint's dtype) or 'int8' (about 3x less memory "
-    "traffic per frame; changes the audio, so listen first)."
+    "Talker weights: 'model' (the checkpoint's dtype), 'int8' (about 3x less memory "
+    "traffic per frame) or 'int4' (about 5x less; x86 with AVX2); both change the "
+    "audio, so listen first."
 )
 
 VERBOSE_HELP = (

@@ -75,7 +75,7 @@ class LaunchPlan:
 
 
 def with_weights(profile: Profile, weights: str) -> Profile:
-    """`profile` whose stages load the talker's weights as `weights` ("model" or "int8").
+    """`profile` whose stages load the talker's weights as `weights` (WEIGHT_CHOICES).
 
     The choice travels as an environment variable in the profile's `env`, so a
     profile file can carry it too (`env: {OMNI_CPU_WEIGHTS: int8}`).

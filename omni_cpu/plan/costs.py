@@ -54,6 +54,9 @@ class WeightFormat:
 WEIGHT_FORMATS = {
     "model": WeightFormat(bytes_per_weight=None, step_overhead_ms=43.0),
     "int8": WeightFormat(bytes_per_weight=1.0, step_overhead_ms=13.0),
+    # Groups of 32 weights with a bf16 scale and minimum: 0.5 + 4 / 32 = 0.625 bytes
+    # (omni_cpu.platform.gemv.INT4_GROUP); its step's rest assumed int8's (not yet fitted).
+    "int4": WeightFormat(bytes_per_weight=0.625, step_overhead_ms=13.0),
 }
 # `probe --calibrate` times a mix of the small torch calls a talker step is made of
 # (omni_cpu.bench.calibrate._small_op_us); each format's overhead scales by this machine's

@@ -281,7 +281,8 @@ def _smaller_choices(
     facts: Facts, footprint: ModelFootprint, weights: str
 ) -> list[tuple[str, ModelFootprint, str]]:
     """(flags, footprint, weights) of each smaller way to run: int8 weights, the 0.6B model."""
-    int8 = weights != "int8" and facts.architecture in ("x86_64", "i686")
+    # int4 is already smaller than int8: suggest int8 only over the checkpoint's dtype.
+    int8 = weights == "model" and facts.architecture in ("x86_64", "i686")
     choices = [("--weights int8", footprint, "int8")] if int8 else []
     smaller = footprint_for_model("0.6b")
     if footprint.talker_params > smaller.talker_params:

@@ -44,6 +44,8 @@ from omni_cpu.profile.deploy import default_stage_settings
 from omni_cpu.profile.model import MachineStamp, Profile, Replica, StagePlan, Streaming
 
 BF16_ISA = {"x86_64": ("avx512_bf16", "amx_bf16"), "aarch64": ("bf16",)}
+# `--weights int4` runs only on omni-cpu's GEMV: AVX-512 or its AVX2 build (AVX2 + FMA).
+INT4_ISA = ("avx2", "fma")
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class PlanOptions:
     # Size for the memory free right now (`--deploy-profile auto` starting engines on a
     # busy machine) rather than for the machine's capacity (a checked-in profile).
     fit_available_memory: bool = False
-    # The talker's weight format (omni_cpu.platform.int8): "model" or "int8".
+    # The talker's weight format (omni_cpu.platform.int8): "model", "int8" or "int4".
     weights: str = "model"
 
 
@@ -326,6 +328,11 @@ def plan_profile(
     if options.weights not in WEIGHT_CHOICES:
         raise PlanError(
             f"--weights must be one of {', '.join(WEIGHT_CHOICES)}, not {options.weights}"
+        )
+    if options.weights == "int4" and not all(flag in facts.isa for flag in INT4_ISA):
+        raise PlanError(
+            "--weights int4 needs AVX2 and FMA (omni-cpu's int4 GEMV); this CPU lacks them",
+            "use --weights int8",
         )
     if not facts.usable_cpus():
         raise PlanError(

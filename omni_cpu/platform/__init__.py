@@ -37,9 +37,10 @@ GENERATION_WORKER_QUALNAME = "omni_cpu.platform.workers.CPUGenerationWorker"
 DRIVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 # The talker stage's weight format (omni_cpu.platform.int8). "model" keeps the
-# checkpoint's dtype; "int8" quantizes the talker's and code predictor's linears.
+# checkpoint's dtype; "int8" and "int4" quantize the talker's and code predictor's
+# linears (int4: groups of 32 K elements, omni-cpu's GEMV only; omni_cpu.platform.gemv).
 WEIGHTS_ENV = "OMNI_CPU_WEIGHTS"
-WEIGHT_CHOICES = ("model", "int8")
+WEIGHT_CHOICES = ("model", "int8", "int4")
 
 
 def should_activate() -> bool:

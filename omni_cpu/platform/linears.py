@@ -12,6 +12,11 @@ weights streamed at batch 1):
 | bf16/float32 elsewhere | vLLM's oneDNN `onednn_mm` (bf16 16-18) | 14-18 |
 | int8, AVX-512 VNNI | omni-cpu W8A8 GEMV | 23 (half the bytes) |
 | int8 elsewhere (x86) | FBGEMM dynamic (omni_cpu.platform.int8) | 18-20 |
+| int4, AVX-512 VNNI | omni-cpu W4A8 GEMV (groups of 32) | see gemv.py |
+
+Without avx512_bf16/VNNI (or with `OMNI_CPU_GEMV=avx2`) the GEMV's AVX2 build takes
+bf16 weights (float32 arithmetic), int8 weights (W8A8, AVX-VNNI where present) and
+int4 weights before oneDNN and FBGEMM; without AVX2 int4 is refused.
 
 The GEMV is also at least as fast as oneDNN / FBGEMM for prefill-sized M
 (M = 32: 25 ms against 27 in bf16, 14 against 15.5 in int8), so one packing
@@ -41,23 +46,38 @@ Product = Callable[..., torch.Tensor]  # (x, bias) -> y
 
 
 def choose(weight: torch.Tensor, weights: str) -> tuple[str, Product] | None:
-    """(kernel name, product) for a [N, K] weight under `weights` ("model" or "int8"), or None.
+    """(kernel name, product) for a [N, K] weight under `weights` (WEIGHT_CHOICES), or None.
 
-    None leaves the layer to its default path.
+    None leaves the layer to its default path. int4 has only omni-cpu's kernels (AVX-512
+    VNNI or AVX2; the runner refuses `int4` elsewhere before loading, see `int4_available`).
     """
     if weight.ndim != 2 or weight.is_meta or not weight.is_floating_point():
         return None
     module = gemv.kernel()
+    avx2 = gemv.avx2_kernel() if module is None else None
+    if weights == "int4":
+        if not (int8.worth_quantizing(weight) and gemv.fits(weight, gemv.INT4_GROUP)):
+            return None
+        if module is not None:
+            return "gemv-w4a8", gemv.PackedInt4Weights(weight, module)
+        if avx2 is not None:
+            return "gemv-avx2-w4a8", gemv.PackedInt4Weights(weight, avx2)
+        return None
     if weights == "int8":
         if not int8.worth_quantizing(weight):
             return None
         if module is not None and gemv.fits(weight, gemv.INT8_GROUP):
             return "gemv-w8a8", gemv.PackedInt8Weights(weight, module)
+        if avx2 is not None and gemv.fits(weight, gemv.INT8_GROUP):
+            return "gemv-avx2-w8a8", gemv.PackedInt8Weights(weight, avx2)
         if int8.int8_supported():
             return "fbgemm-int8", int8.Int8Weights(weight)
         return None
-    if weight.dtype == torch.bfloat16 and module is not None and gemv.fits(weight, gemv.BF16_GROUP):
-        return "gemv-bf16", gemv.PackedBf16Weights(weight, module)
+    if weight.dtype == torch.bfloat16 and gemv.fits(weight, gemv.BF16_GROUP):
+        if module is not None:
+            return "gemv-bf16", gemv.PackedBf16Weights(weight, module)
+        if avx2 is not None:
+            return "gemv-avx2-bf16", gemv.PackedBf16Weights(weight, avx2)
     if weight.dtype in (torch.bfloat16, torch.float32):
         from vllm import _custom_ops as ops
 
@@ -65,6 +85,15 @@ def choose(weight: torch.Tensor, weights: str) -> tuple[str, Product] | None:
             handler = ops.create_onednn_mm(weight.detach().t(), 32)
             return "onednn", lambda x, bias=None: ops.onednn_mm(handler, x, bias)
     return None
+
+
+def int4_available() -> bool:
+    """Whether `int4` weights have a kernel here: omni-cpu's W4A8 GEMV, AVX-512 VNNI or AVX2.
+
+    Elsewhere (no AVX2, not x86, OMNI_CPU_GEMV=off) int4 is refused rather than
+    emulated: dequantized to int8 it would read int8's bytes with int4's error.
+    """
+    return gemv.kernel() is not None or gemv.avx2_kernel() is not None
 
 
 class RoutedLinear(nn.Module):

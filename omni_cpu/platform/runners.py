@@ -85,6 +85,11 @@ class _CPUOmniRunnerMixin:
                 f"{int8.WEIGHTS_ENV}=int8 needs AVX-512 VNNI or PyTorch's x86 (FBGEMM) "
                 "quantized engine, and this CPU or torch build has neither; unset it"
             )
+        if weights == "int4" and not linears.int4_available():
+            raise RuntimeError(
+                f"{int8.WEIGHTS_ENV}=int4 needs omni-cpu's GEMV (AVX-512 VNNI or AVX2): this CPU "
+                "lacks both, the build failed, or OMNI_CPU_GEMV=off; use int8"
+            )
         talker_kernels: Counter[str] = Counter()
         with linears.vllm_linears(weights, talker_kernels):
             super().load_model(*args, **kwargs)  # type: ignore[misc]
@@ -96,7 +101,7 @@ class _CPUOmniRunnerMixin:
             return
         mode = predictor_mode()
         predictor_kernels: Counter[str] = Counter()
-        if weights == "int8" or mode == "fused":
+        if weights in ("int8", "int4") or mode == "fused":
             predictor_kernels = linears.route_linears(code_predictor, weights)
         logger.info(linears.describe(weights, talker_kernels, predictor_kernels))
         installed = install_cached_forward(code_predictor, mode)

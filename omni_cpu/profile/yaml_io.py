@@ -65,7 +65,7 @@ COMMENTS = {
     "omni_cpu.replicas[].capacity.max_num_seqs": "the streams of the step above",
     "omni_cpu.env": "environment of every stage process",
     "omni_cpu.env.VLLM_OMNI_CPU_INDUCTOR": "code predictor torch.compile (1 = on)",
-    "omni_cpu.env.OMNI_CPU_WEIGHTS": "talker weights: model (checkpoint dtype) or int8",
+    "omni_cpu.env.OMNI_CPU_WEIGHTS": "talker weights: model (checkpoint dtype), int8 or int4",
     "omni_cpu.env.OMNI_CPU_CODE2WAV": "code2wav decode: stream (default) or recompute",
     "omni_cpu.env.LD_PRELOAD": "Intel OpenMP / tcmalloc found on this machine",
     "omni_cpu.env.OMNI_CPU_AMX_ROWS": "rows from which linears use AMX (measured here)",

@@ -2,7 +2,8 @@
 
 Two engine runs in all (sync, streaming; about a minute each on 2 cores), each
 checked for its audio, its stage binding and its leftovers, plus one that fails in
-its first stage; the bad-input checks start no engine. The sync run is what a user
+its first stage, and a third with int4 talker weights (x86 with AVX2);
+the bad-input checks start no engine. The sync run is what a user
 sees (no --json): the checkpoint's weights, the per-step log, and no engine chatter.
 The streaming run is --json --verbose with int8 talker weights, so both weight
 paths produce audio and the engines' own logs show. Both decode
@@ -108,6 +109,16 @@ def stream_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) 
     # --verbose lets the test see the talker worker report its int8 layers (INFO).
     run = _synthesize(tiny_checkpoint, out, "--stream", "--weights", "int8", "--verbose")
     return run, out
+
+
+@pytest.fixture(scope="module")
+def int4_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
+    from omni_cpu.platform import gemv
+
+    if not (gemv.cpu_supports() or gemv.avx2_cpu_supports()):
+        pytest.skip("--weights int4 needs AVX2 (the plan refuses it)")
+    out = tmp_path_factory.mktemp("int4") / "hello.wav"
+    return _synthesize(tiny_checkpoint, out, "--weights", "int4", "--verbose"), out
 
 
 def _assert_speech_shaped_wav(path: Path) -> None:
@@ -365,3 +376,16 @@ def test_int8_stream_run_quantized_the_talker_and_its_code_predictor(
     for side in (found.group(1), found.group(2)):
         kernels = re.findall(r"(\d+) ([\w-]+)", side)
         assert sum(int(n) for n, kernel in kernels if kernel in int8_kernels) > 0, side
+
+
+@pytest.mark.e2e
+@needs_runtime
+def test_int4_run_quantized_both_models_and_wrote_sound(int4_run: tuple[Run, Path]) -> None:
+    run, out = int4_run
+    _assert_speech_shaped_wav(out)
+    found = re.search(r"linear kernels \(int4 weights\): talker (.*?); predictor (.*)", run.stderr)
+    assert found, run.stderr[-3000:]
+    for side in (found.group(1), found.group(2)):
+        kernels = re.findall(r"(\d+) ([\w-]+)", side)
+        int4 = sum(int(n) for n, kernel in kernels if kernel in ("gemv-w4a8", "gemv-avx2-w4a8"))
+        assert int4 > 0, side

@@ -14,6 +14,10 @@ def test_0_6b_streams_the_talker_once_and_the_code_predictor_fifteen_times() -> 
     predictor = 5 * layer + 2048 * 1024
     assert fp.streamed_params_per_frame == talker + 15 * predictor
     assert fp.streamed_bytes_per_frame("int8") * 4 == fp.streamed_bytes_per_frame("float32")
+    # int4: 4 bits and a bf16 scale and minimum per 32 weights.
+    four_bit = fp.streamed_bytes_per_frame("bfloat16", "int4")
+    assert four_bit == int(fp.streamed_params_per_frame * 0.625)
+    assert fp.talker_weight_bytes("bfloat16", "int4") < fp.talker_weight_bytes("bfloat16", "int8")
 
 
 def test_1_7b_counts_the_projection_into_the_narrower_predictor() -> None:

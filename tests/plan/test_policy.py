@@ -46,7 +46,17 @@ def test_int8_weights_travel_in_the_profile_env():
 
 def test_unknown_weights_are_a_plan_error():
     with pytest.raises(PlanError, match="--weights"):
-        plan_profile(machine({0: [0, 1]}), FOOTPRINT, PlanOptions(weights="int4"))
+        plan_profile(machine({0: [0, 1]}), FOOTPRINT, PlanOptions(weights="int3"))
+
+
+def test_int4_weights_need_the_gemv_isa():
+    avx2 = machine({0: [0, 1]}, isa=("avx2", "fma"))
+    profile = plan_profile(avx2, FOOTPRINT, PlanOptions(weights="int4"))
+    assert profile.env["OMNI_CPU_WEIGHTS"] == "int4"
+    old = machine({0: [0, 1]}, isa=("sse4_2", "avx"))
+    with pytest.raises(PlanError, match="int4 needs AVX2 and FMA") as raised:
+        plan_profile(old, FOOTPRINT, PlanOptions(weights="int4"))
+    assert "--weights int8" in str(raised.value.fix)
 
 
 def test_smt_siblings_are_left_out_of_thread_binding():

@@ -50,6 +50,8 @@ def test_weights_choice_comes_from_the_environment(monkeypatch: pytest.MonkeyPat
     assert int8.requested_weights() == "model"
     monkeypatch.setenv(int8.WEIGHTS_ENV, "INT8")
     assert int8.requested_weights() == "int8"
-    monkeypatch.setenv(int8.WEIGHTS_ENV, "int4")
-    with pytest.raises(ValueError, match="model, int8"):
+    monkeypatch.setenv(int8.WEIGHTS_ENV, "INT4")
+    assert int8.requested_weights() == "int4"
+    monkeypatch.setenv(int8.WEIGHTS_ENV, "int3")
+    with pytest.raises(ValueError, match="model, int8, int4"):
         int8.requested_weights()

@@ -487,11 +487,15 @@ int64_t parallel_threads(int64_t items) {
 // decode_attention.cpp
 torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
                                int64_t end, double scale);
+// gemv_int4.cpp
+torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
+                        c10::optional<torch::Tensor> bias);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemv_bf16", &gemv_bf16, "y = x @ w.T (+ bias), bf16, weights packed by column blocks;"
         " AMX tiles from amx_rows rows (0: never)");
   m.def("gemv_w8a8", &gemv_w8a8, "y = x @ dequant(w).T (+ bias), int8 weights packed likewise");
+  m.def("gemv_w4a8", &gemv_w4a8, "y = x @ dequant(w).T (+ bias), 4-bit weights in groups of 32");
   m.def("amx_ready", &amx_ready, "this process may use AMX tiles (Linux granted the state)");
   m.def("parallel_threads", &parallel_threads, "threads one parallel region reaches");
   m.def("decode_attention", &decode_attention, "one query position over a short KV cache");
