@@ -77,17 +77,18 @@ OPENMP_BINDING_KEYS = (
     "KMP_AFFINITY",
     "KMP_BLOCKTIME",
     "KMP_TPAUSE",
-    "OMP_WAIT_POLICY",
 )
 
-# A stage whose cores another stage also runs on: its threads sleep as soon as a
-# parallel region ends instead of spinning (Intel OpenMP's default 200 ms, vLLM's
-# 5 ms), so the idle stage never takes a shared core from the busy one. The price
-# is a futex wake-up per region (~5-20 us, ~300 regions a frame).
-SHARED_BLOCKTIME_MS = "0"
+# Stages that share cores keep vLLM's spin time too. Measured on the 2-core Xeon (AMX),
+# 0.6B int8, one stream, `bench --frames 50` (RESULTS.md 22:10-22:20): threads that sleep
+# at the end of each parallel region (KMP_BLOCKTIME=0) wake by futex for each of the
+# step's ~1,000 regions: RTF 4.33 with both stages passive, 2.98 with code2wav's alone,
+# 2.79 with both spinning (5 ms), against 2.51 for the 1 + 1 split. Two stages' OpenMP
+# teams on the same cores stall each other at every barrier, which no wait policy
+# undoes; the plan keeps the split where the cost model says so.
 
 
-def openmp_binding_env(cpus: str, preload: str, shared: bool = False) -> dict[str, str]:
+def openmp_binding_env(cpus: str, preload: str) -> dict[str, str]:
     """The OpenMP runtime's own binding for one stage process: one thread per CPU in `cpus`.
 
     vLLM's multiprocessing executor sets these in each worker's environment
@@ -98,41 +99,25 @@ def openmp_binding_env(cpus: str, preload: str, shared: bool = False) -> dict[st
     LD_PRELOAD) takes KMP_AFFINITY, anything else (torch's libgomp, which vLLM
     preloads when nothing is set) the standard OMP_PLACES/OMP_PROC_BIND. Without
     them the stage's OpenMP pool has a thread per machine CPU, unbound.
-    `shared`: another stage runs on these CPUs too, so idle threads must not spin.
     """
     listed = [str(cpu) for cpu in parse_cpu_list(cpus)]
     env = {"OMP_NUM_THREADS": str(len(listed))}
     if "libiomp" in preload or "libomp" in preload:
         env["KMP_AFFINITY"] = f"granularity=fine,explicit,proclist=[{','.join(listed)}]"
-        # vLLM's value: ms a thread spins after a region; none where cores are shared.
-        env["KMP_BLOCKTIME"] = SHARED_BLOCKTIME_MS if shared else "5"
+        env["KMP_BLOCKTIME"] = "5"  # vLLM's value: ms a thread spins after a region
         env["KMP_TPAUSE"] = "0"
     else:
         env["OMP_PLACES"] = "{" + "},{".join(listed) + "}"
         env["OMP_PROC_BIND"] = "true"
-        if shared:
-            env["OMP_WAIT_POLICY"] = "PASSIVE"  # libgomp: sleep at once, do not spin
     return env
-
-
-def shares_cores(profile: Profile, replica: int, stage_id: int) -> bool:
-    """Does another stage of the replica run on any of this stage's CPUs?"""
-    chosen = profile.replicas[replica]
-    mine = set(parse_cpu_list(chosen.stage(stage_id).cpus))
-    return any(
-        mine & set(parse_cpu_list(other.cpus))
-        for other in chosen.stages
-        if other.stage_id != stage_id
-    )
 
 
 def stage_env(profile: Profile, replica: int, stage_id: int) -> dict[str, str]:
     """The environment one stage process gets: binding, memory node, shared env."""
     plan = profile.replicas[replica].stage(stage_id)
-    shared = shares_cores(profile, replica, stage_id)
     return {
         "VLLM_CPU_OMP_THREADS_BIND": plan.cpus,
-        **openmp_binding_env(plan.cpus, profile.env.get("LD_PRELOAD", ""), shared),
+        **openmp_binding_env(plan.cpus, profile.env.get("LD_PRELOAD", "")),
         # vLLM splits this on commas: no ranges.
         "CPU_VISIBLE_MEMORY_NODES": ",".join(str(node) for node in plan.memory_node_ids()),
         **profile.env,

@@ -180,27 +180,6 @@ def test_a_version_1_profile_still_loads_with_one_size_for_every_replica():
     assert parse_profile(dump_profile(profile)) == profile
 
 
-def test_stages_that_share_cores_sleep_instead_of_spinning():
-    iomp = openmp_binding_env("0-1", "/opt/libiomp5.so", shared=True)
-    assert iomp["KMP_BLOCKTIME"] == "0"
-    gomp = openmp_binding_env("0-1", "", shared=True)
-    assert gomp["OMP_WAIT_POLICY"] == "PASSIVE"
-    assert "OMP_WAIT_POLICY" not in openmp_binding_env("0-1", "")
-    assert set(iomp) | set(gomp) <= set(OPENMP_BINDING_KEYS)
-
-
-def test_a_shared_core_plan_gives_both_stages_the_passive_wait():
-    from omni_cpu.plan import PlanOptions
-    from omni_cpu.profile.deploy import stage_env
-
-    two_cores, model = machine({0: [0, 1]}), footprint_for_model("0.6b")
-    shared = plan_profile(two_cores, model, PlanOptions(stages=1))
-    split = plan_profile(two_cores, model, PlanOptions(stages=2))
-    for stage in (0, 1):
-        assert stage_env(shared, 0, stage)["OMP_WAIT_POLICY"] == "PASSIVE"
-        assert "OMP_WAIT_POLICY" not in stage_env(split, 0, stage)
-
-
 def test_a_key_given_twice_is_refused_naming_its_line():
     text = edited("  generated_by:", '  model: "other"\n  generated_by:')
     line = next(n for n, t in enumerate(text.splitlines(), 1) if t == '  model: "other"')
