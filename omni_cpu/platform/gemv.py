@@ -354,9 +354,10 @@ def decode_attention(
     """One query position per row over cache positions [0, end), or None without the kernel.
 
     q [B, H * D]; keys and values [B, G, S, D] (one layer of a FrameCache); the
-    result is [B, H * D] in q's dtype (kernels/decode_attention.cpp).
+    result is [B, H * D] in q's dtype (kernels/decode_attention.cpp, or its AVX2 copy in
+    kernels/gemv_avx2.cpp where the AVX-512 module is not used).
     """
-    module = kernel()
+    module = kernel() or avx2_kernel()
     if module is None or q.dtype not in (torch.bfloat16, torch.float32) or keys.shape[-1] % 16:
         return None
     return module.decode_attention(q.contiguous(), keys, values, end, scale)

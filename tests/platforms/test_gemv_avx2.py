@@ -131,3 +131,32 @@ def test_forcing_avx2_routes_bf16_and_int8_to_it(monkeypatch: pytest.MonkeyPatch
         before = model(x)
         assert linears.route_linears(model, "model") == Counter({"gemv-avx2-bf16": 2})
         assert relative(model(x), before) < 0.02
+
+
+@needs_avx2
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 0.01)])
+@pytest.mark.parametrize("bsz,heads,groups", [(1, 16, 8), (2, 6, 2)])
+@pytest.mark.parametrize("end", [1, 9, 17])
+def test_the_avx2_one_position_attention_matches_sdpa(
+    dtype: torch.dtype,
+    tolerance: float,
+    bsz: int,
+    heads: int,
+    groups: int,
+    end: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bounds of test_decode_attention.py, on the AVX2 module's copy of the kernel."""
+    from tests.platforms.test_decode_attention import reference
+
+    monkeypatch.setenv(gemv.GEMV_ENV, "avx2")
+    generator = torch.Generator().manual_seed(end * 31 + heads)
+    dim, cached = 128 if heads == 16 else 32, 17
+    q = torch.randn(bsz, heads * dim, generator=generator).to(dtype)
+    keys = torch.randn(bsz, groups, cached, dim, generator=generator).to(dtype)
+    values = torch.randn(bsz, groups, cached, dim, generator=generator).to(dtype)
+    keys[:, :, end:] = 1e4  # positions past `end` are stale: they must not count
+    got = gemv.decode_attention(q, keys, values, end, dim**-0.5)
+    want = reference(q, keys, values, end, dim**-0.5, heads)
+    assert got.dtype == dtype and got.shape == (bsz, heads * dim)
+    assert float((got.float() - want).norm() / want.norm()) < tolerance

@@ -24,6 +24,10 @@
 //            (<= 30480) before one vpmaddwd widens them: 2 vpmaddubsw + 2 vpaddw per
 //            32-byte load and row.
 //
+// decode_attention: decode_attention.cpp's one-position attention with 8-lane vectors
+//            (the code predictor's attention at every step after its first; SDPA costs
+//            ~70 us a call whatever the size).
+//
 // Register tile (16 ymm registers): one row x the whole block (8 vectors), the block's
 // weights from memory for the first row and from L2 for the others. Tiles of 2 rows x
 // half or a quarter of a block share each load between rows but walk the block in
@@ -40,6 +44,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace {
 
@@ -403,6 +408,56 @@ torch::Tensor with_output(const torch::Tensor& x, int64_t N,
   return out;
 }
 
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const c10::BFloat16* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+inline float reduce8(__m256 v) {
+  const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
+  return _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)));
+}
+
+template <typename T>
+void attend(const T* q, const T* keys, const T* values, T* out, int64_t B, int64_t H, int64_t G,
+            int64_t S, int64_t D, int64_t end, float scale) {
+  const int64_t per_group = H / G;
+  const int64_t vectors = D / kLanes;
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t stop) {
+    std::vector<float> scores(end);
+    std::vector<__m256> acc(vectors);
+    for (int64_t bh = begin; bh < stop; ++bh) {
+      const int64_t b = bh / H, h = bh % H, g = h / per_group;
+      const T* qh = q + (b * H + h) * D;
+      const T* kg = keys + (b * G + g) * S * D;
+      const T* vg = values + (b * G + g) * S * D;
+      float top = -INFINITY;
+      for (int64_t s = 0; s < end; ++s) {
+        __m256 dot = _mm256_setzero_ps();
+        for (int64_t v = 0; v < vectors; ++v)
+          dot = _mm256_fmadd_ps(load8(qh + v * kLanes), load8(kg + s * D + v * kLanes), dot);
+        scores[s] = reduce8(dot) * scale;
+        top = std::max(top, scores[s]);
+      }
+      float total = 0.f;
+      for (int64_t s = 0; s < end; ++s) {
+        scores[s] = std::exp(scores[s] - top);
+        total += scores[s];
+      }
+      for (int64_t v = 0; v < vectors; ++v) acc[v] = _mm256_setzero_ps();
+      for (int64_t s = 0; s < end; ++s) {
+        const __m256 weight = _mm256_set1_ps(scores[s] / total);
+        for (int64_t v = 0; v < vectors; ++v)
+          acc[v] = _mm256_fmadd_ps(weight, load8(vg + s * D + v * kLanes), acc[v]);
+      }
+      const Store<T> store{out + (b * H + h) * D, nullptr, 0};
+      for (int64_t v = 0; v < vectors; ++v) store(0, v * kLanes, acc[v]);
+    }
+  });
+}
+
 }  // namespace
 
 torch::Tensor gemv_bf16(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
@@ -483,6 +538,34 @@ torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
   return with_output(x, N, bias, [&](const auto& store) { w4a8_all(rows, M, wp, sp, N, store); });
 }
 
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
+                               int64_t end, double scale) {
+  TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes(),
+              "decode_attention: keys and values [B, G, S, D] alike");
+  const int64_t B = keys.size(0), G = keys.size(1), S = keys.size(2), D = keys.size(3);
+  TORCH_CHECK(q.dim() == 2 && q.size(0) == B && q.size(1) % D == 0,
+              "decode_attention: q [B, H * D]");
+  const int64_t H = q.size(1) / D;
+  TORCH_CHECK(H % G == 0, "decode_attention: heads must be a multiple of the KV heads");
+  TORCH_CHECK(D % kLanes == 0, "decode_attention: head size must be a multiple of 8");
+  TORCH_CHECK(end >= 1 && end <= S, "decode_attention: 1 <= end <= cache length");
+  TORCH_CHECK(q.is_contiguous() && keys.is_contiguous() && values.is_contiguous(),
+              "decode_attention: contiguous inputs only");
+  TORCH_CHECK(q.scalar_type() == keys.scalar_type() && keys.scalar_type() == values.scalar_type(),
+              "decode_attention: one dtype for q, keys and values");
+  auto out = torch::empty_like(q);
+  const float s = static_cast<float>(scale);
+  if (q.scalar_type() == torch::kBFloat16) {
+    attend(q.data_ptr<c10::BFloat16>(), keys.data_ptr<c10::BFloat16>(),
+           values.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>(), B, H, G, S, D, end, s);
+  } else {
+    TORCH_CHECK(q.scalar_type() == torch::kFloat32, "decode_attention: bf16 or float32");
+    attend(q.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),
+           out.data_ptr<float>(), B, H, G, S, D, end, s);
+  }
+  return out;
+}
+
 bool avx_vnni() { return has_avx_vnni(); }
 
 // Allows (the default) or forbids AVX-VNNI in gemv_w8a8; whether it is used now.
@@ -495,6 +578,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemv_bf16", &gemv_bf16, "y = x @ w.T (+ bias), bf16 weights, float32 arithmetic (AVX2)");
   m.def("gemv_w8a8", &gemv_w8a8, "y = x @ dequant(w).T (+ bias), int8 weights (AVX2 / AVX-VNNI)");
   m.def("gemv_w4a8", &gemv_w4a8, "y = x @ dequant(w).T (+ bias), 4-bit weights in groups of 32");
+  m.def("decode_attention", &decode_attention, "one query position over a short KV cache");
   m.def("avx_vnni", &avx_vnni, "whether gemv_w8a8 uses AVX-VNNI's vpdpbusd on this CPU");
   m.def("set_avx_vnni", &set_avx_vnni, "allow (default) or forbid AVX-VNNI; whether it is used");
 }
