@@ -26,10 +26,10 @@ TALKER_CORE_MS_PER_FRAME = {"bfloat16": 183.0, "float32": 640.0}
 # elsewhere).
 INT8_TALKER_CORE_MS_PER_FRAME = {"bfloat16": 116.0, "float32": 456.0}
 # --weights int4: int8's step times this. Measured back to back on the 2-core Intel Xeon
-# (0.6B random weights, 124 frames, median talker step, a busy box, 2026-12-01 21:49):
-# int8 174 ms, int4 140.5 ms (predictor 109 -> 86 ms): 0.81, not the bytes ratio 0.625,
-# since the step's other work (attention, norms, sampling) does not shrink.
-INT4_OF_INT8_TALKER = 0.81
+# (0.6B random weights, 124 frames, median talker step, a shared box, 2026-12-01): int8
+# 174 / int4 140.5 ms at 21:49 (0.81), 184 / 129 ms at 21:58 (0.70): about 0.75, not the
+# bytes ratio 0.625, since the step's other work (attention, norms, sampling) stays.
+INT4_OF_INT8_TALKER = 0.75
 CODE2WAV_CORE_MS_PER_FRAME = {"bfloat16": 43.0, "float32": 100.0}
 # Earlier frames each chunk decodes again. omni-cpu's streaming decode
 # (omni_cpu.platform.code2wav_stream, the default) carries the decoder's state
