@@ -76,8 +76,8 @@ def test_avx2_gemv_on_partial_blocks_with_bias(columns: int, rows: int, dtype: t
 
 
 @pytest.fixture(params=["vpmaddubsw", "avx-vnni"])
-def int8_tile(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Each int8 tile in turn: the AVX-VNNI one only where the CPU has it."""
+def avx2_tile(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each int8/int4 tile in turn: the AVX-VNNI one only where the CPU has it."""
     module = gemv.avx2_kernel()
     if not module.set_avx_vnni(request.param == "avx-vnni") and request.param == "avx-vnni":
         module.set_avx_vnni(True)
@@ -88,14 +88,25 @@ def int8_tile(request: pytest.FixtureRequest) -> Iterator[str]:
 
 @needs_avx2
 @pytest.mark.parametrize("rows", [1, 3], ids=lambda r: f"M{r}")
-def test_both_int8_tiles_match_float32(int8_tile: str, rows: int) -> None:
+def test_both_avx2_tiles_match_float32(avx2_tile: str, rows: int) -> None:
     w, x = weight(208, 1024), torch.randn(rows, 1024)
     got = gemv.PackedInt8Weights(w, gemv.avx2_kernel())(x)
     assert relative(got, x @ w.t()) < 0.03
 
 
 @needs_avx2
-def test_avx2_w8a8_does_not_saturate_on_extreme_codes(int8_tile: str) -> None:
+@pytest.mark.parametrize("rows", [1, 2, 7], ids=lambda r: f"M{r}")
+def test_both_int4_tiles_match_the_dequantized_product(avx2_tile: str, rows: int) -> None:
+    w, x = weight(208, 1024), torch.randn(rows, 1024)
+    n, k = w.shape
+    codes, scale, low = gemv.quantize_int4(w.reshape(n, k // 32, 32))
+    dequantized = (codes.float() * scale[..., None] + low[..., None]).reshape(n, k)
+    got = gemv.PackedInt4Weights(w, gemv.avx2_kernel())(x)
+    assert relative(got, x @ dequantized.t()) < 0.015
+
+
+@needs_avx2
+def test_avx2_w8a8_does_not_saturate_on_extreme_codes(avx2_tile: str) -> None:
     """All weights and activations at +-127: a u8 x s8 pair sum of 2 x 127 x 255 would clip."""
     w = torch.full((64, 256), 1.0)
     w[:, 1::2] = -1.0
