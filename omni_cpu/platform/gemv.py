@@ -3,8 +3,8 @@
 The same extension module carries the int4 GEMV (kernels/gemv_int4.cpp) and the code
 predictor's one-position attention (kernels/decode_attention.cpp, `decode_attention`
 below): one build, one ISA check, one cache folder. A second module,
-kernels/gemv_avx2.cpp (`avx2_kernel`), is the bf16 and W8A8 GEMV for CPUs without
-avx512_bf16/VNNI, on the same packed weights.
+kernels/gemv_avx2.cpp (`avx2_kernel`), is the bf16, W8A8 and W4A8 GEMV and the same
+attention for CPUs without avx512_bf16/VNNI, on the same packed weights.
 
 Why: at batch 1 every talker-stage step is a chain of matrix-vector products,
 so its speed is the rate at which weights come out of DRAM; a prefill and
