@@ -55,7 +55,9 @@ WEIGHT_FORMATS = {
     "model": WeightFormat(bytes_per_weight=None, step_overhead_ms=43.0),
     "int8": WeightFormat(bytes_per_weight=1.0, step_overhead_ms=13.0),
     # Groups of 32 weights with a bf16 scale and minimum: 0.5 + 4 / 32 = 0.625 bytes
-    # (omni_cpu.platform.gemv.INT4_GROUP); its step's rest assumed int8's (not yet fitted).
+    # (omni_cpu.platform.gemv.INT4_GROUP). Its step's rest is int8's: on the Xeon, one
+    # talker core, back to back (RESULTS.md 22:01-22:13, `bench --frames 50`), int8 189 ms
+    # and int4 121 ms = 0.625 x (189 - 13) + 11.
     "int4": WeightFormat(bytes_per_weight=0.625, step_overhead_ms=13.0),
 }
 # `probe --calibrate` times a mix of the small torch calls a talker step is made of

@@ -76,8 +76,8 @@ def test_avx2_gemv_on_partial_blocks_with_bias(columns: int, rows: int, dtype: t
 
 
 @pytest.fixture(params=["vpmaddubsw", "avx-vnni"])
-def int8_tile(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Each int8 tile in turn: the AVX-VNNI one only where the CPU has it."""
+def avx2_tile(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each int8/int4 tile in turn: the AVX-VNNI one only where the CPU has it."""
     module = gemv.avx2_kernel()
     if not module.set_avx_vnni(request.param == "avx-vnni") and request.param == "avx-vnni":
         module.set_avx_vnni(True)
@@ -88,14 +88,25 @@ def int8_tile(request: pytest.FixtureRequest) -> Iterator[str]:
 
 @needs_avx2
 @pytest.mark.parametrize("rows", [1, 3], ids=lambda r: f"M{r}")
-def test_both_int8_tiles_match_float32(int8_tile: str, rows: int) -> None:
+def test_both_avx2_tiles_match_float32(avx2_tile: str, rows: int) -> None:
     w, x = weight(208, 1024), torch.randn(rows, 1024)
     got = gemv.PackedInt8Weights(w, gemv.avx2_kernel())(x)
     assert relative(got, x @ w.t()) < 0.03
 
 
 @needs_avx2
-def test_avx2_w8a8_does_not_saturate_on_extreme_codes(int8_tile: str) -> None:
+@pytest.mark.parametrize("rows", [1, 2, 7], ids=lambda r: f"M{r}")
+def test_both_int4_tiles_match_the_dequantized_product(avx2_tile: str, rows: int) -> None:
+    w, x = weight(208, 1024), torch.randn(rows, 1024)
+    n, k = w.shape
+    codes, scale, low = gemv.quantize_int4(w.reshape(n, k // 32, 32))
+    dequantized = (codes.float() * scale[..., None] + low[..., None]).reshape(n, k)
+    got = gemv.PackedInt4Weights(w, gemv.avx2_kernel())(x)
+    assert relative(got, x @ dequantized.t()) < 0.015
+
+
+@needs_avx2
+def test_avx2_w8a8_does_not_saturate_on_extreme_codes(avx2_tile: str) -> None:
     """All weights and activations at +-127: a u8 x s8 pair sum of 2 x 127 x 255 would clip."""
     w = torch.full((64, 256), 1.0)
     w[:, 1::2] = -1.0
@@ -131,3 +142,32 @@ def test_forcing_avx2_routes_bf16_and_int8_to_it(monkeypatch: pytest.MonkeyPatch
         before = model(x)
         assert linears.route_linears(model, "model") == Counter({"gemv-avx2-bf16": 2})
         assert relative(model(x), before) < 0.02
+
+
+@needs_avx2
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 0.01)])
+@pytest.mark.parametrize("bsz,heads,groups", [(1, 16, 8), (2, 6, 2)])
+@pytest.mark.parametrize("end", [1, 9, 17])
+def test_the_avx2_one_position_attention_matches_sdpa(
+    dtype: torch.dtype,
+    tolerance: float,
+    bsz: int,
+    heads: int,
+    groups: int,
+    end: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bounds of test_decode_attention.py, on the AVX2 module's copy of the kernel."""
+    from tests.platforms.test_decode_attention import reference
+
+    monkeypatch.setenv(gemv.GEMV_ENV, "avx2")
+    generator = torch.Generator().manual_seed(end * 31 + heads)
+    dim, cached = 128 if heads == 16 else 32, 17
+    q = torch.randn(bsz, heads * dim, generator=generator).to(dtype)
+    keys = torch.randn(bsz, groups, cached, dim, generator=generator).to(dtype)
+    values = torch.randn(bsz, groups, cached, dim, generator=generator).to(dtype)
+    keys[:, :, end:] = 1e4  # positions past `end` are stale: they must not count
+    got = gemv.decode_attention(q, keys, values, end, dim**-0.5)
+    want = reference(q, keys, values, end, dim**-0.5, heads)
+    assert got.dtype == dtype and got.shape == (bsz, heads * dim)
+    assert float((got.float() - want).norm() / want.norm()) < tolerance

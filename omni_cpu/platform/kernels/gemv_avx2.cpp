@@ -22,7 +22,11 @@
 //            A weight nibble is at most 15, so vpmaddubsw's pair sums (<= 2 * 15 * 127)
 //            need no sign trick, and a group's 8 of them per lane add up in 16 bits
 //            (<= 30480) before one vpmaddwd widens them: 2 vpmaddubsw + 2 vpaddw per
-//            32-byte load and row.
+//            32-byte load and row; with AVX-VNNI, 2 vpdpbusd (a copy of the tile).
+//
+// decode_attention: decode_attention.cpp's one-position attention with 8-lane vectors
+//            (the code predictor's attention at every step after its first; SDPA costs
+//            ~70 us a call whatever the size).
 //
 // Register tile (16 ymm registers): one row x the whole block (8 vectors), the block's
 // weights from memory for the first row and from L2 for the others. Tiles of 2 rows x
@@ -40,6 +44,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace {
 
@@ -293,9 +298,74 @@ void w4a8_tile(const Int4Rows& rows, const uint8_t* block, const uint16_t* scale
   }
 }
 
+// The same tile with AVX-VNNI's vpdpbusd (32-bit sums, no 16-bit stage): only called where
+// the CPU reports avx_vnni.
+template <int M, int V, typename Out>
+__attribute__((target("avx2,fma,avxvnni"))) void w4a8_tile_vnni(
+    const Int4Rows& rows, const uint8_t* block, const uint16_t* scales, int64_t nb, int64_t c,
+    int64_t n0, int64_t m0, const Store<Out>& store) {
+  const int64_t K = rows.K, Q = K / 4, groups = K / kGroup4;
+  const auto* quads = reinterpret_cast<const int32_t*>(rows.xq);
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  __m256 acc[M][V];
+  for (int m = 0; m < M; ++m)
+    for (int v = 0; v < V; ++v) acc[m][v] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i dot[M][V];
+    for (int m = 0; m < M; ++m)
+      for (int v = 0; v < V; ++v) dot[m][v] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int64_t s = 0; s < kGroup4 / 8; ++s) {
+      const int64_t p = g * (kGroup4 / 8) + s;
+      const uint8_t* step = block + (p * nb + c) * 4;
+      __m256i low_x[M], high_x[M];
+      for (int m = 0; m < M; ++m) {
+        low_x[m] = _mm256_set1_epi32(quads[(m0 + m) * Q + 2 * p]);
+        high_x[m] = _mm256_set1_epi32(quads[(m0 + m) * Q + 2 * p + 1]);
+      }
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + v * 32));
+        const __m256i low = _mm256_and_si256(w, nibble);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(w, 4), nibble);
+        for (int m = 0; m < M; ++m) {
+          dot[m][v] = _mm256_dpbusd_avx_epi32(dot[m][v], low, low_x[m]);
+          dot[m][v] = _mm256_dpbusd_avx_epi32(dot[m][v], high, high_x[m]);
+        }
+      }
+    }
+    const uint16_t* group_scales = scales + (g * nb + c) * 2;
+    for (int v = 0; v < V; ++v) {
+      const __m256i both =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group_scales + v * 16));
+      const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(both, 16));
+      const __m256 minimum = _mm256_castsi256_ps(
+          _mm256_and_si256(both, _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
+      for (int m = 0; m < M; ++m) {
+        acc[m][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m][v]), scale, acc[m][v]);
+        const __m256 sum = _mm256_set1_ps(static_cast<float>(rows.xsum[(m0 + m) * groups + g]));
+        acc[m][v] = _mm256_fmadd_ps(sum, minimum, acc[m][v]);
+      }
+    }
+  }
+  for (int m = 0; m < M; ++m) {
+    const __m256 xs = _mm256_set1_ps(rows.xscale[m0 + m]);
+    for (int v = 0; v < V; ++v) store(m0 + m, n0 + c + v * kLanes, _mm256_mul_ps(acc[m][v], xs));
+  }
+}
+
+template <bool Vnni, int M, int V, typename Out>
+void w4a8_tile_of(const Int4Rows& rows, const uint8_t* block, const uint16_t* scales, int64_t nb,
+                  int64_t c, int64_t n0, int64_t m0, const Store<Out>& store) {
+  if constexpr (Vnni)
+    w4a8_tile_vnni<M, V, Out>(rows, block, scales, nb, c, n0, m0, store);
+  else
+    w4a8_tile<M, V, Out>(rows, block, scales, nb, c, n0, m0, store);
+}
+
 // Column blocks outer (split over the stage's threads); below kInt4PairRows one row x the
 // whole block a tile, from it 2 rows x 16 columns.
-template <typename Out>
+template <bool Vnni, typename Out>
 void w4a8_all(const Int4Rows& rows, int64_t M, const uint8_t* w, const uint16_t* scales,
               int64_t N, const Store<Out>& store) {
   const int64_t K = rows.K, blocks = (N + kBlock - 1) / kBlock;
@@ -308,10 +378,10 @@ void w4a8_all(const Int4Rows& rows, int64_t M, const uint8_t* w, const uint16_t*
       if (M < kInt4PairRows) {
         for (int64_t m0 = 0; m0 < M; ++m0) {
           switch (nb / kLanes) {
-            case 2: w4a8_tile<1, 2>(rows, block, block_scales, nb, 0, n0, m0, store); break;
-            case 4: w4a8_tile<1, 4>(rows, block, block_scales, nb, 0, n0, m0, store); break;
-            case 6: w4a8_tile<1, 6>(rows, block, block_scales, nb, 0, n0, m0, store); break;
-            default: w4a8_tile<1, 8>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+            case 2: w4a8_tile_of<Vnni, 1, 2>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+            case 4: w4a8_tile_of<Vnni, 1, 4>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+            case 6: w4a8_tile_of<Vnni, 1, 6>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+            default: w4a8_tile_of<Vnni, 1, 8>(rows, block, block_scales, nb, 0, n0, m0, store); break;
           }
         }
         continue;
@@ -319,9 +389,9 @@ void w4a8_all(const Int4Rows& rows, int64_t M, const uint8_t* w, const uint16_t*
       for (int64_t m0 = 0; m0 < M; m0 += 2) {
         for (int64_t c = 0; c < nb; c += 16) {
           if (M - m0 >= 2)
-            w4a8_tile<2, 2>(rows, block, block_scales, nb, c, n0, m0, store);
+            w4a8_tile_of<Vnni, 2, 2>(rows, block, block_scales, nb, c, n0, m0, store);
           else
-            w4a8_tile<1, 2>(rows, block, block_scales, nb, c, n0, m0, store);
+            w4a8_tile_of<Vnni, 1, 2>(rows, block, block_scales, nb, c, n0, m0, store);
         }
       }
     }
@@ -356,7 +426,7 @@ bool cpu_has_avx_vnni() {
   return has;
 }
 
-bool vnni_allowed = true;  // set_avx_vnni(false): the vpmaddubsw tile, for tests on VNNI CPUs
+bool vnni_allowed = true;  // set_avx_vnni(false): the vpmaddubsw tiles, for tests on VNNI CPUs
 
 bool has_avx_vnni() { return vnni_allowed && cpu_has_avx_vnni(); }
 
@@ -401,6 +471,56 @@ torch::Tensor with_output(const torch::Tensor& x, int64_t N,
     body(Store<float>{out.data_ptr<float>(), bias_p, N});
   }
   return out;
+}
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const c10::BFloat16* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+inline float reduce8(__m256 v) {
+  const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
+  return _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)));
+}
+
+template <typename T>
+void attend(const T* q, const T* keys, const T* values, T* out, int64_t B, int64_t H, int64_t G,
+            int64_t S, int64_t D, int64_t end, float scale) {
+  const int64_t per_group = H / G;
+  const int64_t vectors = D / kLanes;
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t stop) {
+    std::vector<float> scores(end);
+    std::vector<__m256> acc(vectors);
+    for (int64_t bh = begin; bh < stop; ++bh) {
+      const int64_t b = bh / H, h = bh % H, g = h / per_group;
+      const T* qh = q + (b * H + h) * D;
+      const T* kg = keys + (b * G + g) * S * D;
+      const T* vg = values + (b * G + g) * S * D;
+      float top = -INFINITY;
+      for (int64_t s = 0; s < end; ++s) {
+        __m256 dot = _mm256_setzero_ps();
+        for (int64_t v = 0; v < vectors; ++v)
+          dot = _mm256_fmadd_ps(load8(qh + v * kLanes), load8(kg + s * D + v * kLanes), dot);
+        scores[s] = reduce8(dot) * scale;
+        top = std::max(top, scores[s]);
+      }
+      float total = 0.f;
+      for (int64_t s = 0; s < end; ++s) {
+        scores[s] = std::exp(scores[s] - top);
+        total += scores[s];
+      }
+      for (int64_t v = 0; v < vectors; ++v) acc[v] = _mm256_setzero_ps();
+      for (int64_t s = 0; s < end; ++s) {
+        const __m256 weight = _mm256_set1_ps(scores[s] / total);
+        for (int64_t v = 0; v < vectors; ++v)
+          acc[v] = _mm256_fmadd_ps(weight, load8(vg + s * D + v * kLanes), acc[v]);
+      }
+      const Store<T> store{out + (b * H + h) * D, nullptr, 0};
+      for (int64_t v = 0; v < vectors; ++v) store(0, v * kLanes, acc[v]);
+    }
+  });
 }
 
 }  // namespace
@@ -480,12 +600,46 @@ torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
   const Int4Rows rows{q, xscale.data_ptr<float>(), xsum.data_ptr<int32_t>(), K};
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const auto* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr());
-  return with_output(x, N, bias, [&](const auto& store) { w4a8_all(rows, M, wp, sp, N, store); });
+  const bool vnni = has_avx_vnni();
+  return with_output(x, N, bias, [&](const auto& store) {
+    if (vnni)
+      w4a8_all<true>(rows, M, wp, sp, N, store);
+    else
+      w4a8_all<false>(rows, M, wp, sp, N, store);
+  });
+}
+
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
+                               int64_t end, double scale) {
+  TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes(),
+              "decode_attention: keys and values [B, G, S, D] alike");
+  const int64_t B = keys.size(0), G = keys.size(1), S = keys.size(2), D = keys.size(3);
+  TORCH_CHECK(q.dim() == 2 && q.size(0) == B && q.size(1) % D == 0,
+              "decode_attention: q [B, H * D]");
+  const int64_t H = q.size(1) / D;
+  TORCH_CHECK(H % G == 0, "decode_attention: heads must be a multiple of the KV heads");
+  TORCH_CHECK(D % kLanes == 0, "decode_attention: head size must be a multiple of 8");
+  TORCH_CHECK(end >= 1 && end <= S, "decode_attention: 1 <= end <= cache length");
+  TORCH_CHECK(q.is_contiguous() && keys.is_contiguous() && values.is_contiguous(),
+              "decode_attention: contiguous inputs only");
+  TORCH_CHECK(q.scalar_type() == keys.scalar_type() && keys.scalar_type() == values.scalar_type(),
+              "decode_attention: one dtype for q, keys and values");
+  auto out = torch::empty_like(q);
+  const float s = static_cast<float>(scale);
+  if (q.scalar_type() == torch::kBFloat16) {
+    attend(q.data_ptr<c10::BFloat16>(), keys.data_ptr<c10::BFloat16>(),
+           values.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>(), B, H, G, S, D, end, s);
+  } else {
+    TORCH_CHECK(q.scalar_type() == torch::kFloat32, "decode_attention: bf16 or float32");
+    attend(q.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),
+           out.data_ptr<float>(), B, H, G, S, D, end, s);
+  }
+  return out;
 }
 
 bool avx_vnni() { return has_avx_vnni(); }
 
-// Allows (the default) or forbids AVX-VNNI in gemv_w8a8; whether it is used now.
+// Allows (the default) or forbids AVX-VNNI in gemv_w8a8 and gemv_w4a8; whether it is used now.
 bool set_avx_vnni(bool allowed) {
   vnni_allowed = allowed;
   return has_avx_vnni();
@@ -495,6 +649,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemv_bf16", &gemv_bf16, "y = x @ w.T (+ bias), bf16 weights, float32 arithmetic (AVX2)");
   m.def("gemv_w8a8", &gemv_w8a8, "y = x @ dequant(w).T (+ bias), int8 weights (AVX2 / AVX-VNNI)");
   m.def("gemv_w4a8", &gemv_w4a8, "y = x @ dequant(w).T (+ bias), 4-bit weights in groups of 32");
+  m.def("decode_attention", &decode_attention, "one query position over a short KV cache");
   m.def("avx_vnni", &avx_vnni, "whether gemv_w8a8 uses AVX-VNNI's vpdpbusd on this CPU");
-  m.def("set_avx_vnni", &set_avx_vnni, "allow (default) or forbid AVX-VNNI; whether it is used");
+  m.def("set_avx_vnni", &set_avx_vnni,
+        "allow (default) or forbid AVX-VNNI in gemv_w8a8/gemv_w4a8; whether it is used");
 }
