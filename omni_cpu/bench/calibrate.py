@@ -1,14 +1,12 @@
 """`probe --calibrate`: measure what the cost model needs, on this machine, in <= 18 s.
 
 Four measurements, at batch 1 as the talker and code2wav run (the kernels at 1-32 rows):
-- weight-streaming bandwidth per core count: matrix-vector products over weight
-  matrices far larger than any cache, GB/s of weights read, at 1, 2, 4, ... threads up
-  to the usable physical cores. In float32 whatever the plan's dtype: torch's float32
-  GEMV streams at about the rate omni-cpu's own GEMV does in every format, where torch's
-  bf16 one at batch 1 is compute-bound on some CPUs. The Intel Xeon, one thread, other
-  work running (2026-12-01): torch bf16 2.8 against float32 8.4 GB/s (21:09); at 21:20
-  `benchmarks/gemv_kernels.py --threads 1 --rows 1`: omni-cpu GEMV bf16 6.5, W8A8 7.3,
-  oneDNN float32 7.1 GB/s, and this measurement 7.4;
+- weight-streaming bandwidth per core count: matrix-vector products over 1 GiB of
+  weights, past any cache, GB/s of weights read, at 1, 2, 4, ... threads up to the
+  usable physical cores, through the stage's own kernel (omni-cpu's GEMV where it is
+  built, else torch's float32 GEMV: `_streamed_weights` says why). The Intel Xeon, quiet
+  (2026-12-01 22:25): torch float32 14.8 GB/s on one core, omni-cpu's GEMV 12.2 (two
+  cores 23.4), what the talker stage then streamed;
 - each linear kernel on the code predictor's shapes at 1-32 rows on every usable core
   (omni_cpu.platform.kernel_timing), from which the planner picks the kernel per row
   count (omni_cpu.plan.kernels);
@@ -41,8 +39,9 @@ from omni_cpu.plan.speed import Calibration
 # The child that measures code2wav is killed at the end of it; with torch's import and the
 # plan, `probe --calibrate` stays under 20 s.
 BUDGET_S = 17.5
-# Per core count: enough rotations through 512 MiB of weights to time reliably.
-BANDWIDTH_BYTES = 512 << 20
+# Per core count: enough rotations through 1 GiB of weights to time reliably, past any
+# last-level cache (the 2-core Xeon KVM guest sees 480 MiB of L3).
+BANDWIDTH_BYTES = 1024 << 20
 BANDWIDTH_SECONDS = 0.4
 SMALL_OP_SECONDS = 0.3
 CODE2WAV_FRAMES = (2, 6)
@@ -85,13 +84,7 @@ def calibrate(
     code2wav: dict[str, float] = {}
     kernels: dict[str, Any] = {}
     try:
-        torch_dtype = torch.float32
-        rows = 4096
-        element = torch.tensor([], dtype=torch_dtype).element_size()
-        columns = BANDWIDTH_BYTES // (2 * rows * element)
-        # The values do not change the bytes read; ones avoid denormals and a slow fill.
-        weights = [torch.ones(rows, columns, dtype=torch_dtype) for _ in range(2)]
-        vector = torch.ones(1, columns, dtype=torch_dtype)
+        weights, vector = _streamed_weights(torch)
         for count in core_counts(cores):
             # Keep room for code2wav (importing vLLM-Omni's decoder takes ~8 s).
             if left() < BANDWIDTH_SECONDS + CODE2WAV_RESERVE_S:
@@ -173,15 +166,47 @@ def _small_op_us(torch: Any) -> float:
     return round(best * 1e6, 2)
 
 
-def _stream_gb_s(torch: Any, weights: list[Any], vector: Any) -> float:
+def _streamed_weights(torch: Any) -> tuple[list[tuple[Any, int]], Any]:
+    """(product, bytes) pairs over BANDWIDTH_BYTES of weights, and the vector they take.
+
+    The stage's own kernel where it exists: omni-cpu's bf16 GEMV, on AVX-512 tiles as at
+    one row. torch's float32 GEMV read 14.8 GB/s on one Xeon core where the GEMV in the
+    stage streams 11-12 (RESULTS.md 22:25), so a plan calibrated with it promised more
+    than the stage did. Elsewhere torch's float32 one, which streams at about the rate the
+    fallback kernels do (torch's bf16 GEMV is compute-bound at batch 1 on some CPUs).
+    """
+    rows = 4096
+    try:
+        from omni_cpu.platform import gemv
+
+        module = gemv.kernel()
+    except ImportError:
+        module = None
+    if module is not None:
+        columns = BANDWIDTH_BYTES // (2 * rows * 2)
+        products = []
+        for _ in range(2):
+            packed = gemv.PackedBf16Weights(torch.ones(rows, columns, dtype=torch.bfloat16), module)
+            packed.amx_rows = 0
+            products.append((packed, rows * columns * 2))
+        return products, torch.ones(1, columns, dtype=torch.bfloat16)
+    columns = BANDWIDTH_BYTES // (2 * rows * 4)
+    # The values do not change the bytes read; ones avoid denormals and a slow fill.
+    weights = [torch.ones(rows, columns) for _ in range(2)]
+    return [
+        (lambda x, w=w: torch.nn.functional.linear(x, w), w.numel() * 4) for w in weights
+    ], torch.ones(1, columns)
+
+
+def _stream_gb_s(torch: Any, weights: list[tuple[Any, int]], vector: Any) -> float:
     """GB/s of weights a matrix-vector product reads, over about BANDWIDTH_SECONDS."""
     read = 0
     begin = time.perf_counter()
     with torch.no_grad():
         while time.perf_counter() - begin < BANDWIDTH_SECONDS:
-            for weight in weights:
-                torch.nn.functional.linear(vector, weight)
-                read += weight.numel() * weight.element_size()
+            for product, size in weights:
+                product(vector)
+                read += size
     return read / (time.perf_counter() - begin) / 1e9
 
 
