@@ -208,3 +208,17 @@ def test_a_profile_over_the_size_limit_is_refused_before_it_is_parsed(tmp_path: 
         load_profile(path)
     with pytest.raises(ProfileError, match="at most"):
         parse_profile(TEXT + "#" * MAX_PROFILE_BYTES)
+
+
+def test_stages_that_share_cores_each_bind_a_team_to_every_core_and_split_stages_do_not():
+    from omni_cpu.plan import PlanOptions
+    from omni_cpu.profile.deploy import stage_env
+
+    two_cores, model = machine({0: [0, 1]}), footprint_for_model("0.6b")
+    shared = plan_profile(two_cores, model, PlanOptions(stages=1))
+    split = plan_profile(two_cores, model, PlanOptions(stages=2))
+    talker, code2wav = (stage_env(shared, 0, stage) for stage in (0, 1))
+    assert talker["VLLM_CPU_OMP_THREADS_BIND"] == code2wav["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert talker["OMP_NUM_THREADS"] == code2wav["OMP_NUM_THREADS"] == "2"
+    binds = {stage_env(split, 0, stage)["VLLM_CPU_OMP_THREADS_BIND"] for stage in (0, 1)}
+    assert binds == {"0", "1"}
