@@ -47,6 +47,14 @@ class RuntimeMissingError(OmniCpuError):
 
     exit_code = 3
 
+    @classmethod
+    def on_import(cls, error: ImportError) -> "RuntimeMissingError":
+        """The one line for a runtime that does not import, with its fix."""
+        return cls(
+            f"the inference runtime does not import ({error})",
+            "run scripts/install-runtime.sh .venv, then omni-cpu doctor",
+        )
+
 
 class PortInUseError(OmniCpuError):
     """`serve` on an address and port something else already listens on."""

@@ -142,10 +142,7 @@ def check_weights_command(
         from omni_cpu.platform import inprocess
         from omni_cpu.quality.check import RANDOM_NOTE, check_weights
     except ImportError as error:
-        raise RuntimeMissingError(
-            f"the inference runtime does not import ({error})",
-            "run scripts/install-runtime.sh .venv, then omni-cpu doctor",
-        ) from None
+        raise RuntimeMissingError.on_import(error) from None
     for chosen in formats:
         if not inprocess.format_available(chosen):
             raise InputError(

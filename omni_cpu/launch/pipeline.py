@@ -337,10 +337,7 @@ class PipelineSession:
 
             from omni_cpu.platform.hf_config import register_qwen3_tts_config
         except ImportError as error:
-            raise RuntimeMissingError(
-                f"the inference runtime does not import ({error})",
-                "run scripts/install-runtime.sh .venv, then omni-cpu doctor",
-            ) from None
+            raise RuntimeMissingError.on_import(error) from None
         self.startup["runtime_import_s"] = time.perf_counter() - start
         # Prompts too long for the talker are refused before any engine loads.
         tokenizer_start = time.perf_counter()
