@@ -30,7 +30,7 @@ from typing import Any
 
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.errors import InputError, OmniCpuError, RuntimeMissingError, StageError
-from omni_cpu.launch import proctree
+from omni_cpu.process import proctree
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_PYTHON = Path("benchmarks/.venv-qwen-tts/bin/python")

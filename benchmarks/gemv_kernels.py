@@ -1,6 +1,6 @@
 """Which CPU GEMV kernel streams a Qwen3-TTS layer's weights fastest, at batch 1 and 4?
 
-Candidates: omni-cpu's GEMV (omni_cpu.platform.gemv) in bf16, W8A8 and W4A8 (int4 in
+Candidates: omni-cpu's GEMV (omni_cpu.kernels.gemv) in bf16, W8A8 and W4A8 (int4 in
 groups of 32) and its AVX2 build in the same three (run here whatever the CPU), torch's bf16
 linear, vLLM's oneDNN GEMM in bf16 and float32, FBGEMM dynamic int8 (omni-cpu's int8
 path on AVX2), torch's weight-only int8 (`_weight_int8pack_mm`) and vLLM's weight-only
@@ -89,7 +89,7 @@ def make_kernels(weights: list[torch.Tensor]) -> dict[str, Callable]:
         return q, scale.squeeze(1)
 
     def fbgemm_dynamic(w: torch.Tensor):
-        from omni_cpu.platform.int8 import Int8Weights
+        from omni_cpu.kernels.fbgemm import Int8Weights
 
         packed = Int8Weights(w)
         return (lambda x: packed(x)), w.numel(), torch.float32
@@ -129,7 +129,7 @@ def make_kernels(weights: list[torch.Tensor]) -> dict[str, Callable]:
 
     def omni(kind: str, amx_rows: int):
         def factory(w: torch.Tensor):
-            from omni_cpu.platform import gemv
+            from omni_cpu.kernels import gemv
 
             module = gemv.kernel()
             if module is None:
@@ -148,7 +148,7 @@ def make_kernels(weights: list[torch.Tensor]) -> dict[str, Callable]:
         return factory
 
     def omni_w4a8(w: torch.Tensor):
-        from omni_cpu.platform import gemv
+        from omni_cpu.kernels import gemv
 
         module = gemv.kernel()
         if module is None:
@@ -158,7 +158,7 @@ def make_kernels(weights: list[torch.Tensor]) -> dict[str, Callable]:
 
     def avx2(fmt: str):
         def factory(w: torch.Tensor):
-            from omni_cpu.platform import gemv
+            from omni_cpu.kernels import gemv
 
             module = gemv.avx2_kernel()
             if module is None:

@@ -67,7 +67,9 @@ def main() -> int:
         Qwen3TTSTalkerCodePredictorConfig,
     )
 
-    from omni_cpu.platform import code_predictor, gemv, int8, linears
+    from omni_cpu.kernels import fbgemm, gemv
+    from omni_cpu.models import int8, linears
+    from omni_cpu.models import predictor as dispatcher
     from omni_cpu.quality.figures import code_agreement
 
     torch.set_num_threads(1)
@@ -80,8 +82,8 @@ def main() -> int:
         module = gemv.kernel()
         schemes["gemv-w8a8"] = lambda w: gemv.PackedInt8Weights(w, module)
         schemes["gemv-w4a8"] = lambda w: gemv.PackedInt4Weights(w, module)
-    if int8.int8_supported():
-        schemes["fbgemm-int8"] = int8.Int8Weights
+    if fbgemm.int8_supported():
+        schemes["fbgemm-int8"] = fbgemm.Int8Weights
 
     # 1. Per-layer error on the predictor's own weights.
     reference = build(torch, config, talker, torch.float32)
@@ -108,7 +110,7 @@ def main() -> int:
                         weights = schemes[scheme](child.weight)
                         setattr(parent, child_name, linears.RoutedLinear(child, scheme, weights))
             linears.route_linears(predictor, "model")  # what is left (small heads)
-        code_predictor.install_cached_forward(predictor, "fused")
+        dispatcher.install_forward(predictor, "fused")
         return predictor
 
     generator = torch.Generator().manual_seed(2)

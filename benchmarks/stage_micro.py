@@ -12,7 +12,7 @@ stage (default 1) and denormals flushed like the stage workers do:
    frame and fixed cost), and its streaming path (1 frame, then 25-frame chunks)
    as vLLM-Omni's async-chunk stage calls it;
 4. code2wav streaming, float32 and bfloat16: omni-cpu's streaming decode
-   (omni_cpu.platform.code2wav_stream, each frame once) against vLLM-Omni's
+   (omni_cpu.models.code2wav, each frame once) against vLLM-Omni's
    recompute path (OMNI_CPU_CODE2WAV=recompute), ms per new audio frame in
    steady 25-frame chunks and for a ragged 5-frame last chunk, and each one's
    largest difference from the whole-utterance decode.
@@ -56,7 +56,7 @@ def timed_ms(fn: Callable[[], Any], repeat: int) -> float:
 
 def weight_streaming(torch: Any, predictor_config: Any) -> dict[str, float]:
     """GB/s of weights read by the predictor's linears at batch 1."""
-    from omni_cpu.platform.int8 import Int8Weights
+    from omni_cpu.kernels.fbgemm import Int8Weights
 
     hidden, inter = predictor_config.hidden_size, predictor_config.intermediate_size
     heads, kv, dim = (
@@ -96,8 +96,8 @@ def code_predictor(torch: Any, model: Path) -> tuple[dict[str, float], Any]:
         Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM as CodePredictor,
     )
 
-    from omni_cpu.platform.code_predictor import cached_forward
-    from omni_cpu.platform.int8 import quantize_linears
+    from omni_cpu.models.cached_predictor import cached_forward
+    from omni_cpu.models.int8 import quantize_linears
 
     talker = json.loads((model / "config.json").read_text())["talker_config"]
     config = Qwen3TTSTalkerCodePredictorConfig(**talker["code_predictor_config"])
@@ -191,7 +191,7 @@ STREAM_CHUNKS = (1, 25, 25, 25, 25, 25, 5)
 
 def code2wav_stream(torch: Any, model: Path) -> dict[str, Any]:
     """Streaming decode vs vLLM-Omni's recompute path, per dtype, ms per new frame."""
-    from omni_cpu.platform.code2wav_stream import StreamState
+    from omni_cpu.models.code2wav import StreamState
 
     decoder, groups = load_decoder(torch, model)
     frames = sum(STREAM_CHUNKS)

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from omni_cpu.errors import OmniCpuError
-from omni_cpu.launch.plan import make_launch_plan
-from omni_cpu.launch.ref_audio import read_reference_audio
-from omni_cpu.launch.request import SAMPLE_RATE, build_requests, read_model_info
+from omni_cpu.launch.launch_plan import make_launch_plan
+from omni_cpu.speech.codec import SAMPLE_RATE
+from omni_cpu.speech.ref_audio import read_reference_audio
+from omni_cpu.speech.request import build_requests, read_model_info
 
 
 def parse_args() -> argparse.Namespace:
@@ -57,7 +58,7 @@ def main() -> None:
         return
 
     from omni_cpu.launch.pipeline import PipelineSession
-    from omni_cpu.launch.wav import AtomicWavWriter
+    from omni_cpu.speech.wav import AtomicWavWriter
 
     writer = AtomicWavWriter(args.out)
     written = 0

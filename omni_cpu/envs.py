@@ -255,6 +255,12 @@ _TABLE: tuple[Knob, ...] = (
 
 KNOBS: dict[str, Knob] = {knob.name: knob for knob in _TABLE}
 
+# The talker stage's weight format (omni_cpu.models.int8). "model" keeps the
+# checkpoint's dtype; "int8" and "int4" quantize the talker's and code predictor's
+# linears (int4: groups of 32 K elements, omni-cpu's GEMV only; omni_cpu.kernels.gemv).
+WEIGHTS_ENV = "OMNI_CPU_WEIGHTS"
+WEIGHT_CHOICES = ("model", "int8", "int4")
+
 if TYPE_CHECKING:
     OMNI_CPU_VERBOSE: bool
     OMNI_CPU_WEIGHTS: str

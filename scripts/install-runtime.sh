@@ -6,7 +6,7 @@
 #      dependencies pull CUDA-only packages;
 #   3. torchvision/torchaudio/torchcodec: PyPI's CUDA builds cannot load beside a +cpu
 #      torch; keep their pure-Python parts, drop their native ones
-#      (python -m omni_cpu.platform.companions --fix explains how);
+#      (python -m omni_cpu.runtime.companions --fix explains how);
 #   4. assert torch is still the +cpu build and that vllm + vllm_omni import.
 #
 # Where torch 2.13.0+cpu comes from (PyPI has no +cpu build), first match wins:
@@ -69,7 +69,7 @@ PY
 }
 
 start=$SECONDS
-if already_installed && "$python" -m omni_cpu.platform.companions >/dev/null 2>&1; then
+if already_installed && "$python" -m omni_cpu.runtime.companions >/dev/null 2>&1; then
   echo "install-runtime: pinned runtime already in $venv; checking it imports"
 else
   index_args=()
@@ -88,13 +88,13 @@ else
   fi
   echo "install-runtime: installing vllm-omni without its declared (CUDA) dependencies"
   "${pip[@]}" install --no-deps -r requirements/runtime-no-deps.txt
-  "$python" -m omni_cpu.platform.companions --fix
+  "$python" -m omni_cpu.runtime.companions --fix
 fi
 
 if ! versions=$(final_check); then
   exit 1
 fi
-# omni-cpu's AVX-512 GEMV (omni_cpu/platform/gemv.py): built once here (~30 s) so that
+# omni-cpu's AVX-512 GEMV (omni_cpu/kernels/gemv.py): built once here (~30 s) so that
 # no run pays for it; a no-op on CPUs without avx512_bf16/vnni, which use oneDNN/FBGEMM.
-"$python" -m omni_cpu.platform.gemv --build
+"$python" -m omni_cpu.kernels.gemv --build
 echo "install-runtime: ok in $((SECONDS - start)) s ($versions, $(du -sh "$venv" | cut -f1) in $venv)"

@@ -8,7 +8,7 @@ Four measurements, at batch 1 as the talker and code2wav run (the kernels at 1-3
   (2026-12-01 22:25): torch float32 14.8 GB/s on one core, omni-cpu's GEMV 12.2 (two
   cores 23.4), what the talker stage then streamed;
 - each linear kernel on the code predictor's shapes at 1-32 rows on every usable core
-  (omni_cpu.platform.kernel_timing), from which the planner picks the kernel per row
+  (omni_cpu.kernels.timing), from which the planner picks the kernel per row
   count (omni_cpu.plan.kernels);
 - the talker step's overhead besides its weights: µs per call of the small torch ops a
   step is made of (norms, residual adds, activations, a softmax over a few positions,
@@ -16,7 +16,7 @@ Four measurements, at batch 1 as the talker and code2wav run (the kernels at 1-3
   per-step overhead by this over the time of the machine it was fitted on;
 - code2wav's cost per decoded frame and per call on one core, in float32 and bfloat16:
   vLLM-Omni's 12 Hz decoder with random weights (the 0.6B tokenizer config) through
-  omni-cpu's streaming decode (omni_cpu.platform.code2wav_stream, what the stage runs),
+  omni-cpu's streaming decode (omni_cpu.models.code2wav, what the stage runs),
   chunks carrying its state on; per frame the time of a 6-frame chunk minus a 2-frame
   one, over 4, per call what the 2-frame chunk leaves.
 
@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from omni_cpu.plan.speed import Calibration
+from omni_cpu.profile.calibration import Calibration
 
 # The child that measures code2wav is killed at the end of it; with torch's import and the
 # plan, `probe --calibrate` stays under 20 s.
@@ -44,7 +44,6 @@ BUDGET_S = 17.5
 BANDWIDTH_BYTES = 1024 << 20
 BANDWIDTH_SECONDS = 0.4
 SMALL_OP_SECONDS = 0.3
-CODE2WAV_FRAMES = (2, 6)
 CODE2WAV_RESERVE_S = 12.0
 KERNEL_BUDGET_S = 2.5  # all formats, kernels and row counts: ~1.5-2.5 s on 2 cores
 KERNEL_ROWS = (1, 4, 16, 32)
@@ -126,11 +125,11 @@ def calibrate(
 
 
 def _kernel_times(threads: int, budget_s: float) -> dict[str, Any]:
-    """omni_cpu.platform.kernel_timing within `budget_s`; {} without the runtime or time."""
+    """omni_cpu.kernels.timing within `budget_s`; {} without the runtime or time."""
     if budget_s < 1:
         return {}
     try:
-        from omni_cpu.platform.kernel_timing import time_kernels
+        from omni_cpu.kernels.timing import time_kernels
     except ImportError:
         return {}
     return time_kernels(threads, budget_s, rows=KERNEL_ROWS)
@@ -177,7 +176,7 @@ def _streamed_weights(torch: Any) -> tuple[list[tuple[Any, int]], Any]:
     """
     rows = 4096
     try:
-        from omni_cpu.platform import gemv
+        from omni_cpu.kernels import gemv
 
         module = gemv.kernel()
     except ImportError:
@@ -214,7 +213,7 @@ def _code2wav_in_child(seconds: float) -> dict[str, float]:
     """The code2wav measurement in a child process killed at `seconds`: the budget holds."""
     if seconds < 3:
         return {}
-    command = [sys.executable, "-m", "omni_cpu.bench.calibrate", "--code2wav", str(seconds)]
+    command = [sys.executable, "-m", "omni_cpu.models.code2wav_timing", str(seconds)]
     try:
         out = subprocess.run(command, capture_output=True, text=True, timeout=seconds).stdout
     except subprocess.TimeoutExpired as expired:  # keep what it finished
@@ -231,65 +230,3 @@ def _code2wav_in_child(seconds: float) -> dict[str, float]:
             break
         found = {}
     return {str(k): float(v) for k, v in found.items() if float(v) > 0}
-
-
-def _code2wav_ms(torch: Any, left: Callable[[], float]) -> dict[str, float]:
-    """ms per decoded frame ("bfloat16") and per call ("bfloat16:call") on one core per dtype;
-    what time allows, {} without vLLM-Omni."""
-    try:
-        from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
-            configuration_qwen3_tts_tokenizer_v2 as tokenizer_config,
-        )
-        from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
-            modeling_qwen3_tts_tokenizer_v2 as tokenizer_model,
-        )
-    except ImportError:
-        return {}
-    from omni_cpu.checkpoint.configs import speech_tokenizer_config
-    from omni_cpu.platform.code2wav_stream import StreamState
-
-    config = tokenizer_config.Qwen3TTSTokenizerV2Config(**speech_tokenizer_config("0.6b"))
-    decoder = tokenizer_model.Qwen3TTSTokenizerV2Decoder._from_config(config.decoder_config)
-    decoder.eval()
-    if hasattr(decoder, "precompute_snake_caches"):
-        decoder.precompute_snake_caches()
-    groups = int(config.decoder_config.num_quantizers)
-    generator = torch.Generator().manual_seed(0)
-    codes = torch.randint(0, 2048, (1, groups, max(CODE2WAV_FRAMES)), generator=generator)
-    few, many = CODE2WAV_FRAMES
-    measured: dict[str, float] = {}
-    with torch.inference_mode():
-        for name, torch_dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
-            if left() < 2.5:
-                break
-            # omni-cpu's streaming decode, as the stage runs it: chunks that carry the
-            # decoder's state on from a first 1-frame chunk.
-            stream = StreamState(decoder.to(torch_dtype))
-            stream.decode(codes[..., :1])
-            times = {frames: float("inf") for frames in (few, many)}
-            # The first call at each length pays for allocation and kernel set-up: the
-            # best of the later ones counts.
-            for attempt in range(3):
-                for frames in (few, many):
-                    begin = time.perf_counter()
-                    stream.decode(codes[..., :frames])
-                    if attempt:
-                        times[frames] = min(times[frames], time.perf_counter() - begin)
-            if times[many] <= times[few]:
-                continue  # noise swamped the difference: keep the constant
-            per_frame = (times[many] - times[few]) / (many - few)
-            measured[name] = round(per_frame * 1e3, 1)
-            call = times[few] - few * per_frame
-            if call > 0:
-                measured[f"{name}:call"] = round(call * 1e3, 1)
-            print(json.dumps(measured), flush=True)  # what is done survives a kill
-    return measured
-
-
-if __name__ == "__main__":  # the child of _code2wav_in_child
-    if len(sys.argv) == 3 and sys.argv[1] == "--code2wav":
-        import torch
-
-        torch.set_num_threads(1)
-        deadline = time.perf_counter() + float(sys.argv[2])
-        _code2wav_ms(torch, lambda: deadline - time.perf_counter())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from omni_cpu.launch import processes, procfs, proctree
+from omni_cpu.process import procfs, proctree, stage_processes
 
 
 def cpu_seconds(pid: int) -> float:
@@ -39,7 +39,7 @@ def stage_groups(pids: Iterable[int], stage_cpus: Mapping[str, str]) -> dict[str
         names_by_cpus.setdefault(cpus, []).append(name)
     groups: dict[str, list[int]] = {"+".join(names): [] for names in names_by_cpus.values()}
     for pid in pids:
-        bind = processes.process_env(pid).get("VLLM_CPU_OMP_THREADS_BIND")
+        bind = stage_processes.process_env(pid).get("VLLM_CPU_OMP_THREADS_BIND")
         if bind in names_by_cpus:
             groups["+".join(names_by_cpus[bind])].append(pid)
     return groups

@@ -11,16 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from omni_cpu import envs
-from omni_cpu.bench import procstats, steplog
+from omni_cpu.bench import procstats
 from omni_cpu.bench.bandwidth import Triad, stage_read, triad_bandwidth, weight_streaming
 from omni_cpu.bench.session import EngineSession
 from omni_cpu.bench.stats import StreamTrace, summarize_streams
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
+from omni_cpu.launch.launch_plan import LaunchPlan
 from omni_cpu.launch.pipeline import startup_dict
-from omni_cpu.launch.plan import LaunchPlan
-from omni_cpu.launch.request import FRAME_SAMPLES, SpeechRequest
 from omni_cpu.plan import capacity
+from omni_cpu.platform import steplog
+from omni_cpu.speech.codec import FRAME_SAMPLES
+from omni_cpu.speech.request import SpeechRequest
 
 QUERY_TYPES = ("CustomVoice", "VoiceDesign", "Base")
 
@@ -215,9 +217,9 @@ def run_bench(
     verbose: bool = False,
 ) -> BenchResult:
     """Measure the triad, start the engines once, run warm-up then every level."""
+    from omni_cpu.envs import WEIGHTS_ENV
     from omni_cpu.plan.footprint import footprint_for_model
-    from omni_cpu.platform import WEIGHTS_ENV
-    from omni_cpu.platform.step_log import STEP_LOG_ENV
+    from omni_cpu.platform.steplog import STEP_LOG_ENV
 
     stage_cpus = stage_cpus_of(plan)
     weights = plan.profile.env.get(WEIGHTS_ENV, "model")

@@ -11,7 +11,7 @@ from typing import Any
 
 from omni_cpu.bench.stats import StreamTrace
 from omni_cpu.launch.pipeline import PipelineSession
-from omni_cpu.launch.request import SpeechRequest
+from omni_cpu.speech.request import SpeechRequest
 
 
 class EngineSession(PipelineSession):

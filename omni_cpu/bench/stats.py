@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from omni_cpu.launch.request import FRAME_SAMPLES, SAMPLE_RATE
+from omni_cpu.speech.codec import FRAME_SAMPLES, SAMPLE_RATE
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -17,13 +17,13 @@ from typing import Any
 
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.hardware.facts import Facts
-from omni_cpu.launch.plan import LaunchPlan
-from omni_cpu.launch.request import SpeechRequest
+from omni_cpu.launch.launch_plan import LaunchPlan
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import PlanOptions, plan_profile
 from omni_cpu.plan.speed import SHARED
 from omni_cpu.profile import Profile, deploy_config_dict
+from omni_cpu.speech.request import SpeechRequest
 
 THROUGHPUT_STREAMS = 4
 TOLERANCE = 0.10

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from omni_cpu.cli.common import VERBOSE_HELP, console, err_console, print_json
 from omni_cpu.cli.voice import BENCH_TEXT, BENCH_VOICE, Voice, voice_options
+from omni_cpu.envs import WEIGHT_CHOICES
 from omni_cpu.errors import InputError, RuntimeMissingError
-from omni_cpu.platform import WEIGHT_CHOICES
 
 QUANTIZED = tuple(choice for choice in WEIGHT_CHOICES if choice != "model")
 DEFAULT_FRAMES = 100
@@ -120,8 +120,8 @@ def check_weights_command(
     from omni_cpu.bench.report import require_matplotlib
     from omni_cpu.bench.runner import check_query_type
     from omni_cpu.launch import logs
-    from omni_cpu.launch.request import read_model_info, read_texts
-    from omni_cpu.launch.wav import check_output_path
+    from omni_cpu.speech.request import read_model_info, read_texts
+    from omni_cpu.speech.wav import check_output_path
 
     formats = parse_formats(weights)
     dtype = _talker_dtype(dtype)

@@ -27,7 +27,7 @@ def doctor(
         False, "--quick", help="Skip importing torch/vLLM (seconds instead of a minute)."
     ),
 ) -> None:
-    from omni_cpu.doctor import FAIL, WARN, run_checks
+    from omni_cpu.runtime.doctor import FAIL, WARN, run_checks
 
     checks = run_checks(include_runtime=not quick)
     failed = [check for check in checks if check.status == FAIL]

@@ -50,9 +50,9 @@ def validate(
 ) -> None:
     from omni_cpu.errors import ModelError
     from omni_cpu.hardware.probe import read_facts
+    from omni_cpu.plan.check import check_profile, kernel_notes
     from omni_cpu.plan.footprint import footprint_for_model
     from omni_cpu.profile import load_profile
-    from omni_cpu.profile.check import check_profile, kernel_notes
 
     profile = load_profile(profile_path)
     facts = read_facts(sysroot)

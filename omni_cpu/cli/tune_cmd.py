@@ -50,10 +50,10 @@ def tune_command(
         verdict,
     )
     from omni_cpu.errors import OmniCpuError
-    from omni_cpu.launch.request import read_model_info
-    from omni_cpu.launch.resolve import resolve
     from omni_cpu.plan import choose_dtype
+    from omni_cpu.plan.resolve import resolve
     from omni_cpu.profile import save_profile
+    from omni_cpu.speech.request import read_model_info
 
     # Checks the voice (and reads the reference) before any engine.
     request = bench_request(read_model_info(model), frames, voice)

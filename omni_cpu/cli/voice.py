@@ -22,7 +22,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from omni_cpu.launch.request import DEFAULT_SPEAKER, ModelInfo, SpeechRequest
+from omni_cpu.speech.request import DEFAULT_SPEAKER, ModelInfo, SpeechRequest
 
 BENCH_TEXT = "The quick brown fox jumps over the lazy dog, and the CPU keeps up with speech."
 BENCH_VOICE = "A calm, clear male voice at an even pace."
@@ -81,8 +81,8 @@ class Voice:
         max_frames: int | None = None,
     ) -> list[SpeechRequest]:
         """One request per text in this voice, checked against the model (reference read here)."""
-        from omni_cpu.launch.ref_audio import read_reference_audio
-        from omni_cpu.launch.request import build_requests
+        from omni_cpu.speech.ref_audio import read_reference_audio
+        from omni_cpu.speech.request import build_requests
 
         return build_requests(
             info,

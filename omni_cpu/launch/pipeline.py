@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from omni_cpu.errors import OmniCpuError, RuntimeMissingError, StageError
-from omni_cpu.launch import logs, processes, procfs, proctree, startup
-from omni_cpu.launch.guard import StageGuard
-from omni_cpu.launch.plan import DRIVER_ENV_DEFAULTS, LaunchPlan
-from omni_cpu.launch.prompt import check_prompt_lengths
-from omni_cpu.launch.request import SAMPLE_RATE, SpeechRequest
-from omni_cpu.launch.watch import STALL_ENV, ProgressWatch, stall_seconds
-from omni_cpu.platform.prompts import PromptBuilder, request_index
+from omni_cpu.launch import logs, startup
+from omni_cpu.launch.launch_plan import DRIVER_ENV_DEFAULTS, LaunchPlan
+from omni_cpu.process import procfs, proctree, stage_processes
+from omni_cpu.process.guard import StageGuard
+from omni_cpu.process.watch import STALL_ENV, ProgressWatch, stall_seconds
+from omni_cpu.speech.codec import SAMPLE_RATE
+from omni_cpu.speech.prompts import PromptBuilder, check_prompt_lengths, request_index
+from omni_cpu.speech.request import SpeechRequest
 
 STAGE_INIT_TIMEOUT_S = 900  # a 2-core box loads two engines in 1-3 minutes
 
@@ -203,10 +204,10 @@ class _StageWatch:
         self.stage_binds = stage_binds
         # Stages that share their CPUs share a bind list: names come from the profile.
         self.stage_names = stage_names or {}
-        self.seen: dict[int, processes.StageProcess] = {}
+        self.seen: dict[int, stage_processes.StageProcess] = {}
         self.oom_kills_before = procfs.oom_kills()
         self.progress = ProgressWatch(stall_seconds())
-        self.stalled: str | None = None  # set once work stopped moving (omni_cpu.launch.watch)
+        self.stalled: str | None = None  # set once work stopped moving (omni_cpu.process.watch)
         self._working: int | None = None  # the thread generating, while it does
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="omni-cpu-stages")
@@ -218,11 +219,11 @@ class _StageWatch:
         self._stop.set()
 
     def sample(self) -> None:
-        for pid in processes.descendant_pids():
+        for pid in stage_processes.descendant_pids():
             known = self.seen.get(pid)
             # A spawned process takes its title (engine core, worker) only once it runs.
             if known is None or known.role == "process" or known.stage_id is None:
-                self.seen[pid] = processes.identify(pid, self.stage_binds, self.stage_names)
+                self.seen[pid] = stage_processes.identify(pid, self.stage_binds, self.stage_names)
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
@@ -246,7 +247,7 @@ class _StageWatch:
             # KeyboardInterrupt into the stall's StageError.
             signal.pthread_kill(working, signal.SIGINT)
 
-    def dead(self) -> list[processes.StageProcess]:
+    def dead(self) -> list[stage_processes.StageProcess]:
         """Stage processes (engine cores, workers) seen before and gone now."""
         return [
             process
@@ -370,8 +371,8 @@ class PipelineSession:
                 )
                 self.load_s = self.startup["engines_s"] = time.perf_counter() - start
             self._watch.sample()
-            self.stage_pids = processes.descendant_pids()
-            self.binding = processes.observed_binding(self.stage_pids)
+            self.stage_pids = stage_processes.descendant_pids()
+            self.binding = stage_processes.observed_binding(self.stage_pids)
         except BaseException as error:
             failure = error
             if not isinstance(error, (OmniCpuError, KeyboardInterrupt, SystemExit)):
@@ -401,9 +402,9 @@ class PipelineSession:
         # does, unlinking what it tracked: leave it to that (and to the watchdog).
         stages = [
             pid
-            for pid in processes.descendant_pids()
+            for pid in stage_processes.descendant_pids()
             if pid not in spare
-            and processes.RESOURCE_TRACKER_MARK not in proctree.command_line(pid)
+            and stage_processes.RESOURCE_TRACKER_MARK not in proctree.command_line(pid)
         ]
         if stages:
             # Stopping them on purpose: vLLM-Omni's "Stage-N is dead" errors would mislead.
@@ -498,7 +499,7 @@ def run_pipeline(
     chunk and committed as soon as its audio is complete, so a file of many
     lines holds only the utterances in flight open.
     """
-    from omni_cpu.launch.wav import WavOutputs
+    from omni_cpu.speech.wav import WavOutputs
 
     outputs = WavOutputs(out_paths, allow_special=allow_special)
     utterances = [Utterance(index, path) for index, path in enumerate(out_paths)]

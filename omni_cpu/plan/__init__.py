@@ -1,4 +1,8 @@
-"""The planner: pure functions from (facts, model footprint, options) to a deploy profile."""
+"""The planner: pure functions from (facts, model footprint, options) to a deploy profile.
+
+`resolve` is its one door that reads the live machine (`--deploy-profile auto|FILE`
+for run, serve, bench and tune); `check` says whether a profile still fits a machine.
+"""
 
 from omni_cpu.plan.footprint import ModelFootprint, footprint_for_model
 from omni_cpu.plan.machine import plan_for_machine

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.envs import WEIGHTS_ENV
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.speed import (
@@ -28,7 +29,6 @@ from omni_cpu.plan.speed import (
     talker_overhead_ms,
     talker_step_ms,
 )
-from omni_cpu.platform import WEIGHTS_ENV
 from omni_cpu.profile.model import Capacity, Profile, Replica, ReplicaCapacity
 
 CALIBRATED = "calibrated"

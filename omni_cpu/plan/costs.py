@@ -55,7 +55,7 @@ WEIGHT_FORMATS = {
     "model": WeightFormat(bytes_per_weight=None, step_overhead_ms=43.0),
     "int8": WeightFormat(bytes_per_weight=1.0, step_overhead_ms=13.0),
     # Groups of 32 weights with a bf16 scale and minimum: 0.5 + 4 / 32 = 0.625 bytes
-    # (omni_cpu.platform.gemv.INT4_GROUP). Its step's rest is int8's: on the Xeon, one
+    # (omni_cpu.kernels.gemv.INT4_GROUP). Its step's rest is int8's: on the Xeon, one
     # talker core, back to back (RESULTS.md 22:01-22:13, `bench --frames 50`), int8 189 ms
     # and int4 121 ms = 0.625 x (189 - 13) + 11.
     "int4": WeightFormat(bytes_per_weight=0.625, step_overhead_ms=13.0),
@@ -80,7 +80,7 @@ TALKER_PREFILL_STEPS = 1.2
 PREFILL_GROWTH_PER_STREAM = 1.0
 
 # --- Code2wav ---------------------------------------------------------------------
-# One core, omni-cpu's streaming decoder alone (omni_cpu.platform.code2wav_stream): bf16
+# One core, omni-cpu's streaming decoder alone (omni_cpu.models.code2wav): bf16
 # 28-30 ms per new frame on the Intel Xeon (DESIGN.md), 32.0 on the Zen 4 (RESULTS.md
 # 10:57); float32 64.1 on the Zen 4 (10:57). `probe --calibrate` measures both here.
 CODE2WAV_CORE_MS_PER_FRAME = {"bfloat16": 30.0, "float32": 64.0}

@@ -1,8 +1,8 @@
 """Which linear kernel at which row count: the profile's kernel settings from measured times. Pure.
 
 `probe --calibrate` times each kernel the machine has on the code predictor's
-shapes at a few row counts (omni_cpu.platform.kernel_timing); this turns those
-times into the two settings the stage's linears read (omni_cpu.platform.gemv):
+shapes at a few row counts (omni_cpu.kernels.timing); this turns those
+times into the two settings the stage's linears read (omni_cpu.kernels.gemv):
 - `OMNI_CPU_AMX_ROWS`, per format: the row count from which AMX tiles are no
   slower than the AVX-512 tiles at every larger measured count (0: never);
 - `OMNI_CPU_GEMV=off` only where the library kernel beats omni-cpu's GEMV at one

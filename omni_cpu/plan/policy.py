@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from omni_cpu import __version__
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
+from omni_cpu.envs import WEIGHT_CHOICES, WEIGHTS_ENV
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
 from omni_cpu.plan.capacity import isa_class, machine_capacity, replica_capacity, stage_cores
@@ -39,7 +40,6 @@ from omni_cpu.plan.speed import (
     frame_ms,
 )
 from omni_cpu.plan.topology import NodeCores, PhysicalCore
-from omni_cpu.platform import WEIGHT_CHOICES, WEIGHTS_ENV
 from omni_cpu.profile.deploy import default_stage_settings
 from omni_cpu.profile.model import MachineStamp, Profile, Replica, StagePlan, Streaming
 
@@ -66,7 +66,7 @@ class PlanOptions:
     # Size for the memory free right now (`--deploy-profile auto` starting engines on a
     # busy machine) rather than for the machine's capacity (a checked-in profile).
     fit_available_memory: bool = False
-    # The talker's weight format (omni_cpu.platform.int8): "model", "int8" or "int4".
+    # The talker's weight format (omni_cpu.models.int8): "model", "int8" or "int4".
     weights: str = "model"
 
 

@@ -1,4 +1,10 @@
-"""The vLLM-Omni CPU platform: the only code in omni-cpu that reaches into vLLM internals.
+"""The vLLM-Omni CPU platform plugin: the platform class, the stage workers and runners.
+
+With omni_cpu.models (the stage model code it installs) and omni_cpu.kernels, the
+only code in omni-cpu that reaches into vLLM internals. `cpu_platform` is the
+platform, `workers` and `runners` put vLLM-Omni's runners on vLLM's CPU worker,
+`lean_load` loads weights once, `hf_config` registers the config class, `inprocess`
+builds a talker stage in this process (check-weights), `steplog` times steps.
 
 vLLM-Omni finds platforms through the `vllm_omni.platform_plugins` entry point
 group; pyproject.toml points `cpu` at `register` below. vLLM-Omni 0.30.0 loads
@@ -6,9 +12,8 @@ the entry point, calls it with no arguments in every process that asks for
 `current_omni_platform`, and uses the returned class path when it is not None
 (an out-of-tree plugin wins over the built-in CUDA/ROCm/... detection).
 
-Importing this package must stay cheap (no torch, no vLLM): the CLI imports it,
-and `install-runtime.sh` runs `torchvision_cpu` from a `.pth` line at every
-interpreter start.
+Importing this package must stay cheap (no torch, no vLLM): the CLI and the
+launcher import it for the class paths and DRIVER_ENV below.
 """
 
 from __future__ import annotations
@@ -35,12 +40,6 @@ GENERATION_WORKER_QUALNAME = "omni_cpu.platform.workers.CPUGenerationWorker"
 # each), and no shared-memory queue between engine core and worker polling on
 # the stage's own core every step. Set it to 1 for vLLM's process-per-worker.
 DRIVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-
-# The talker stage's weight format (omni_cpu.platform.int8). "model" keeps the
-# checkpoint's dtype; "int8" and "int4" quantize the talker's and code predictor's
-# linears (int4: groups of 32 K elements, omni-cpu's GEMV only; omni_cpu.platform.gemv).
-WEIGHTS_ENV = "OMNI_CPU_WEIGHTS"
-WEIGHT_CHOICES = ("model", "int8", "int4")
 
 
 def should_activate() -> bool:

@@ -31,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from omni_cpu.platform import DRIVER_ENV, linears, talker_ops
-from omni_cpu.platform.code_predictor import install_cached_forward, predictor_mode
+from omni_cpu.models import linears, norms
+from omni_cpu.models.predictor import install_forward, predictor_mode
+from omni_cpu.platform import DRIVER_ENV
 
 TALKER_ARCHITECTURE = "Qwen3TTSTalkerForConditionalGeneration"
 
@@ -185,7 +186,7 @@ def _init_vllm_once() -> None:
     _initialized = True
 
 
-# The kernels of the unquantized dtypes (omni_cpu.platform.linears.choose).
+# The kernels of the unquantized dtypes (omni_cpu.models.linears.choose).
 FLOAT_KERNELS = frozenset({"gemv-bf16", "onednn"})
 
 
@@ -234,11 +235,11 @@ def load_talker(checkpoint: Path, weights: str, dtype: str = "auto") -> Talker:
             model = get_model(vllm_config=config)
         model.eval()
         match_embedding_dtype(model, model_config.dtype)
-        talker_ops.install(model)
+        norms.install(model)
         mode = predictor_mode()
         if weights != "model" or mode == "fused":
             kernels.update(linears.route_linears(model.code_predictor, weights))
-        install_cached_forward(model.code_predictor, mode)
+        install_forward(model.code_predictor, mode)
     return Talker(model, kernels)
 
 

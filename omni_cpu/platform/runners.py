@@ -28,9 +28,10 @@ from vllm.v1.worker.cpu_model_runner import (
 from vllm_omni.worker.gpu_ar_model_runner import GPUARModelRunner
 from vllm_omni.worker.gpu_generation_model_runner import GPUGenerationModelRunner
 
-from omni_cpu.platform import code2wav_stream, gemv, int8, linears, talker_ops
-from omni_cpu.platform.code_predictor import install_cached_forward, predictor_mode
-from omni_cpu.platform.step_log import (
+from omni_cpu.kernels import fbgemm, gemv
+from omni_cpu.models import code2wav, int8, linears, norms
+from omni_cpu.models.predictor import install_forward, predictor_mode
+from omni_cpu.platform.steplog import (
     scheduled_tokens,
     step_log_from_env,
     step_profiler_from_env,
@@ -75,12 +76,12 @@ class _CPUOmniRunnerMixin:
         if self.step_kind != "talker":
             super().load_model(*args, **kwargs)  # type: ignore[misc]
             match_embedding_dtype(self.model, self.model_config.dtype)  # type: ignore[attr-defined]
-            streaming = code2wav_stream.requested_mode() == "stream"
-            if streaming and code2wav_stream.install_streaming_decode(self.model):  # type: ignore[attr-defined]
-                logger.info("code2wav: streaming decode (omni_cpu.platform.code2wav_stream)")
+            streaming = code2wav.requested_mode() == "stream"
+            if streaming and code2wav.install_streaming_decode(self.model):  # type: ignore[attr-defined]
+                logger.info("code2wav: streaming decode (omni_cpu.models.code2wav)")
             return
         weights = int8.requested_weights()
-        if weights == "int8" and gemv.kernel() is None and not int8.int8_supported():
+        if weights == "int8" and gemv.kernel() is None and not fbgemm.int8_supported():
             raise RuntimeError(
                 f"{int8.WEIGHTS_ENV}=int8 needs AVX-512 VNNI or PyTorch's x86 (FBGEMM) "
                 "quantized engine, and this CPU or torch build has neither; unset it"
@@ -94,7 +95,7 @@ class _CPUOmniRunnerMixin:
         with linears.vllm_linears(weights, talker_kernels):
             super().load_model(*args, **kwargs)  # type: ignore[misc]
         match_embedding_dtype(self.model, self.model_config.dtype)  # type: ignore[attr-defined]
-        fused = talker_ops.install(self.model)  # type: ignore[attr-defined]
+        fused = norms.install(self.model)  # type: ignore[attr-defined]
         logger.info("talker: vLLM's fused CPU kernels for %s", dict(fused) or "nothing")
         code_predictor = getattr(self.model, "code_predictor", None)  # type: ignore[attr-defined]
         if code_predictor is None:
@@ -104,7 +105,7 @@ class _CPUOmniRunnerMixin:
         if weights in ("int8", "int4") or mode == "fused":
             predictor_kernels = linears.route_linears(code_predictor, weights)
         logger.info(linears.describe(weights, talker_kernels, predictor_kernels))
-        installed = install_cached_forward(code_predictor, mode)
+        installed = install_forward(code_predictor, mode)
         if installed:
             logger.info("code predictor: %s KV-cached forward", installed)
         if self._step_log is not None:

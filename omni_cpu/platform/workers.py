@@ -17,7 +17,8 @@ from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm_omni.diffusion.data import OmniACK, OmniSleepTask, OmniWakeTask
 from vllm_omni.worker.mixins import OmniWorkerMixin
 
-from omni_cpu.platform import lean_load, sampler
+from omni_cpu.models import sampler
+from omni_cpu.platform import lean_load
 from omni_cpu.platform.runners import CPUARModelRunner, CPUGenerationModelRunner
 
 logger = init_logger(__name__)

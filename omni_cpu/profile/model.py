@@ -115,7 +115,7 @@ class MachineStamp:
     numa_nodes: tuple[dict[str, Any], ...]  # {"id", "cpus", "memory_bytes"}
     isa: tuple[str, ...]
     memory_limit_bytes: int | None
-    # What `probe --calibrate` measured here (omni_cpu.plan.speed.Calibration.to_dict);
+    # What `probe --calibrate` measured here (omni_cpu.profile.calibration.Calibration.to_dict);
     # None: planned with the constants of omni_cpu.plan.costs.
     calibration: dict[str, Any] | None = None
 

@@ -297,7 +297,7 @@ def _machine(reader: _Reader) -> MachineStamp:
 
 def _calibration(data: dict[str, Any], path: str) -> dict[str, Any]:
     """A calibration block as `Calibration.to_dict` writes it; anything else names the key."""
-    from omni_cpu.plan.speed import Calibration
+    from omni_cpu.profile.calibration import Calibration
 
     reader = _Reader(data, path)
     reader.only(

@@ -255,7 +255,7 @@ def check_weights(
 ) -> WeightsCheck:
     """Every request through the talker's own dtype, then each format teacher-forced on it.
 
-    `requests` are omni_cpu.launch.request.SpeechRequest; `formats` are weight
+    `requests` are omni_cpu.speech.request.SpeechRequest; `formats` are weight
     formats ("int8", ...; "model" checks the reference against itself). `threads`:
     torch's intra-op threads (the kernels were tuned at one per stage core; more
     threads on a busy 2-core box made the code predictor 4x slower, not faster).

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import torch
 
-SAMPLE_RATE = 24_000
-FRAME_SAMPLES = 1920  # one 12.5 Hz codec frame
+from omni_cpu.speech.codec import FRAME_SAMPLES, SAMPLE_RATE
+
 # Log-mel analysis: 40 ms windows every 10 ms, 80 bands up to 12 kHz (the
 # codec's band); 8 hops make one codec frame, so each frame gets its own figure.
 N_FFT = 1024

@@ -187,7 +187,7 @@ def _data_url_problem(item: str) -> str | None:
     import binascii
 
     from omni_cpu.errors import InputError
-    from omni_cpu.launch.ref_audio import decode_reference_audio
+    from omni_cpu.speech.ref_audio import decode_reference_audio
 
     header, comma, payload = item.partition(",")
     if not comma or not header.lower().endswith(";base64"):
@@ -207,7 +207,7 @@ def _file_url_problem(item: str, ref_audio_dir: str) -> str | None:
     from urllib.parse import unquote, urlsplit
 
     from omni_cpu.errors import InputError
-    from omni_cpu.launch.ref_audio import read_reference_audio
+    from omni_cpu.speech.ref_audio import read_reference_audio
 
     if not ref_audio_dir:
         return (
@@ -295,10 +295,10 @@ class SpeechAdmission:
         self.in_flight = 0
         if self.limits.accept_frame_limit:
             # Built once in vLLM-Omni's API server process, before it serves a request.
-            from omni_cpu.platform.serving import accept_frame_limit
+            from omni_cpu.serve.frame_limit import accept_frame_limit
 
             accept_frame_limit()
-        self._builder: Any = None  # omni_cpu.platform.prompts.PromptBuilder, made on first use
+        self._builder: Any = None  # omni_cpu.speech.prompts.PromptBuilder, made on first use
 
     def draining(self) -> bool:
         return bool(self.limits.drain_file) and os.path.exists(self.limits.drain_file)
@@ -324,9 +324,8 @@ class SpeechAdmission:
         # server has decoded its audio: the engine still refuses those.
         if not isinstance(text, str) or task_type not in ("CustomVoice", "VoiceDesign"):
             return None
-        from omni_cpu.launch.prompt import over_context
-        from omni_cpu.launch.request import SpeechRequest
-        from omni_cpu.platform.prompts import PromptBuilder
+        from omni_cpu.speech.prompts import PromptBuilder, over_context
+        from omni_cpu.speech.request import SpeechRequest
 
         if self._builder is None:
             self._builder = PromptBuilder(limits.tokenizer)

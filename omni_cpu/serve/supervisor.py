@@ -15,7 +15,7 @@ writes which stage died to the down file (the middleware's /health and speech
 requests then answer 503 naming it), stops everything and exits 4, so that
 systemd, Kubernetes or any supervisor restarts the whole server clean. A stage that
 holds work (speech requests in flight) and makes no progress for `stall_s`
-(omni_cpu.launch.watch) is hung, and is treated the same way.
+(omni_cpu.process.watch) is hung, and is treated the same way.
 """
 
 from __future__ import annotations
@@ -39,12 +39,13 @@ from typing import TextIO
 import psutil
 
 from omni_cpu.errors import InputError, PortInUseError, StageError
-from omni_cpu.launch import logs, processes, proctree
-from omni_cpu.launch.guard import StageGuard
-from omni_cpu.launch.watch import ProgressWatch
+from omni_cpu.launch import logs
+from omni_cpu.process import proctree, stage_processes
+from omni_cpu.process.guard import StageGuard
+from omni_cpu.process.watch import ProgressWatch
 from omni_cpu.profile.model import STAGE_NAMES
 from omni_cpu.serve.knobs import IN_FLIGHT_METRIC
-from omni_cpu.serve.plan import WORKDIR_PREFIX, ServePlan
+from omni_cpu.serve.serve_plan import WORKDIR_PREFIX, ServePlan
 
 POLL_S = 0.25
 # Stopped while starting: nothing to drain, and engines that are loading finish loading
@@ -239,7 +240,7 @@ class Supervisor:
         assert self.child is not None
         ready = False
         last_probe = 0.0
-        stages: dict[int, processes.StageProcess] = {}
+        stages: dict[int, stage_processes.StageProcess] = {}
         last_census = 0.0
         progress = ProgressWatch(self.plan.stall_s)
         last_look = 0.0
@@ -285,7 +286,7 @@ class Supervisor:
             self.say("stopped while starting; stopping the stage processes")
         return 0
 
-    def _stage_processes(self) -> list[processes.StageProcess]:
+    def _stage_processes(self) -> list[stage_processes.StageProcess]:
         """The engine cores and workers of the ready server, each with its stage."""
         assert self.child is not None
         binds: dict[str, tuple[int, str]] = {}
@@ -296,7 +297,7 @@ class Supervisor:
                 stage_id = int(stage["stage_id"])
                 binds.setdefault(bind, (stage_id, STAGE_NAMES.get(stage_id, f"stage{stage_id}")))
         descendants = proctree.descendants(self.child.pid)
-        found = [processes.identify(pid, binds, STAGE_NAMES) for pid in descendants]
+        found = [stage_processes.identify(pid, binds, STAGE_NAMES) for pid in descendants]
         return [p for p in found if p.role in ("engine core", "worker")]
 
     def _stage_down(self, what: str) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from omni_cpu.cli.voice import BENCH_VOICE, Voice, bench_request
 from omni_cpu.errors import InputError
-from omni_cpu.launch.request import read_model_info
+from omni_cpu.speech.request import read_model_info
 
 OMNI_CPU = str(Path(sys.executable).with_name("omni-cpu"))
 HUB_ID = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"

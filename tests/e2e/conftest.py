@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from omni_cpu.cpulist import format_cpu_list
-from omni_cpu.launch import procfs, proctree
+from omni_cpu.process import procfs, proctree
 
 OMNI_CPU = str(Path(sys.executable).with_name("omni-cpu"))
 RUNTIME_MISSING = importlib.util.find_spec("vllm_omni") is None

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from omni_cpu.launch import proctree, shm
+from omni_cpu.process import proctree, shm
 from tests.e2e.conftest import OMNI_CPU, live_pids_with_token, needs_runtime
 
 SHM = Path("/dev/shm")

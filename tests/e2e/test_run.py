@@ -113,7 +113,7 @@ def stream_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 @pytest.fixture(scope="module")
 def int4_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
-    from omni_cpu.platform import gemv
+    from omni_cpu.kernels import gemv
 
     if not (gemv.cpu_supports() or gemv.avx2_cpu_supports()):
         pytest.skip("--weights int4 needs AVX2 (the plan refuses it)")
@@ -369,7 +369,7 @@ def test_int8_stream_run_quantized_the_talker_and_its_code_predictor(
     stream_run: tuple[Run, Path],
 ) -> None:
     run, _out = stream_run
-    # omni_cpu.platform.linears.describe: "talker 28 gemv-w8a8; predictor 20 gemv-w8a8, ..."
+    # omni_cpu.models.linears.describe: "talker 28 gemv-w8a8; predictor 20 gemv-w8a8, ..."
     found = re.search(r"linear kernels \(int8 weights\): talker (.*?); predictor (.*)", run.stderr)
     assert found, run.stderr[-3000:]
     int8_kernels = ("gemv-w8a8", "fbgemm-int8")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from omni_cpu.errors import InputError, ModelError
-from omni_cpu.launch.request import ModelInfo, build_requests, read_model_info, read_texts
+from omni_cpu.speech.request import ModelInfo, build_requests, read_model_info, read_texts
 from tests.e2e.conftest import run_omni_cpu
 
 INFO = ModelInfo(Path("m"), ("ryan", "vivian"), ("chinese", "english"), "0b6")
@@ -60,7 +60,7 @@ def test_a_hub_id_passes_unchecked() -> None:
 
 def test_wav_appears_only_on_commit(tmp_path: Path) -> None:
     np = pytest.importorskip("numpy")
-    from omni_cpu.launch.wav import AtomicWavWriter
+    from omni_cpu.speech.wav import AtomicWavWriter
 
     writer = AtomicWavWriter(tmp_path / "a.wav")
     writer.append(np.full(1920, 0.5, dtype=np.float32))
@@ -78,7 +78,7 @@ def test_wav_appears_only_on_commit(tmp_path: Path) -> None:
 
 def test_aborted_wav_leaves_nothing(tmp_path: Path) -> None:
     np = pytest.importorskip("numpy")
-    from omni_cpu.launch.wav import AtomicWavWriter
+    from omni_cpu.speech.wav import AtomicWavWriter
 
     writer = AtomicWavWriter(tmp_path / "a.wav")
     writer.append(np.ones(1920, dtype=np.float32))
@@ -136,7 +136,7 @@ def _lowered_open_files(limit: int) -> None:
 def test_many_outputs_are_opened_one_at_a_time(tmp_path: Path) -> None:
     import numpy as np
 
-    from omni_cpu.launch.wav import WavOutputs
+    from omni_cpu.speech.wav import WavOutputs
 
     paths = [tmp_path / f"out-{index:04d}.wav" for index in range(1500)]
     outputs = WavOutputs(paths)
@@ -154,7 +154,7 @@ def test_many_outputs_are_opened_one_at_a_time(tmp_path: Path) -> None:
 def test_too_many_open_files_is_named_as_the_cause(tmp_path: Path) -> None:
     import errno
 
-    from omni_cpu.launch.wav import write_fix
+    from omni_cpu.speech.wav import write_fix
 
     assert "ulimit -n" in write_fix(OSError(errno.EMFILE, "Too many open files"))
     assert "free space" in write_fix(OSError(errno.ENOSPC, "No space left on device"))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_cpu.launch import proctree
+from omni_cpu.process import proctree
 from tests.e2e.conftest import OMNI_CPU, needs_runtime
 from tests.serve.test_serve_e2e import REPO, free_port
 

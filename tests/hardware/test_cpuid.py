@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from omni_cpu.doctor import OK, WARN, check_cpuid
 from omni_cpu.hardware import read_facts
 from omni_cpu.hardware.cpuid import KERNEL_FLAGS, cross_check, read_cpuid_flags
 from omni_cpu.hardware.cpuinfo import parse_cpuinfo
 from omni_cpu.hardware.isa import read_isa
+from omni_cpu.runtime.doctor import OK, WARN, check_cpuid
 
 X86 = platform.machine() in ("x86_64", "i686")
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
-from omni_cpu.plan.speed import Calibration
 from omni_cpu.profile import dump_profile, parse_profile
+from omni_cpu.profile.calibration import Calibration
 
 from .machines import machine
 

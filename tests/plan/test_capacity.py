@@ -17,8 +17,9 @@ from omni_cpu.plan import (
     plan_profile,
 )
 from omni_cpu.plan.capacity import predict_request, profile_speed_inputs, stage_cores
-from omni_cpu.plan.speed import Calibration, SpeedInputs, code2wav_core_ms
+from omni_cpu.plan.speed import SpeedInputs, code2wav_core_ms
 from omni_cpu.profile import dump_profile, load_profile, parse_profile
+from omni_cpu.profile.calibration import Calibration
 
 from .machines import GIB, machine
 

@@ -16,8 +16,8 @@ from omni_cpu.plan import (
     footprint_for_model,
     plan_profile,
 )
+from omni_cpu.plan.check import check_profile
 from omni_cpu.profile import parse_profile
-from omni_cpu.profile.check import check_profile
 from tests import sysroots
 
 FOOTPRINT = footprint_for_model("0.6b")

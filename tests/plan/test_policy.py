@@ -124,7 +124,8 @@ def test_split_follows_the_cost_model_not_the_box():
 
 
 def test_chunk_is_the_smallest_code2wav_keeps_up_with():
-    from omni_cpu.plan.speed import Calibration, choose_chunk_frames, talker_ms
+    from omni_cpu.plan.speed import choose_chunk_frames, talker_ms
+    from omni_cpu.profile.calibration import Calibration
 
     fast = SpeedInputs(FOOTPRINT, "bfloat16", "bfloat16")
     # 2 cores, 1 + 1: a 10-frame chunk's fixed cost still leaves code2wav ahead.

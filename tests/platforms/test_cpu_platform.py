@@ -1,6 +1,6 @@
 """The CPU OmniPlatform plugin, and the vLLM / vLLM-Omni internals it was written against.
 
-Run: VLLM_TARGET_DEVICE=cpu pytest tests/platforms tests/worker -m "core_model and cpu"
+Run: VLLM_TARGET_DEVICE=cpu pytest tests/platforms -m "core_model and cpu"
 Each `test_pinned_*` fails when an upgrade moves something the platform relies on.
 """
 
@@ -25,7 +25,7 @@ from vllm_omni.platforms.interface import OmniPlatform
 
 from omni_cpu import pins
 from omni_cpu.launch import startup
-from omni_cpu.launch.plan import LaunchPlan, make_launch_plan
+from omni_cpu.launch.launch_plan import LaunchPlan, make_launch_plan
 from omni_cpu.platform import (
     AR_WORKER_QUALNAME,
     DRIVER_ENV,

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omni_cpu.launch import proctree
+from omni_cpu.process import proctree
 
 pytestmark = pytest.mark.e2e
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_cpu.launch import proctree
+from omni_cpu.process import proctree
 from tests.e2e.conftest import needs_runtime, tiny_checkpoint  # noqa: F401 - the fixture
 from tests.serve.test_serve_e2e import REPO, START_TIMEOUT_S, free_port, get, get_status
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omni_cpu.launch import proctree
+from omni_cpu.process import proctree
 from tests.serve.test_serve_e2e import (
     FRAME_SAMPLES,
     REPO,

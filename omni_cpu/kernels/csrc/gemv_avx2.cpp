@@ -1,0 +1,656 @@
+// The GEMV of gemv_avx512.cpp for CPUs with AVX2 + FMA only (Zen 2/3, Haswell to Skylake
+// client, Cascade Lake without avx512_bf16): its own extension, built without AVX-512.
+//
+// Same packed layout as gemv_avx512.cpp (omni_cpu/kernels/gemv.py packs both): blocks of
+// 64 output columns (the last 16, 32 or 48), each [K / G][nb][G], G = 2 for bf16 and 4
+// for int8; a 32-byte load here is 8 columns of one step instead of 16.
+//
+// gemv_bf16: bf16 weights widened to float32 by a shift (even K) and a mask (odd K),
+//            float32 activations and accumulation (vfmadd231ps): no bf16 arithmetic.
+// gemv_w8a8: int8 weights (per output row scale), activations quantized per row to
+//            signed 8 bits in [-127, 127]. vpmaddubsw multiplies u8 by s8 and adds
+//            pairs into 16 bits with saturation; with |w| as the unsigned operand and
+//            x * sign(w) as the signed one, a pair is at most 2 * 127 * 127 = 32258 <
+//            32767, so it never saturates and the result is exact; vpmaddwd by ones
+//            widens to 32 bits. Where the CPU reports avx_vnni (Alder Lake and later,
+//            Zen 5), vpdpbusd (VEX) does the multiply and the 32-bit sum in one step on
+//            the same operands (a separate copy of the tile compiled for avxvnni, chosen
+//            at run time).
+//
+// gemv_w4a8: the int4 weights of gemv_int4.cpp (groups of 32 along K, a bf16 scale and
+//            minimum each, same packed layout), activations per row to signed 8 bits.
+//            A weight nibble is at most 15, so vpmaddubsw's pair sums (<= 2 * 15 * 127)
+//            need no sign trick, and a group's 8 of them per lane add up in 16 bits
+//            (<= 30480) before one vpmaddwd widens them: 2 vpmaddubsw + 2 vpaddw per
+//            32-byte load and row; with AVX-VNNI, 2 vpdpbusd (a copy of the tile).
+//
+// decode_attention: decode_attention.cpp's one-position attention with 8-lane vectors
+//            (the code predictor's attention at every step after its first; SDPA costs
+//            ~70 us a call whatever the size).
+//
+// Register tile (16 ymm registers): one row x the whole block (8 vectors), the block's
+// weights from memory for the first row and from L2 for the others. Tiles of 2 rows x
+// half or a quarter of a block share each load between rows but walk the block in
+// strides; measured (one thread, 48 matrices of the 0.6B, same process, alternating)
+// they were slower at M = 2 and 4 in all three formats (bf16 M = 4: 76 against 61 ms;
+// int8 34 against 27; int4 26 against 24), faster only for int4 at M = 32 (95 against
+// 134 ms, its unpacking shared), so int4 keeps 2 x 16-column tiles from M = 5.
+
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <immintrin.h>
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kLanes = 8;       // float32/int32 outputs per ymm vector
+constexpr int64_t kBlock = 64;      // columns per packed block (the AVX-512 layout's)
+constexpr int64_t kInt4PairRows = 5;  // int4: from this M on, tiles of 2 rows x 16 columns
+
+// y[m, j:j+8] = value + bias[j:j+8], rounded once to the output dtype.
+template <typename Out>
+struct Store {
+  Out* out;
+  const float* bias;  // nullptr: none
+  int64_t N;
+  void operator()(int64_t m, int64_t j, __m256 value) const {
+    if (bias) value = _mm256_add_ps(value, _mm256_loadu_ps(bias + j));
+    Out* dst = out + m * N + j;
+    if constexpr (std::is_same_v<Out, float>) {
+      _mm256_storeu_ps(dst, value);
+    } else {  // round to nearest even, as _mm512_cvtneps_pbh does (no NaN here)
+      const __m256i bits = _mm256_castps_si256(value);
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+      const __m256i rounded = _mm256_srli_epi32(
+          _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
+      const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(rounded),
+                                              _mm256_extracti128_si256(rounded, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), packed);
+    }
+  }
+};
+
+// x as float32 [M, K]; the block's step p is [nb][2] bf16 at block + p * nb * 2.
+template <int M, int V, typename Out>
+void bf16_tile(const float* x, int64_t K, const uint16_t* block, int64_t nb, int64_t c,
+               int64_t n0, int64_t m0, const Store<Out>& store) {
+  const __m256i high_half = _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+  __m256 acc[M][V];
+  for (int m = 0; m < M; ++m)
+    for (int v = 0; v < V; ++v) acc[m][v] = _mm256_setzero_ps();
+  const int64_t P = K / 2;
+  for (int64_t p = 0; p < P; ++p) {
+    const uint16_t* step = block + (p * nb + c) * 2;
+    __m256 even[M], odd[M];
+#pragma GCC unroll 2
+    for (int m = 0; m < M; ++m) {
+      even[m] = _mm256_broadcast_ss(x + (m0 + m) * K + 2 * p);
+      odd[m] = _mm256_broadcast_ss(x + (m0 + m) * K + 2 * p + 1);
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + v * 16));
+      const __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+      const __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(w, high_half));
+#pragma GCC unroll 2
+      for (int m = 0; m < M; ++m) {
+        acc[m][v] = _mm256_fmadd_ps(we, even[m], acc[m][v]);
+        acc[m][v] = _mm256_fmadd_ps(wo, odd[m], acc[m][v]);
+      }
+    }
+  }
+  for (int m = 0; m < M; ++m)
+    for (int v = 0; v < V; ++v) store(m0 + m, n0 + c + v * kLanes, acc[m][v]);
+}
+
+struct Int8Rows {
+  const int8_t* xq;     // [M, K] signed 8-bit x in [-127, 127]
+  const float* xscale;  // [M]
+  const float* wscale;  // [N]
+  int64_t K;
+};
+
+// The scaled store of a tile's int32 sums.
+template <int M, int V, typename Out>
+void w8a8_store(const __m256i (&acc)[M][V], const Int8Rows& rows, int64_t j0, int64_t m0,
+                const Store<Out>& store) {
+  for (int v = 0; v < V; ++v) {
+    const int64_t j = j0 + v * kLanes;
+    const __m256 ws = _mm256_loadu_ps(rows.wscale + j);
+    for (int m = 0; m < M; ++m) {
+      const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(rows.xscale[m0 + m]));
+      store(m0 + m, j, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[m][v]), scale));
+    }
+  }
+}
+
+// The block's step q is [nb][4] int8 at block + q * nb * 4.
+template <int M, int V, typename Out>
+void w8a8_tile(const Int8Rows& rows, const int8_t* block, int64_t nb, int64_t c, int64_t n0,
+               int64_t m0, const Store<Out>& store) {
+  const int64_t K = rows.K, Q = K / 4;
+  const auto* quads = reinterpret_cast<const int32_t*>(rows.xq);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[M][V];
+  for (int m = 0; m < M; ++m)
+    for (int v = 0; v < V; ++v) acc[m][v] = _mm256_setzero_si256();
+  for (int64_t q = 0; q < Q; ++q) {
+    const int8_t* step = block + (q * nb + c) * 4;
+    __m256i xv[M];
+    for (int m = 0; m < M; ++m) xv[m] = _mm256_set1_epi32(quads[(m0 + m) * Q + q]);
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + v * 32));
+      const __m256i magnitude = _mm256_abs_epi8(w);
+#pragma GCC unroll 2
+      for (int m = 0; m < M; ++m) {
+        const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xv[m], w));
+        acc[m][v] = _mm256_add_epi32(acc[m][v], _mm256_madd_epi16(pairs, ones));
+      }
+    }
+  }
+  w8a8_store<M, V>(acc, rows, n0 + c, m0, store);
+}
+
+// The same tile with AVX-VNNI's vpdpbusd: only called where the CPU reports avx_vnni.
+template <int M, int V, typename Out>
+__attribute__((target("avx2,fma,avxvnni"))) void w8a8_tile_vnni(
+    const Int8Rows& rows, const int8_t* block, int64_t nb, int64_t c, int64_t n0, int64_t m0,
+    const Store<Out>& store) {
+  const int64_t K = rows.K, Q = K / 4;
+  const auto* quads = reinterpret_cast<const int32_t*>(rows.xq);
+  __m256i acc[M][V];
+  for (int m = 0; m < M; ++m)
+    for (int v = 0; v < V; ++v) acc[m][v] = _mm256_setzero_si256();
+  for (int64_t q = 0; q < Q; ++q) {
+    const int8_t* step = block + (q * nb + c) * 4;
+    __m256i xv[M];
+    for (int m = 0; m < M; ++m) xv[m] = _mm256_set1_epi32(quads[(m0 + m) * Q + q]);
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + v * 32));
+      const __m256i magnitude = _mm256_abs_epi8(w);
+#pragma GCC unroll 2
+      for (int m = 0; m < M; ++m)
+        acc[m][v] = _mm256_dpbusd_avx_epi32(acc[m][v], magnitude, _mm256_sign_epi8(xv[m], w));
+    }
+  }
+  w8a8_store<M, V>(acc, rows, n0 + c, m0, store);
+}
+
+// Calls Tile<1, vectors>::run(args...) for vectors 2, 4, 6 or 8 (N % 16 == 0).
+template <template <int, int> class Tile, typename... Args>
+void dispatch(int vectors, Args&&... args) {
+  switch (vectors) {
+    case 2: Tile<1, 2>::run(args...); break;
+    case 4: Tile<1, 4>::run(args...); break;
+    case 6: Tile<1, 6>::run(args...); break;
+    default: Tile<1, 8>::run(args...); break;
+  }
+}
+
+template <typename Out>
+struct Bf16Tile {
+  template <int M, int V>
+  struct Of {
+    static void run(const float* x, int64_t K, const uint16_t* block, int64_t nb, int64_t c,
+                    int64_t n0, int64_t m0, const Store<Out>& store) {
+      bf16_tile<M, V, Out>(x, K, block, nb, c, n0, m0, store);
+    }
+  };
+};
+
+template <typename Out, bool Vnni>
+struct W8a8Tile {
+  template <int M, int V>
+  struct Of {
+    static void run(const Int8Rows& rows, const int8_t* block, int64_t nb, int64_t c, int64_t n0,
+                    int64_t m0, const Store<Out>& store) {
+      if constexpr (Vnni)
+        w8a8_tile_vnni<M, V, Out>(rows, block, nb, c, n0, m0, store);
+      else
+        w8a8_tile<M, V, Out>(rows, block, nb, c, n0, m0, store);
+    }
+  };
+};
+
+// Column blocks outer (split over the stage's threads), rows inner, one row x the whole
+// block a tile. each(vectors, nb, n0, m0).
+template <typename Each>
+void for_each_tile(int64_t M, int64_t N, Each each) {
+  const int64_t blocks = (N + kBlock - 1) / kBlock;
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t n0 = b * kBlock;
+      const int64_t nb = std::min(kBlock, N - n0);
+      for (int64_t m0 = 0; m0 < M; ++m0) each(static_cast<int>(nb / kLanes), nb, n0, m0);
+    }
+  });
+}
+
+constexpr int64_t kGroup4 = 32;  // K elements per (scale, minimum) of the int4 weights
+
+struct Int4Rows {
+  const int8_t* xq;     // [M, K] signed 8-bit x in [-127, 127]
+  const float* xscale;  // [M]
+  const int32_t* xsum;  // [M, K / kGroup4] sums of xq per group
+  int64_t K;
+};
+
+// V vectors of 8 columns from column c of a block nb columns wide. Step p (8 K elements)
+// is [nb][4] bytes at block + p * nb * 4; group g's scales [nb][2] bf16 at scales + g * nb * 2.
+template <int M, int V, typename Out>
+void w4a8_tile(const Int4Rows& rows, const uint8_t* block, const uint16_t* scales, int64_t nb,
+               int64_t c, int64_t n0, int64_t m0, const Store<Out>& store) {
+  const int64_t K = rows.K, Q = K / 4, groups = K / kGroup4;
+  const auto* quads = reinterpret_cast<const int32_t*>(rows.xq);
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  __m256 acc[M][V];
+  for (int m = 0; m < M; ++m)
+    for (int v = 0; v < V; ++v) acc[m][v] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i pairs[M][V];  // 16-bit sums of the group's products
+    for (int m = 0; m < M; ++m)
+      for (int v = 0; v < V; ++v) pairs[m][v] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int64_t s = 0; s < kGroup4 / 8; ++s) {
+      const int64_t p = g * (kGroup4 / 8) + s;
+      const uint8_t* step = block + (p * nb + c) * 4;
+      __m256i low_x[M], high_x[M];
+      for (int m = 0; m < M; ++m) {
+        low_x[m] = _mm256_set1_epi32(quads[(m0 + m) * Q + 2 * p]);
+        high_x[m] = _mm256_set1_epi32(quads[(m0 + m) * Q + 2 * p + 1]);
+      }
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + v * 32));
+        const __m256i low = _mm256_and_si256(w, nibble);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(w, 4), nibble);
+        for (int m = 0; m < M; ++m) {
+          pairs[m][v] = _mm256_add_epi16(pairs[m][v], _mm256_maddubs_epi16(low, low_x[m]));
+          pairs[m][v] = _mm256_add_epi16(pairs[m][v], _mm256_maddubs_epi16(high, high_x[m]));
+        }
+      }
+    }
+    const uint16_t* group_scales = scales + (g * nb + c) * 2;
+    for (int v = 0; v < V; ++v) {
+      const __m256i both =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group_scales + v * 16));
+      const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(both, 16));
+      const __m256 minimum = _mm256_castsi256_ps(
+          _mm256_and_si256(both, _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
+      for (int m = 0; m < M; ++m) {
+        const __m256i dot = _mm256_madd_epi16(pairs[m][v], _mm256_set1_epi16(1));
+        acc[m][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[m][v]);
+        const __m256 sum = _mm256_set1_ps(static_cast<float>(rows.xsum[(m0 + m) * groups + g]));
+        acc[m][v] = _mm256_fmadd_ps(sum, minimum, acc[m][v]);
+      }
+    }
+  }
+  for (int m = 0; m < M; ++m) {
+    const __m256 xs = _mm256_set1_ps(rows.xscale[m0 + m]);
+    for (int v = 0; v < V; ++v) store(m0 + m, n0 + c + v * kLanes, _mm256_mul_ps(acc[m][v], xs));
+  }
+}
+
+// The same tile with AVX-VNNI's vpdpbusd (32-bit sums, no 16-bit stage): only called where
+// the CPU reports avx_vnni.
+template <int M, int V, typename Out>
+__attribute__((target("avx2,fma,avxvnni"))) void w4a8_tile_vnni(
+    const Int4Rows& rows, const uint8_t* block, const uint16_t* scales, int64_t nb, int64_t c,
+    int64_t n0, int64_t m0, const Store<Out>& store) {
+  const int64_t K = rows.K, Q = K / 4, groups = K / kGroup4;
+  const auto* quads = reinterpret_cast<const int32_t*>(rows.xq);
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  __m256 acc[M][V];
+  for (int m = 0; m < M; ++m)
+    for (int v = 0; v < V; ++v) acc[m][v] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i dot[M][V];
+    for (int m = 0; m < M; ++m)
+      for (int v = 0; v < V; ++v) dot[m][v] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int64_t s = 0; s < kGroup4 / 8; ++s) {
+      const int64_t p = g * (kGroup4 / 8) + s;
+      const uint8_t* step = block + (p * nb + c) * 4;
+      __m256i low_x[M], high_x[M];
+      for (int m = 0; m < M; ++m) {
+        low_x[m] = _mm256_set1_epi32(quads[(m0 + m) * Q + 2 * p]);
+        high_x[m] = _mm256_set1_epi32(quads[(m0 + m) * Q + 2 * p + 1]);
+      }
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + v * 32));
+        const __m256i low = _mm256_and_si256(w, nibble);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(w, 4), nibble);
+        for (int m = 0; m < M; ++m) {
+          dot[m][v] = _mm256_dpbusd_avx_epi32(dot[m][v], low, low_x[m]);
+          dot[m][v] = _mm256_dpbusd_avx_epi32(dot[m][v], high, high_x[m]);
+        }
+      }
+    }
+    const uint16_t* group_scales = scales + (g * nb + c) * 2;
+    for (int v = 0; v < V; ++v) {
+      const __m256i both =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group_scales + v * 16));
+      const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(both, 16));
+      const __m256 minimum = _mm256_castsi256_ps(
+          _mm256_and_si256(both, _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
+      for (int m = 0; m < M; ++m) {
+        acc[m][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m][v]), scale, acc[m][v]);
+        const __m256 sum = _mm256_set1_ps(static_cast<float>(rows.xsum[(m0 + m) * groups + g]));
+        acc[m][v] = _mm256_fmadd_ps(sum, minimum, acc[m][v]);
+      }
+    }
+  }
+  for (int m = 0; m < M; ++m) {
+    const __m256 xs = _mm256_set1_ps(rows.xscale[m0 + m]);
+    for (int v = 0; v < V; ++v) store(m0 + m, n0 + c + v * kLanes, _mm256_mul_ps(acc[m][v], xs));
+  }
+}
+
+template <bool Vnni, int M, int V, typename Out>
+void w4a8_tile_of(const Int4Rows& rows, const uint8_t* block, const uint16_t* scales, int64_t nb,
+                  int64_t c, int64_t n0, int64_t m0, const Store<Out>& store) {
+  if constexpr (Vnni)
+    w4a8_tile_vnni<M, V, Out>(rows, block, scales, nb, c, n0, m0, store);
+  else
+    w4a8_tile<M, V, Out>(rows, block, scales, nb, c, n0, m0, store);
+}
+
+// Column blocks outer (split over the stage's threads); below kInt4PairRows one row x the
+// whole block a tile, from it 2 rows x 16 columns.
+template <bool Vnni, typename Out>
+void w4a8_all(const Int4Rows& rows, int64_t M, const uint8_t* w, const uint16_t* scales,
+              int64_t N, const Store<Out>& store) {
+  const int64_t K = rows.K, blocks = (N + kBlock - 1) / kBlock;
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t n0 = b * kBlock;
+      const int64_t nb = std::min(kBlock, N - n0);
+      const uint8_t* block = w + n0 * K / 2;
+      const uint16_t* block_scales = scales + n0 * (K / kGroup4) * 2;
+      if (M < kInt4PairRows) {
+        for (int64_t m0 = 0; m0 < M; ++m0) {
+          switch (nb / kLanes) {
+            case 2: w4a8_tile_of<Vnni, 1, 2>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+            case 4: w4a8_tile_of<Vnni, 1, 4>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+            case 6: w4a8_tile_of<Vnni, 1, 6>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+            default: w4a8_tile_of<Vnni, 1, 8>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+          }
+        }
+        continue;
+      }
+      for (int64_t m0 = 0; m0 < M; m0 += 2) {
+        for (int64_t c = 0; c < nb; c += 16) {
+          if (M - m0 >= 2)
+            w4a8_tile_of<Vnni, 2, 2>(rows, block, block_scales, nb, c, n0, m0, store);
+          else
+            w4a8_tile_of<Vnni, 1, 2>(rows, block, block_scales, nb, c, n0, m0, store);
+        }
+      }
+    }
+  });
+}
+
+// Per-row symmetric quantization to signed 8 bits, and each group's sum of the codes.
+template <typename In>
+void quantize_groups(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, int32_t* sums) {
+  const int64_t groups = K / kGroup4;
+  for (int64_t m = 0; m < M; ++m) {
+    const In* row = x + m * K;
+    float amax = 0.f;
+    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
+    const float scale = amax > 0.f ? amax / 127.f : 1.f;
+    const float inv = 1.f / scale;
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t sum = 0;
+      for (int64_t k = g * kGroup4; k < (g + 1) * kGroup4; ++k) {
+        const auto code = static_cast<int8_t>(std::nearbyint(static_cast<float>(row[k]) * inv));
+        q[m * K + k] = code;
+        sum += code;
+      }
+      sums[m * groups + g] = sum;
+    }
+    scales[m] = scale;
+  }
+}
+
+bool cpu_has_avx_vnni() {
+  static const bool has = __builtin_cpu_supports("avxvnni");
+  return has;
+}
+
+bool vnni_allowed = true;  // set_avx_vnni(false): the vpmaddubsw tiles, for tests on VNNI CPUs
+
+bool has_avx_vnni() { return vnni_allowed && cpu_has_avx_vnni(); }
+
+// Per-row symmetric quantization to signed 8 bits in [-127, 127].
+template <typename In>
+void quantize_rows(const In* x, int64_t M, int64_t K, int8_t* q, float* scales) {
+  for (int64_t m = 0; m < M; ++m) {
+    const In* row = x + m * K;
+    float amax = 0.f;
+    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
+    const float scale = amax > 0.f ? amax / 127.f : 1.f;
+    const float inv = 1.f / scale;
+    for (int64_t k = 0; k < K; ++k)
+      q[m * K + k] = static_cast<int8_t>(std::nearbyint(static_cast<float>(row[k]) * inv));
+    scales[m] = scale;
+  }
+}
+
+void check(const torch::Tensor& x, const torch::Tensor& w, int64_t group) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2, "gemv: x [M, K] and w [N, K]");
+  TORCH_CHECK(x.size(1) == w.size(1), "gemv: K differs between x and w");
+  TORCH_CHECK(x.size(1) % group == 0, "gemv: K must be a multiple of ", group);
+  TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "gemv: contiguous inputs only");
+  TORCH_CHECK(w.size(0) % 16 == 0, "gemv: N must be a multiple of 16");
+}
+
+// Runs `body(store)` with a Store for an output of x's dtype (bf16 or float32).
+template <typename Body>
+torch::Tensor with_output(const torch::Tensor& x, int64_t N,
+                          const c10::optional<torch::Tensor>& bias, Body body) {
+  auto out = torch::empty({x.size(0), N}, x.options());
+  torch::Tensor bias_f;
+  const float* bias_p = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    bias_f = bias->to(torch::kFloat32).contiguous();
+    bias_p = bias_f.data_ptr<float>();
+  }
+  if (x.scalar_type() == torch::kBFloat16) {
+    body(Store<c10::BFloat16>{out.data_ptr<c10::BFloat16>(), bias_p, N});
+  } else {
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "gemv: bf16 or float32 activations");
+    body(Store<float>{out.data_ptr<float>(), bias_p, N});
+  }
+  return out;
+}
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const c10::BFloat16* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+inline float reduce8(__m256 v) {
+  const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
+  return _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)));
+}
+
+template <typename T>
+void attend(const T* q, const T* keys, const T* values, T* out, int64_t B, int64_t H, int64_t G,
+            int64_t S, int64_t D, int64_t end, float scale) {
+  const int64_t per_group = H / G;
+  const int64_t vectors = D / kLanes;
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t stop) {
+    std::vector<float> scores(end);
+    std::vector<__m256> acc(vectors);
+    for (int64_t bh = begin; bh < stop; ++bh) {
+      const int64_t b = bh / H, h = bh % H, g = h / per_group;
+      const T* qh = q + (b * H + h) * D;
+      const T* kg = keys + (b * G + g) * S * D;
+      const T* vg = values + (b * G + g) * S * D;
+      float top = -INFINITY;
+      for (int64_t s = 0; s < end; ++s) {
+        __m256 dot = _mm256_setzero_ps();
+        for (int64_t v = 0; v < vectors; ++v)
+          dot = _mm256_fmadd_ps(load8(qh + v * kLanes), load8(kg + s * D + v * kLanes), dot);
+        scores[s] = reduce8(dot) * scale;
+        top = std::max(top, scores[s]);
+      }
+      float total = 0.f;
+      for (int64_t s = 0; s < end; ++s) {
+        scores[s] = std::exp(scores[s] - top);
+        total += scores[s];
+      }
+      for (int64_t v = 0; v < vectors; ++v) acc[v] = _mm256_setzero_ps();
+      for (int64_t s = 0; s < end; ++s) {
+        const __m256 weight = _mm256_set1_ps(scores[s] / total);
+        for (int64_t v = 0; v < vectors; ++v)
+          acc[v] = _mm256_fmadd_ps(weight, load8(vg + s * D + v * kLanes), acc[v]);
+      }
+      const Store<T> store{out + (b * H + h) * D, nullptr, 0};
+      for (int64_t v = 0; v < vectors; ++v) store(0, v * kLanes, acc[v]);
+    }
+  });
+}
+
+}  // namespace
+
+torch::Tensor gemv_bf16(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+  check(x, w, 2);
+  TORCH_CHECK(w.scalar_type() == torch::kBFloat16, "gemv_bf16: bf16 w");
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  const auto xf = x.to(torch::kFloat32).contiguous();
+  const float* xp = xf.data_ptr<float>();
+  const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
+  return with_output(x, N, bias, [&](const auto& store) {
+    using S = std::decay_t<decltype(store)>;
+    using Out = std::remove_pointer_t<decltype(S::out)>;
+    for_each_tile(M, N, [&](int vectors, int64_t nb, int64_t n0, int64_t m0) {
+      dispatch<Bf16Tile<Out>::template Of>(vectors, xp, K, wp + n0 * K, nb, int64_t{0}, n0, m0,
+                                           store);
+    });
+  });
+}
+
+// wsum is accepted for the AVX-512 kernel's signature (its x is shifted by 128) and unused.
+torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
+                        torch::Tensor wsum, c10::optional<torch::Tensor> bias) {
+  check(x, w, 4);
+  TORCH_CHECK(w.scalar_type() == torch::kInt8, "gemv_w8a8: int8 w");
+  (void)wsum;
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  auto xq = torch::empty({M, K}, x.options().dtype(torch::kInt8));
+  auto xscale = torch::empty({M}, x.options().dtype(torch::kFloat32));
+  int8_t* q = xq.data_ptr<int8_t>();
+  float* xs = xscale.data_ptr<float>();
+  if (x.scalar_type() == torch::kBFloat16)
+    quantize_rows(x.data_ptr<c10::BFloat16>(), M, K, q, xs);
+  else
+    quantize_rows(x.data_ptr<float>(), M, K, q, xs);
+  const Int8Rows rows{q, xs, wscale.data_ptr<float>(), K};
+  const int8_t* wp = w.data_ptr<int8_t>();
+  const bool vnni = has_avx_vnni();
+  return with_output(x, N, bias, [&](const auto& store) {
+    using S = std::decay_t<decltype(store)>;
+    using Out = std::remove_pointer_t<decltype(S::out)>;
+    for_each_tile(M, N, [&](int vectors, int64_t nb, int64_t n0, int64_t m0) {
+      if (vnni)
+        dispatch<W8a8Tile<Out, true>::template Of>(vectors, rows, wp + n0 * K, nb, int64_t{0},
+                                                   n0, m0, store);
+      else
+        dispatch<W8a8Tile<Out, false>::template Of>(vectors, rows, wp + n0 * K, nb, int64_t{0},
+                                                    n0, m0, store);
+    });
+  });
+}
+
+torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
+                        c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && scales.dim() == 2, "gemv_w4a8: 2-D x, w, scales");
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_CHECK(K % kGroup4 == 0, "gemv_w4a8: K must be a multiple of ", kGroup4);
+  TORCH_CHECK(N % 16 == 0, "gemv_w4a8: N must be a multiple of 16");
+  TORCH_CHECK(w.scalar_type() == torch::kUInt8 && w.size(1) == K / 2,
+              "gemv_w4a8: w is uint8 [N, K / 2] (two 4-bit codes a byte)");
+  TORCH_CHECK(scales.scalar_type() == torch::kBFloat16 && scales.size(0) == N &&
+                  scales.size(1) == K / kGroup4 * 2,
+              "gemv_w4a8: scales are bf16 [N, K / 32 * 2] (scale, minimum)");
+  TORCH_CHECK(x.is_contiguous() && w.is_contiguous() && scales.is_contiguous(),
+              "gemv_w4a8: contiguous inputs only");
+  auto xq = torch::empty({M, K}, x.options().dtype(torch::kInt8));
+  auto xscale = torch::empty({M}, x.options().dtype(torch::kFloat32));
+  auto xsum = torch::empty({M, K / kGroup4}, x.options().dtype(torch::kInt32));
+  int8_t* q = xq.data_ptr<int8_t>();
+  if (x.scalar_type() == torch::kBFloat16)
+    quantize_groups(x.data_ptr<c10::BFloat16>(), M, K, q, xscale.data_ptr<float>(),
+                    xsum.data_ptr<int32_t>());
+  else
+    quantize_groups(x.data_ptr<float>(), M, K, q, xscale.data_ptr<float>(),
+                    xsum.data_ptr<int32_t>());
+  const Int4Rows rows{q, xscale.data_ptr<float>(), xsum.data_ptr<int32_t>(), K};
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  const auto* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr());
+  const bool vnni = has_avx_vnni();
+  return with_output(x, N, bias, [&](const auto& store) {
+    if (vnni)
+      w4a8_all<true>(rows, M, wp, sp, N, store);
+    else
+      w4a8_all<false>(rows, M, wp, sp, N, store);
+  });
+}
+
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
+                               int64_t end, double scale) {
+  TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes(),
+              "decode_attention: keys and values [B, G, S, D] alike");
+  const int64_t B = keys.size(0), G = keys.size(1), S = keys.size(2), D = keys.size(3);
+  TORCH_CHECK(q.dim() == 2 && q.size(0) == B && q.size(1) % D == 0,
+              "decode_attention: q [B, H * D]");
+  const int64_t H = q.size(1) / D;
+  TORCH_CHECK(H % G == 0, "decode_attention: heads must be a multiple of the KV heads");
+  TORCH_CHECK(D % kLanes == 0, "decode_attention: head size must be a multiple of 8");
+  TORCH_CHECK(end >= 1 && end <= S, "decode_attention: 1 <= end <= cache length");
+  TORCH_CHECK(q.is_contiguous() && keys.is_contiguous() && values.is_contiguous(),
+              "decode_attention: contiguous inputs only");
+  TORCH_CHECK(q.scalar_type() == keys.scalar_type() && keys.scalar_type() == values.scalar_type(),
+              "decode_attention: one dtype for q, keys and values");
+  auto out = torch::empty_like(q);
+  const float s = static_cast<float>(scale);
+  if (q.scalar_type() == torch::kBFloat16) {
+    attend(q.data_ptr<c10::BFloat16>(), keys.data_ptr<c10::BFloat16>(),
+           values.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>(), B, H, G, S, D, end, s);
+  } else {
+    TORCH_CHECK(q.scalar_type() == torch::kFloat32, "decode_attention: bf16 or float32");
+    attend(q.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),
+           out.data_ptr<float>(), B, H, G, S, D, end, s);
+  }
+  return out;
+}
+
+bool avx_vnni() { return has_avx_vnni(); }
+
+// Allows (the default) or forbids AVX-VNNI in gemv_w8a8 and gemv_w4a8; whether it is used now.
+bool set_avx_vnni(bool allowed) {
+  vnni_allowed = allowed;
+  return has_avx_vnni();
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("gemv_bf16", &gemv_bf16, "y = x @ w.T (+ bias), bf16 weights, float32 arithmetic (AVX2)");
+  m.def("gemv_w8a8", &gemv_w8a8, "y = x @ dequant(w).T (+ bias), int8 weights (AVX2 / AVX-VNNI)");
+  m.def("gemv_w4a8", &gemv_w4a8, "y = x @ dequant(w).T (+ bias), 4-bit weights in groups of 32");
+  m.def("decode_attention", &decode_attention, "one query position over a short KV cache");
+  m.def("avx_vnni", &avx_vnni, "whether gemv_w8a8 uses AVX-VNNI's vpdpbusd on this CPU");
+  m.def("set_avx_vnni", &set_avx_vnni,
+        "allow (default) or forbid AVX-VNNI in gemv_w8a8/gemv_w4a8; whether it is used");
+}

@@ -1,0 +1,218 @@
+// int4 weights, int8 activations: the GEMV of gemv_avx512.cpp with half its weight bytes.
+//
+// y[M, N] = x[M, K] @ W[N, K]^T with W group-wise asymmetric 4-bit along K: each run of
+// kGroup = 32 K elements of an output row has a bf16 scale s and a bf16 minimum lo, and
+// w = s * u + lo with u in 0..15 (omni_cpu/kernels/gemv.py quantizes and packs; 32 is
+// the largest group that keeps random layers under 8 % error, see PackedInt4Weights).
+//
+// Layout: the column blocks of gemv_avx512.cpp (64 columns, the last 16, 32 or 48).
+// A block holds [K / 8][nb][4] bytes: byte j of column c at step p carries u[c, 8p + j]
+// in its low nibble and u[c, 8p + 4 + j] in its high one, so one 64-byte load gives two
+// vpdpbusd weight vectors (16 columns x 4 K each) after a mask and a shift. Beside it,
+// the block's scales are [K / 32][nb][2] bf16 (s, lo): one 64-byte load per 16 columns
+// per group gives both as float32 by a shift and a mask.
+//
+// Arithmetic: x is quantized per row to signed 8 bits in [-127, 127] (scale amax / 127),
+// so the unsigned operand of vpdpbusd is the weight nibble and nothing saturates:
+//   sum_k w x = s * sum_k u xq + lo * sum_k xq   (per group, then times the row's scale)
+// The first sum is 32-bit integer per group, the second is the row's group sum of xq,
+// computed once per call. Register tile: up to 3 rows x 4 vectors, an int32 and a
+// float32 accumulator each (24 registers), the weights and x broadcast from memory.
+// Built into omni_cpu_gemv (the same flags: AVX-512 BW/VNNI) by gemv.py.
+
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <immintrin.h>
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace {
+
+constexpr int64_t kLanes = 16;                   // int32/float32 outputs per vector
+constexpr int64_t kBlock = 64;                   // columns per full block
+constexpr int kTileRows = 3;                     // 3 x 4 x 2 accumulators
+constexpr int64_t kGroup = 32;                   // K elements per (scale, minimum)
+constexpr int64_t kStep = 8;                     // K elements per 64-byte load of 16 columns
+constexpr int64_t kStepsPerGroup = kGroup / kStep;
+
+// y[m, j:j+16] = value + bias[j:j+16], rounded once to the output dtype.
+template <typename Out>
+struct Store {
+  Out* out;
+  const float* bias;  // nullptr: none
+  int64_t N;
+  void operator()(int64_t m, int64_t j, __m512 value) const {
+    if (bias) value = _mm512_add_ps(value, _mm512_loadu_ps(bias + j));
+    Out* dst = out + m * N + j;
+    if constexpr (std::is_same_v<Out, float>) {
+      _mm512_storeu_ps(dst, value);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), (__m256i)_mm512_cvtneps_pbh(value));
+    }
+  }
+};
+
+struct Rows {
+  const int8_t* xq;     // [M, K] signed 8-bit x
+  const float* xscale;  // [M]
+  const int32_t* xsum;  // [M, K / kGroup] sums of xq per group
+  int64_t K;
+};
+
+template <int M, int NB, typename Out>
+void w4a8_tile(const Rows& rows, int64_t m0, const uint8_t* block, const uint16_t* scales,
+               int64_t n0, const Store<Out>& store) {
+  const int64_t K = rows.K, Q = K / 4, groups = K / kGroup;
+  const auto* quads = reinterpret_cast<const int32_t*>(rows.xq + m0 * K);
+  const int32_t* xsum = rows.xsum + m0 * groups;
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i high_half = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+  __m512 acc[M][NB];
+  for (int m = 0; m < M; ++m)
+    for (int r = 0; r < NB; ++r) acc[m][r] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i dot[M][NB];
+    for (int m = 0; m < M; ++m)
+      for (int r = 0; r < NB; ++r) dot[m][r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int64_t s = 0; s < kStepsPerGroup; ++s) {
+      const int64_t p = g * kStepsPerGroup + s;  // step of 8 K elements
+      const uint8_t* step = block + p * NB * 64;
+#pragma GCC unroll 4
+      for (int r = 0; r < NB; ++r) {
+        const __m512i packed = _mm512_loadu_si512(step + r * 64);
+        const __m512i low = _mm512_and_si512(packed, nibble);
+        const __m512i high = _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
+#pragma GCC unroll 3
+        for (int m = 0; m < M; ++m) {
+          dot[m][r] = _mm512_dpbusd_epi32(dot[m][r], low, _mm512_set1_epi32(quads[m * Q + 2 * p]));
+          dot[m][r] =
+              _mm512_dpbusd_epi32(dot[m][r], high, _mm512_set1_epi32(quads[m * Q + 2 * p + 1]));
+        }
+      }
+    }
+    const uint16_t* group_scales = scales + g * NB * 32;  // [nb][2] bf16
+#pragma GCC unroll 4
+    for (int r = 0; r < NB; ++r) {
+      const __m512i pair = _mm512_loadu_si512(group_scales + r * 32);
+      const __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16));
+      const __m512 minimum = _mm512_castsi512_ps(_mm512_and_si512(pair, high_half));
+#pragma GCC unroll 3
+      for (int m = 0; m < M; ++m) {
+        acc[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[m][r]), scale, acc[m][r]);
+        const __m512 sum = _mm512_set1_ps(static_cast<float>(xsum[m * groups + g]));
+        acc[m][r] = _mm512_fmadd_ps(sum, minimum, acc[m][r]);
+      }
+    }
+  }
+#pragma GCC unroll 3
+  for (int m = 0; m < M; ++m) {
+    const __m512 xs = _mm512_set1_ps(rows.xscale[m0 + m]);
+#pragma GCC unroll 4
+    for (int r = 0; r < NB; ++r) store(m0 + m, n0 + r * kLanes, _mm512_mul_ps(acc[m][r], xs));
+  }
+}
+
+template <typename Out, int M>
+void by_vectors(int vectors, const Rows& rows, int64_t m0, const uint8_t* block,
+                const uint16_t* scales, int64_t n0, const Store<Out>& store) {
+  switch (vectors) {
+    case 1: w4a8_tile<M, 1>(rows, m0, block, scales, n0, store); break;
+    case 2: w4a8_tile<M, 2>(rows, m0, block, scales, n0, store); break;
+    case 3: w4a8_tile<M, 3>(rows, m0, block, scales, n0, store); break;
+    default: w4a8_tile<M, 4>(rows, m0, block, scales, n0, store); break;
+  }
+}
+
+// Column blocks outer (split over the stage's threads), tiles of rows inner, as in
+// gemv_avx512.cpp's for_each_tile: a block's weights come from memory once per call.
+template <typename Out>
+void w4a8_all(const Rows& rows, int64_t M, const uint8_t* w, const uint16_t* scales, int64_t N,
+              const Store<Out>& store) {
+  const int64_t K = rows.K, blocks = (N + kBlock - 1) / kBlock;
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t n0 = b * kBlock;
+      const int vectors = static_cast<int>(std::min(kBlock, N - n0) / kLanes);
+      const uint8_t* block = w + n0 * K / 2;
+      const uint16_t* block_scales = scales + n0 * (K / kGroup) * 2;
+      for (int64_t m0 = 0; m0 < M; m0 += kTileRows) {
+        switch (std::min<int64_t>(kTileRows, M - m0)) {
+          case 1: by_vectors<Out, 1>(vectors, rows, m0, block, block_scales, n0, store); break;
+          case 2: by_vectors<Out, 2>(vectors, rows, m0, block, block_scales, n0, store); break;
+          default: by_vectors<Out, 3>(vectors, rows, m0, block, block_scales, n0, store); break;
+        }
+      }
+    }
+  });
+}
+
+// Per-row symmetric quantization to signed 8 bits, and each group's sum of the codes.
+template <typename In>
+void quantize_rows(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, int32_t* sums) {
+  const int64_t groups = K / kGroup;
+  for (int64_t m = 0; m < M; ++m) {
+    const In* row = x + m * K;
+    float amax = 0.f;
+    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
+    const float scale = amax > 0.f ? amax / 127.f : 1.f;
+    const float inv = 1.f / scale;
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t sum = 0;
+      for (int64_t k = g * kGroup; k < (g + 1) * kGroup; ++k) {
+        const auto code = static_cast<int8_t>(std::nearbyint(static_cast<float>(row[k]) * inv));
+        q[m * K + k] = code;
+        sum += code;
+      }
+      sums[m * groups + g] = sum;
+    }
+    scales[m] = scale;
+  }
+}
+
+}  // namespace
+
+torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
+                        c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && scales.dim() == 2, "gemv_w4a8: 2-D x, w, scales");
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_CHECK(K % kGroup == 0, "gemv_w4a8: K must be a multiple of ", kGroup);
+  TORCH_CHECK(N % kLanes == 0, "gemv_w4a8: N must be a multiple of ", kLanes);
+  TORCH_CHECK(w.scalar_type() == torch::kUInt8 && w.size(1) == K / 2,
+              "gemv_w4a8: w is uint8 [N, K / 2] (two 4-bit codes a byte)");
+  TORCH_CHECK(scales.scalar_type() == torch::kBFloat16 && scales.size(0) == N &&
+                  scales.size(1) == K / kGroup * 2,
+              "gemv_w4a8: scales are bf16 [N, K / 32 * 2] (scale, minimum)");
+  TORCH_CHECK(x.is_contiguous() && w.is_contiguous() && scales.is_contiguous(),
+              "gemv_w4a8: contiguous inputs only");
+  auto xq = torch::empty({M, K}, x.options().dtype(torch::kInt8));
+  auto xscale = torch::empty({M}, x.options().dtype(torch::kFloat32));
+  auto xsum = torch::empty({M, K / kGroup}, x.options().dtype(torch::kInt32));
+  int8_t* q = xq.data_ptr<int8_t>();
+  if (x.scalar_type() == torch::kBFloat16) {
+    quantize_rows(x.data_ptr<c10::BFloat16>(), M, K, q, xscale.data_ptr<float>(),
+                  xsum.data_ptr<int32_t>());
+  } else {
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "gemv_w4a8: bf16 or float32 activations");
+    quantize_rows(x.data_ptr<float>(), M, K, q, xscale.data_ptr<float>(), xsum.data_ptr<int32_t>());
+  }
+  const Rows rows{q, xscale.data_ptr<float>(), xsum.data_ptr<int32_t>(), K};
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  const auto* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr());
+  auto out = torch::empty({M, N}, x.options());
+  torch::Tensor bias_f;
+  const float* bias_p = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    bias_f = bias->to(torch::kFloat32).contiguous();
+    bias_p = bias_f.data_ptr<float>();
+  }
+  if (x.scalar_type() == torch::kBFloat16) {
+    w4a8_all(rows, M, wp, sp, N, Store<c10::BFloat16>{out.data_ptr<c10::BFloat16>(), bias_p, N});
+  } else {
+    w4a8_all(rows, M, wp, sp, N, Store<float>{out.data_ptr<float>(), bias_p, N});
+  }
+  return out;
+}

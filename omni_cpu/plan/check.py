@@ -1,0 +1,204 @@
+"""Does a checked-in profile still fit this machine? One line per problem. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
+from omni_cpu.envs import WEIGHTS_ENV
+from omni_cpu.hardware.facts import Facts
+from omni_cpu.plan.footprint import ModelFootprint
+from omni_cpu.plan.policy import choose_dtype, node_memory_bytes, replica_fixed_memory_bytes
+from omni_cpu.profile.model import Profile
+
+
+def _node_of_cpu(facts: Facts) -> dict[int, int]:
+    return {cpu: node.id for node in facts.numa_nodes for cpu in parse_cpu_list(node.cpus)}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One way a profile does not fit a machine. Callers decide what is fatal by kind.
+
+    Kinds: "cpu" (CPUs that do not exist, are offline or barred: threads would bind
+    to nothing), "overlap" (two stages or replicas on one CPU), "numa" (memory
+    bound away from its CPUs), "dtype" (bf16 without native bf16), "memory"
+    (more than the node or limit holds), "model" (planned for another kind of model).
+    """
+
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def check_profile(
+    profile: Profile, facts: Facts, footprint: ModelFootprint | None = None
+) -> list[str]:
+    """Problems that would make the profile fail or misbehave on `facts`' machine."""
+    return [problem.message for problem in check_problems(profile, facts, footprint)]
+
+
+def check_problems(
+    profile: Profile, facts: Facts, footprint: ModelFootprint | None = None
+) -> list[Problem]:
+    """`check_profile` with each problem's kind."""
+    problems: list[Problem] = []
+    possible = set(parse_cpu_list(facts.possible_cpus)) | set(parse_cpu_list(facts.online_cpus))
+    online = set(parse_cpu_list(facts.online_cpus))
+    usable = set(facts.usable_cpus())
+    node_of = _node_of_cpu(facts)
+    memory_nodes = set(facts.usable_memory_nodes())
+    owner: dict[int, str] = {}
+
+    def claim(cpus: set[int], who: str) -> None:
+        for cpu in sorted(cpus):
+            if cpu in owner:
+                problems.append(
+                    Problem("overlap", f"CPU {cpu} is used by both {owner[cpu]} and {who}")
+                )
+            else:
+                owner[cpu] = who
+
+    for replica in profile.replicas:
+        claimed_by_replica: list[set[int]] = []
+        for stage in replica.stages:
+            who = f"replica {replica.index} {stage.name} (stage {stage.stage_id})"
+            cpus = set(parse_cpu_list(stage.cpus))
+            missing = cpus - possible
+            if missing:
+                problems.append(
+                    Problem("cpu", f"{who}: CPUs {format_cpu_list(missing)} do not exist here")
+                )
+            offline = (cpus & possible) - online
+            if offline:
+                problems.append(
+                    Problem("cpu", f"{who}: CPUs {format_cpu_list(offline)} are offline")
+                )
+            barred = (cpus & online) - usable
+            if barred:
+                problems.append(
+                    Problem(
+                        "cpu",
+                        f"{who}: CPUs {format_cpu_list(barred)} are outside this process's "
+                        "cgroup cpuset or affinity",
+                    )
+                )
+            nodes = {node_of[cpu] for cpu in cpus if cpu in node_of}
+            # A stage may span nodes whose memory it may use, and memoryless nodes;
+            # CPUs on a node with memory it is not bound to read memory remotely.
+            remote = sorted((nodes & memory_nodes) - set(stage.memory_node_ids()))
+            if len(nodes) > 1 and remote:
+                problems.append(
+                    Problem(
+                        "numa",
+                        f"{who}: its CPUs span NUMA nodes {sorted(nodes)}, and its memory "
+                        f"(nodes {stage.memory_nodes or stage.numa_node}) is not on {remote}",
+                    )
+                )
+            elif nodes and stage.numa_node not in nodes:
+                problems.append(
+                    Problem(
+                        "numa",
+                        f"{who}: numa_node is {stage.numa_node} but its CPUs are on node "
+                        f"{sorted(nodes)[0]}",
+                    )
+                )
+            absent = set(stage.memory_node_ids()) - set(facts.usable_memory_nodes())
+            if absent and facts.numa_stated:
+                problems.append(
+                    Problem(
+                        "numa",
+                        f"{who}: memory nodes {sorted(absent)} hold no memory this process may use",
+                    )
+                )
+            # Stages given the very same cores share them on purpose (--stages 1, or
+            # a one-core machine); a partial overlap is a mistake.
+            if cpus not in claimed_by_replica:
+                claim(cpus, who)
+                claimed_by_replica.append(cpus)
+        frontend = set(parse_cpu_list(replica.frontend_cpus))
+        claim(frontend, f"replica {replica.index} front end")
+        if frontend - usable:
+            problems.append(
+                Problem(
+                    "cpu",
+                    f"replica {replica.index} front end: CPUs "
+                    f"{format_cpu_list(frontend - usable)} are not usable here",
+                )
+            )
+    bf16_stages = sorted(
+        {s.name for r in profile.replicas for s in r.stages if s.dtype == "bfloat16"}
+    )
+    if bf16_stages and choose_dtype(facts) != "bfloat16" and facts.isa_source is not None:
+        problems.append(
+            Problem(
+                "dtype",
+                f"dtype bfloat16 ({', '.join(bf16_stages)}): this CPU has no native bf16 "
+                "(avx512_bf16/amx_bf16/bf16); use float32",
+            )
+        )
+    if footprint is not None and profile.model_kind and footprint.kind != profile.model_kind:
+        problems.append(
+            Problem(
+                "model",
+                f"the profile was planned for a {profile.model_kind} model ({profile.model}) "
+                f"but is used with a {footprint.kind} model ({footprint.name}); re-plan it "
+                f"with `omni-cpu probe --model {footprint.name} --output FILE`",
+            )
+        )
+    problems.extend(_memory_problems(profile, facts, footprint))
+    return problems
+
+
+def _memory_problems(
+    profile: Profile, facts: Facts, footprint: ModelFootprint | None
+) -> list[Problem]:
+    problems = []
+    memory = {node.id: node_memory_bytes(facts, node.memory_bytes, []) for node in facts.numa_nodes}
+    limit = facts.limits.memory_max_bytes
+    weights = profile.env.get(WEIGHTS_ENV, "model")
+    for replica in profile.replicas:
+        need = sum(stage.kv_cache_memory_bytes for stage in replica.stages)
+        if footprint is not None:
+            need += replica_fixed_memory_bytes(footprint, replica.stage(0).dtype, weights)
+        homes = sorted({node for stage in replica.stages for node in stage.memory_node_ids()})
+        known = [memory.get(node) for node in homes]
+        have = sum(known) if known and all(known) else None  # type: ignore[arg-type]
+        if limit is not None:
+            share = limit // len(profile.replicas)
+            have = share if have is None else min(have, share)
+        if have is not None and need > have:
+            problems.append(
+                Problem(
+                    "memory",
+                    f"replica {replica.index}: needs {need / 2**30:.1f} GiB "
+                    f"but nodes {homes} / the memory limit allow {have / 2**30:.1f} GiB",
+                )
+            )
+    return problems
+
+
+KERNEL_ENV = ("OMNI_CPU_AMX_ROWS", "OMNI_CPU_GEMV")  # what `probe --calibrate` chose
+KERNEL_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
+
+
+def kernel_notes(profile: Profile, facts: Facts) -> list[str]:
+    """Why a profile's measured kernel choice may not suit this machine (not a failure)."""
+    chosen = {key: profile.env[key] for key in KERNEL_ENV if key in profile.env}
+    if not chosen:
+        return []
+    here = " / ".join(facts.model_names) or "unknown"
+    planned_isa = {flag for flag in profile.machine.isa if flag in KERNEL_ISA}
+    isa_here = {flag for flag in facts.isa if flag in KERNEL_ISA}
+    if profile.machine.model_name == here and planned_isa == isa_here:
+        return []
+    differs = sorted(planned_isa ^ isa_here)
+    return [
+        "the kernel choice ("
+        + ", ".join(f"{key}={value}" for key, value in chosen.items())
+        + f") was measured on {profile.machine.model_name}, not on this {here}"
+        + (f" (ISA differs: {' '.join(differs)})" if differs else "")
+        + ": re-run `omni-cpu probe --calibrate --output FILE` here"
+    ]

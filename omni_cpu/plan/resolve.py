@@ -1,0 +1,92 @@
+"""`--deploy-profile auto|FILE` -> a plan checked against this machine: the one resolver.
+
+`run`, `serve`, `bench` and `tune` all come through `resolve`. `auto` plans the
+machine's facts (sized for the memory free now: engines start at once); a file
+is loaded as written. Either way the result is checked against this machine's
+facts, and every problem comes back typed (omni_cpu.plan.check.Problem): each
+caller says which kinds it cannot start with (`fatal`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from omni_cpu.errors import ModelError, ProfileMismatchError
+from omni_cpu.hardware.facts import Facts
+from omni_cpu.plan.check import Problem, check_problems
+from omni_cpu.plan.footprint import ModelFootprint, footprint_for_model
+from omni_cpu.plan.policy import PlanOptions, plan_profile
+from omni_cpu.profile import Profile, load_profile
+
+# Binding threads to CPUs this machine cannot give them: nothing may start so.
+# More memory than the nodes (or the cgroup) hold: the engines would fail at load,
+# after a minute of tracebacks; `--force` (FORCED) starts them anyway.
+FATAL_TO_START = frozenset({"cpu", "memory"})
+FORCED = frozenset({"cpu"})
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A profile, the facts it was checked against, and what the check found."""
+
+    profile: Profile
+    facts: Facts
+    footprint: ModelFootprint | None  # None: the model's size is unknown (memory unchecked)
+    source: str  # "auto" or the file's absolute path
+    options: PlanOptions | None  # what `auto` planned with; None for a file
+    problems: tuple[Problem, ...]
+
+    def of_kind(self, *kinds: str) -> list[Problem]:
+        return [problem for problem in self.problems if problem.kind in kinds]
+
+
+def model_footprint(model: str | None) -> ModelFootprint | None:
+    """The footprint of a checkpoint folder or size name; None where it cannot be told."""
+    try:
+        return footprint_for_model(model if model and Path(model).exists() else None)
+    except ModelError:
+        return None
+
+
+def resolve(
+    spec: str,
+    model: str | None,
+    weights: str = "model",
+    *,
+    facts: Facts | None = None,
+    options: PlanOptions | None = None,
+    fatal: frozenset[str] = FATAL_TO_START,
+) -> Resolved:
+    """Plan (`auto`) or load (a file) a profile, check it here, refuse on `fatal` kinds.
+
+    `facts` defaults to this machine read now; `options` are auto's planning inputs
+    (weights decide whether the stages share cores on a small box). A file keeps
+    the placement and weights it was written with.
+    """
+    if facts is None:
+        from omni_cpu.hardware.probe import read_facts
+
+        facts = read_facts("/")
+    footprint = model_footprint(model)
+    if spec == "auto":
+        options = dataclasses.replace(
+            options or PlanOptions(), weights=weights, fit_available_memory=True
+        )
+        profile = plan_profile(facts, footprint or footprint_for_model(None), options)
+        source = "auto"
+    else:
+        profile = load_profile(spec)
+        options = None
+        source = os.path.abspath(spec)
+    problems = tuple(check_problems(profile, facts, footprint))
+    refused = [problem for problem in problems if problem.kind in fatal]
+    if refused:
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        fix = "plan this machine instead: --deploy-profile auto, or omni-cpu probe --output FILE"
+        if all(problem.kind == "memory" for problem in refused):
+            fix += " (or --force to start it anyway)"
+        raise ProfileMismatchError(f"{spec}: {refused[0].message}{more}", fix)
+    return Resolved(profile, facts, footprint, source, options, problems)

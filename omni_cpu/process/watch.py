@@ -1,0 +1,92 @@
+"""The stage progress watch: a pipeline that holds work and makes no progress is hung.
+
+A stage process that stops (SIGSTOP, a debugger, a deadlock, a swap storm) does
+not die, so nothing fails: requests wait forever and `/health` keeps saying 200.
+Progress here is CPU time: while work is held (a `run` is generating, or a server
+has speech requests in flight), every working stage burns CPU. When no stage
+process has gained any for `stall_s` (OMNI_CPU_STAGE_STALL_S), the pipeline is
+stalled; the stage named is the one the kernel shows stopped, else every stage
+that made no progress. `run` and `serve` then fail the way they do for a dead
+stage (exit 4), so a supervisor restarts them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+import psutil
+
+from omni_cpu import envs
+from omni_cpu.process import proctree
+from omni_cpu.process.stage_processes import StageProcess
+
+STALL_ENV = "OMNI_CPU_STAGE_STALL_S"
+# Below this much CPU gained between two looks a process made no progress (clock ticks
+# are 10 ms; an idle engine core's poll loop takes less than this in a second).
+PROGRESS_CPU_S = 0.02
+
+
+def stall_seconds() -> float:
+    """How long work may go without progress before the pipeline counts as hung (0 = never)."""
+    return float(envs.KNOBS[STALL_ENV].value())
+
+
+def is_stopped(pid: int) -> bool:
+    """True when the kernel shows `pid` stopped (SIGSTOP, a tracer)."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
+
+
+class ProgressWatch:
+    """Fed a look at the stage processes now and then; says when work stopped moving."""
+
+    def __init__(
+        self,
+        stall_s: float,
+        cpu_seconds: Callable[[int], float] = proctree.cpu_seconds,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stall_s = stall_s
+        self._cpu_seconds = cpu_seconds
+        self._clock = clock
+        self._cpu: dict[int, float] = {}
+        self._moved: dict[int, float] = {}  # pid -> when it last gained CPU
+        self._since: float | None = None  # when work was last seen moving (or began)
+        self._stopped_since: dict[int, float] = {}
+
+    def look(self, stages: Iterable[StageProcess], busy: bool) -> str | None:
+        """Record CPU times; while `busy`, the stall in one line once it lasts `stall_s`."""
+        now = self._clock()
+        moved = False
+        stages = [stage for stage in stages if stage.role in ("engine core", "worker")]
+        for stage in stages:
+            cpu = self._cpu_seconds(stage.pid)
+            before = self._cpu.get(stage.pid)
+            self._cpu[stage.pid] = cpu
+            if before is None or cpu - before >= PROGRESS_CPU_S:
+                self._moved[stage.pid] = now
+                moved = True
+        # A stopped stage holds up the others while they idle-poll: it counts on its own.
+        stopped = [stage for stage in stages if is_stopped(stage.pid)]
+        for stage in stopped:
+            self._stopped_since.setdefault(stage.pid, now)
+        for pid in set(self._stopped_since) - {stage.pid for stage in stopped}:
+            del self._stopped_since[pid]
+        if not busy or moved or self._since is None:
+            self._since = now
+        if not busy or self.stall_s <= 0:
+            return None
+        held = [s for s in stopped if now - self._stopped_since[s.pid] >= self.stall_s]
+        if held:
+            waited = now - min(self._stopped_since[s.pid] for s in held)
+            what = ", ".join(stage.describe() for stage in held)
+            return f"{what} made no progress for {waited:.0f} s with work in flight (stopped)"
+        if now - self._since < self.stall_s:
+            return None
+        hung = stopped or [s for s in stages if now - self._moved.get(s.pid, now) >= self.stall_s]
+        what = ", ".join(stage.describe() for stage in hung) or "the stages"
+        why = " (stopped)" if stopped else ""
+        return f"{what} made no progress for {now - self._since:.0f} s with work in flight{why}"

@@ -1,0 +1,247 @@
+"""The serve plan: the exact command, environment and deploy config `omni-cpu serve` launches.
+
+Pure: a profile and options in, a `ServePlan` out. `--dry-run` prints it; the
+supervisor runs it. Nothing here imports torch or vLLM.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.errors import InputError
+from omni_cpu.launch import logs, startup
+from omni_cpu.platform import DRIVER_ENV
+from omni_cpu.process.watch import stall_seconds
+from omni_cpu.profile import Profile, deploy_config_dict
+from omni_cpu.serve.knobs import MIDDLEWARE_PATH, AdmissionLimits
+
+TALKER_STAGE = 0
+# vLLM-Omni's own CLI (the `vllm-omni` console script) behind a wrapper that skips the
+# interpreter teardown (omni_cpu.serve.server_main): `serve MODEL --omni` starts its
+# OpenAI-compatible server; run as a module so it is the venv's, whatever PATH says.
+SERVER_MODULE = "omni_cpu.serve.server_main"
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """One replica's API server: what to run, with what, and how to bound and stop it."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]  # set on top of the inherited environment
+    # What the engines print (launch.logs, as for `run`): added where the user set none.
+    log_env: dict[str, str]
+    deploy_config: dict[str, Any]  # written to deploy_config_path before the start
+    deploy_config_path: str
+    workdir: str  # holds the deploy config and the drain flag; removed at exit
+    frontend_cpus: tuple[int, ...]  # API server (and mp engine cores) once ready; () = not pinned
+    replica_cpus: tuple[int, ...]  # affinity the server starts with (front end + stages)
+    limits: AdmissionLimits
+    host: str
+    port: int
+    replica: int
+    drain_timeout_s: float
+    stop_timeout_s: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    stall_s: float = 0.0  # work held this long with no stage progress: hung (0 = never)
+
+    def shell(self) -> str:
+        """The plan as one shell command line (what `--dry-run` prints), one option a line."""
+        lines: list[list[str]] = []
+        if self.replica_cpus:
+            lines.append(["taskset", "-c", ",".join(map(str, self.replica_cpus))])
+        lines.append(["env"])
+        lines += [[f"{key}={value}"] for key, value in {**self.log_env, **self.env}.items()]
+        lines.append([])
+        for word in self.argv:
+            if word.startswith("--") and lines[-1]:
+                lines.append([])
+            lines[-1].append(word)
+        return " \\\n  ".join(" ".join(shlex.quote(word) for word in line) for line in lines)
+
+    def deploy_config_yaml(self) -> str:
+        return yaml.safe_dump(self.deploy_config, sort_keys=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["argv"] = list(self.argv)
+        data["frontend_cpus"] = list(self.frontend_cpus)
+        data["replica_cpus"] = list(self.replica_cpus)
+        data["notes"] = list(self.notes)
+        return data
+
+
+WORKDIR_PREFIX = "omni-cpu-serve-"
+
+
+def default_workdir(port: int, pid: int | None = None) -> Path:
+    """This server's folder for the deploy config and drain flag: per port and process.
+
+    Per process, so a second server started on a port in use never touches the
+    first one's files (it refuses at once anyway: omni_cpu.serve.supervisor).
+    """
+    owner = os.getpid() if pid is None else pid
+    return Path(tempfile.gettempdir()) / f"{WORKDIR_PREFIX}{port}-{owner}"
+
+
+def build_serve_plan(
+    model: str,
+    profile: Profile,
+    *,
+    replica: int = 0,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workdir: Path | None = None,
+    max_waiting: int | None = None,
+    max_input_chars: int | None = None,
+    max_frames: int | None = None,
+    served_model_name: str | None = None,
+    drain_timeout_s: float = 30.0,
+    stop_timeout_s: float = 15.0,
+    request_timeout_s: float = 0.0,
+    stall_s: float | None = None,
+    python: str = sys.executable,
+    ref_audio_dir: Path | None = None,
+    allow_ref_audio_urls: bool = False,
+    accept_frame_limit: bool = False,
+    verbose: bool = False,
+) -> ServePlan:
+    """The plan that serves `model` with replica `replica` of `profile` on host:port."""
+    if not 0 <= replica < len(profile.replicas):
+        raise InputError(
+            f"--replica {replica}: the profile has {len(profile.replicas)} replica(s)",
+            f"use --replica 0..{len(profile.replicas) - 1} (one per NUMA node)",
+        )
+    chosen = profile.replicas[replica]
+    talker = chosen.stage(TALKER_STAGE)
+    folder = workdir if workdir is not None else default_workdir(port)
+    deploy_path = folder / f"deploy-replica{replica}.yaml"
+
+    # The same launch-time changes as `run`: stages start together, load quietly.
+    deploy = startup.launch_deploy_config(deploy_config_dict(profile, replica), verbose)
+    notes: list[str] = []
+    if max_frames is not None:
+        if max_frames < 1:
+            raise InputError(f"--max-frames {max_frames}", "give at least 1 frame")
+        # The talker's default max_tokens is the frame cap of a request that sets none.
+        for stage in deploy["stages"]:
+            if stage["stage_id"] == TALKER_STAGE:
+                stage.setdefault("default_sampling_params", {})["max_tokens"] = max_frames
+        notes.append(f"requests without max_new_tokens stop after {max_frames} codec frames")
+
+    waiting = talker.max_num_seqs if max_waiting is None else max_waiting
+    if waiting < 0:
+        raise InputError(f"--max-waiting {waiting}", "give 0 or more")
+    # Text tokens never outnumber characters; half the talker's context stays for frames.
+    chars = talker.max_model_len // 2 if max_input_chars is None else max_input_chars
+    if ref_audio_dir is not None and not ref_audio_dir.is_dir():
+        raise InputError(
+            f"--ref-audio-dir {ref_audio_dir} is not a directory",
+            "name the folder whose files clients may send as file:// ref_audio",
+        )
+    limits = AdmissionLimits(
+        max_in_flight=talker.max_num_seqs + waiting,
+        max_input_chars=max(0, chars),
+        drain_file=str(folder / "draining"),
+        allow_ref_audio_urls=allow_ref_audio_urls,
+        accept_frame_limit=accept_frame_limit,
+        down_file=str(folder / "stage-down"),
+        talker_max_model_len=talker.max_model_len,
+        tokenizer=model,
+        ref_audio_dir=str(ref_audio_dir.resolve()) if ref_audio_dir is not None else "",
+        request_timeout_s=request_timeout_s,
+    )
+    if request_timeout_s < 0:
+        raise InputError(f"--request-timeout {request_timeout_s:g}", "give 0 (none) or more")
+    if request_timeout_s:
+        notes.append(
+            f"a speech request may take at most {request_timeout_s:g} s (504, or its stream "
+            "ends); a request's `timeout` field may ask for less"
+        )
+    stall = stall_seconds() if stall_s is None else stall_s
+    if stall:
+        notes.append(
+            f"a stage that holds work with no progress for {stall:g} s stops the server (exit 4; "
+            "OMNI_CPU_STAGE_STALL_S)"
+        )
+    notes.append(
+        f"at most {limits.max_in_flight} speech requests at once "
+        f"({talker.max_num_seqs} running + {waiting} waiting); more get 429"
+    )
+
+    env = {
+        **DRIVER_ENV,
+        # Every node the replica's stages may take memory from (a grouped replica's nodes).
+        "CPU_VISIBLE_MEMORY_NODES": ",".join(
+            str(node)
+            for node in sorted({n for stage in chosen.stages for n in stage.memory_node_ids()})
+        ),
+        **profile.env,
+        **limits.to_env(),
+    }
+    argv = [
+        python,
+        "-m",
+        SERVER_MODULE,
+        "serve",
+        model,
+        "--omni",
+        "--deploy-config",
+        str(deploy_path),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--middleware",
+        MIDDLEWARE_PATH,
+    ]
+    if not verbose:  # uvicorn's start-up lines and one access line per request and probe
+        argv += ["--uvicorn-log-level", "warning"]
+    if served_model_name:
+        argv += ["--served-model-name", served_model_name]
+    if ref_audio_dir is not None:
+        # vLLM's own media policy: file:// URLs are read only from under this folder.
+        argv += ["--allowed-local-media-path", str(ref_audio_dir.resolve())]
+        notes.append(f"ref_audio may name files under {ref_audio_dir.resolve()} (file://...)")
+    if accept_frame_limit:
+        notes.append("Base requests that reach their frame budget return their audio (no 500)")
+    notes.append(
+        "ref_audio URLs are fetched (--allow-ref-audio-urls)"
+        if allow_ref_audio_urls
+        else "ref_audio http(s) URLs get 400 (send base64 data: audio, or --allow-ref-audio-urls)"
+    )
+    frontend = parse_cpu_list(chosen.frontend_cpus) if chosen.frontend_cpus else ()
+    replica_cpus = set(frontend)
+    for stage in chosen.stages:
+        replica_cpus |= set(parse_cpu_list(stage.cpus))
+    if frontend:
+        notes.append(
+            f"once ready, the API server moves to CPUs {chosen.frontend_cpus} (engine cores "
+            "run their stage's model and stay on its CPUs)"
+        )
+    return ServePlan(
+        argv=tuple(argv),
+        env=env,
+        log_env=logs.engine_log_env(verbose),
+        deploy_config=deploy,
+        deploy_config_path=str(deploy_path),
+        workdir=str(folder),
+        frontend_cpus=tuple(frontend),
+        replica_cpus=tuple(sorted(replica_cpus)),
+        limits=limits,
+        host=host,
+        port=port,
+        replica=replica,
+        drain_timeout_s=drain_timeout_s,
+        stop_timeout_s=stop_timeout_s,
+        notes=tuple(notes),
+        stall_s=stall,
+    )

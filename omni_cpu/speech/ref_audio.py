@@ -1,0 +1,127 @@
+"""Reference audio for voice cloning (Base models): read, mix to mono, resample, check.
+
+Read with soundfile at whatever rate and channel count the file has, mixed down to
+mono and resampled to 24 kHz (the rate of the speech tokenizer's encoder and the
+speaker encoder), then checked the way vLLM-Omni's server checks a clip (1-30 s),
+plus silence: a silent clip gives the speaker encoder nothing to hear. Each problem
+is one `InputError` line, raised before any engine starts.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from omni_cpu.errors import InputError
+from omni_cpu.speech.codec import FRAME_SAMPLES, SAMPLE_RATE
+
+# vLLM-Omni's server refuses clips outside these (serving_speech._REF_AUDIO_*_DURATION).
+MIN_SECONDS = 1.0
+MAX_SECONDS = 30.0
+# Peak below this (about -60 dBFS) is silence for the speaker encoder's mel frontend.
+SILENCE_PEAK = 1e-3
+
+
+@dataclass(frozen=True, eq=False)
+class ReferenceAudio:
+    """A voice to clone: 24 kHz mono float32 samples and where they came from."""
+
+    source: str
+    samples: np.ndarray
+    original_rate: int
+    original_channels: int
+
+    @property
+    def seconds(self) -> float:
+        return self.samples.size / SAMPLE_RATE
+
+    @property
+    def code_frames(self) -> int:
+        """Codec frames the speech tokenizer's encoder makes of it (ceil of 1920 per frame)."""
+        return -(-self.samples.size // FRAME_SAMPLES)
+
+
+def resample(samples: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
+    """Band-limited resampling of a mono signal by FFT (no scipy in the runtime)."""
+    if from_rate == to_rate or samples.size == 0:
+        return samples.astype(np.float32, copy=False)
+    count = max(1, round(samples.size * to_rate / from_rate))
+    spectrum = np.fft.rfft(samples.astype(np.float64))
+    bins = count // 2 + 1
+    if bins <= spectrum.size:
+        spectrum = spectrum[:bins]
+    else:
+        spectrum = np.concatenate([spectrum, np.zeros(bins - spectrum.size, spectrum.dtype)])
+    out = np.fft.irfft(spectrum, n=count) * (count / samples.size)
+    return out.astype(np.float32)
+
+
+def check_reference(audio: ReferenceAudio) -> ReferenceAudio:
+    """Refuse clips vLLM-Omni would refuse (or clone nothing from), one line each."""
+    if audio.seconds < MIN_SECONDS:
+        raise InputError(
+            f"reference audio {audio.source} is too short ({audio.seconds:.2f} s)",
+            f"give {MIN_SECONDS:.0f}-{MAX_SECONDS:.0f} s of clear speech (3-10 s clones best)",
+        )
+    if audio.seconds > MAX_SECONDS:
+        raise InputError(
+            f"reference audio {audio.source} is too long ({audio.seconds:.1f} s)",
+            f"cut it to at most {MAX_SECONDS:.0f} s (3-10 s clones best)",
+        )
+    if not np.isfinite(audio.samples).all():
+        raise InputError(
+            f"reference audio {audio.source} holds NaN or infinite samples", "re-export the file"
+        )
+    if float(np.max(np.abs(audio.samples))) < SILENCE_PEAK:
+        raise InputError(
+            f"reference audio {audio.source} is silent", "record or pick a clip of the voice"
+        )
+    return audio
+
+
+def from_samples(source: str, samples: np.ndarray, rate: int) -> ReferenceAudio:
+    """A checked reference from samples shaped (frames,) or (frames, channels) at `rate`."""
+    data = np.asarray(samples, dtype=np.float32)
+    channels = 1 if data.ndim == 1 else int(data.shape[1])
+    mono = data if data.ndim == 1 else data.mean(axis=1)
+    audio = ReferenceAudio(source, resample(mono, int(rate), SAMPLE_RATE), int(rate), channels)
+    return check_reference(audio)
+
+
+def _decode(source: str, file: str | BinaryIO) -> ReferenceAudio:
+    """Decode a path or an open file with soundfile (any format libsndfile reads), checked."""
+    import soundfile
+
+    try:
+        data, rate = soundfile.read(file, dtype="float32", always_2d=True)
+    except (soundfile.LibsndfileError, RuntimeError, OSError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(
+            f"cannot read reference audio {source}: {reason}",
+            "give a WAV, FLAC or OGG file that soundfile can open",
+        ) from None
+    return from_samples(source, data, rate)
+
+
+def read_reference_audio(path: Path, source: str | None = None) -> ReferenceAudio:
+    """Read `path` (WAV, FLAC, OGG... anything libsndfile reads) as a checked reference.
+
+    `source` names it in errors (default: the path; serve gives the client's URL).
+    """
+    name = str(path) if source is None else source
+    if not path.is_file():
+        raise InputError(f"reference audio {name} does not exist", "check the --ref-audio path")
+    return _decode(name, str(path))
+
+
+def decode_reference_audio(source: str, data: bytes) -> ReferenceAudio:
+    """The bytes of an audio file (a request's base64 `ref_audio`) as a checked reference.
+
+    The same reading and checks as `run --ref-audio`, so `serve` refuses what `run`
+    refuses: unreadable, silent, or outside 1-30 s.
+    """
+    return _decode(source, io.BytesIO(data))

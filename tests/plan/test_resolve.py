@@ -1,0 +1,103 @@
+"""One resolver for run, serve, bench and tune: auto or a file -> a plan checked here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from omni_cpu.errors import ProfileMismatchError
+from omni_cpu.hardware.facts import Facts
+from omni_cpu.hardware.probe import read_facts
+from omni_cpu.launch.launch_plan import make_launch_plan
+from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
+from omni_cpu.plan.resolve import resolve
+from omni_cpu.profile import save_profile
+
+REPO = Path(__file__).resolve().parents[2]
+EIGHT_NODES = REPO / "profiles" / "epyc-7451-2s-8node.yaml"
+
+
+def test_a_plan_from_a_saved_probe_json_equals_the_live_one():
+    live = read_facts("/")
+    saved = Facts.from_dict(json.loads(json.dumps(live.to_dict())))
+    footprint = footprint_for_model("0.6b")
+    assert plan_profile(saved, footprint) == plan_profile(live, footprint)
+
+
+def test_auto_is_planned_from_the_facts_it_is_given():
+    facts = read_facts("/")
+    resolved = resolve("auto", None, facts=facts)
+    assert resolved.facts is facts and resolved.source == "auto"
+    assert resolved.options is not None and resolved.options.fit_available_memory
+    assert not resolved.of_kind("cpu")
+
+
+def test_a_profile_from_another_machine_is_refused_by_kind_not_by_message():
+    with pytest.raises(ProfileMismatchError, match="do not exist here"):
+        resolve(str(EIGHT_NODES), None)
+    # A caller that can live with it (validate-like) sees the same problems, typed.
+    resolved = resolve(str(EIGHT_NODES), None, fatal=frozenset())
+    assert {problem.kind for problem in resolved.problems} >= {"cpu"}
+
+
+def test_serve_refuses_a_profile_whose_cpus_this_machine_lacks():
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", "ckpt",
+         "--deploy-profile", str(EIGHT_NODES), "--dry-run"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "do not exist here" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_per_stage_dtype_reaches_the_written_deploy_config(tmp_path):
+    options = PlanOptions(dtype="float32", code2wav_dtype="bfloat16")
+    profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"), options)
+    save_profile(profile, tmp_path / "deploy.yaml")
+    plan = make_launch_plan("ckpt", str(tmp_path / "deploy.yaml"))
+    written = yaml.safe_load(plan.write_deploy_config(tmp_path).read_text())
+    assert [(s["stage_id"], s["dtype"]) for s in written["stages"]] == [
+        (0, "float32"),
+        (1, "bfloat16"),
+    ]
+
+
+def _over_memory_profile(tmp_path: Path) -> Path:
+    """A profile for this machine whose talker asks for a petabyte of KV cache."""
+    import dataclasses
+
+    profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"))
+    replica = profile.replicas[0]
+    talker = dataclasses.replace(replica.stages[0], kv_cache_memory_bytes=10**15)
+    replica = dataclasses.replace(replica, stages=(talker, *replica.stages[1:]))
+    path = tmp_path / "huge-kv.yaml"
+    save_profile(dataclasses.replace(profile, replicas=(replica, *profile.replicas[1:])), path)
+    return path
+
+
+def test_run_refuses_a_profile_that_cannot_fit_unless_forced(tmp_path):
+    path = _over_memory_profile(tmp_path)
+    with pytest.raises(ProfileMismatchError, match=r"needs .* GiB") as refused:
+        make_launch_plan("ckpt", str(path))
+    assert "--force" in refused.value.one_line()
+    plan = make_launch_plan("ckpt", str(path), force=True)
+    assert any("GiB" in problem for problem in plan.problems)  # still shown as a warning
+
+
+def test_serve_refuses_a_profile_that_cannot_fit_in_one_line_unless_forced(tmp_path):
+    path = _over_memory_profile(tmp_path)
+    command = [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", "ckpt",
+               "--deploy-profile", str(path), "--dry-run"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "--force" in done.stderr
+    forced = subprocess.run(
+        [*command, "--force"], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert forced.returncode == 0, forced.stderr

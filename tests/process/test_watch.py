@@ -1,0 +1,91 @@
+"""The stage progress watch, on real processes: a stopped or idle stage holding work is hung."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from omni_cpu.process.stage_processes import StageProcess
+from omni_cpu.process.watch import ProgressWatch
+
+BUSY = "while True: pass"
+IDLE = "import time; time.sleep(60)"
+
+
+@pytest.fixture
+def spinning() -> Iterator[int]:
+    with subprocess.Popen([sys.executable, "-c", BUSY]) as child:
+        try:
+            yield child.pid
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+
+
+def _looks(watch: ProgressWatch, stage: StageProcess, seconds: float, busy: bool) -> str | None:
+    """Look every 0.1 s for `seconds`; the first stall reported, or None."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        stalled = watch.look([stage], busy=busy)
+        if stalled is not None:
+            return stalled
+        time.sleep(0.1)
+    return None
+
+
+def test_a_stopped_stage_holding_work_is_named_once_the_stall_time_passes(spinning: int):
+    talker = StageProcess(spinning, "engine core", 0, "talker")
+    watch = ProgressWatch(stall_s=0.8)
+    assert _looks(watch, talker, 1.2, busy=True) is None  # it runs: progress
+    os.kill(spinning, signal.SIGSTOP)
+    started = time.monotonic()
+    stalled = _looks(watch, talker, 5.0, busy=True)
+    assert stalled is not None and 0.7 <= time.monotonic() - started < 3
+    assert f"stage 0 (talker) engine core pid {spinning}" in stalled and "(stopped)" in stalled
+
+
+def test_a_stopped_stage_with_no_work_is_not_a_stall(spinning: int):
+    talker = StageProcess(spinning, "engine core", 0, "talker")
+    watch = ProgressWatch(stall_s=0.5)
+    os.kill(spinning, signal.SIGSTOP)
+    assert _looks(watch, talker, 1.5, busy=False) is None
+
+
+def test_work_held_while_no_stage_uses_cpu_is_a_stall():
+    with subprocess.Popen([sys.executable, "-c", IDLE]) as child:
+        try:
+            code2wav = StageProcess(child.pid, "engine core", 1, "code2wav")
+            stalled = _looks(ProgressWatch(stall_s=0.5), code2wav, 4.0, busy=True)
+        finally:
+            child.kill()
+    assert stalled is not None and "stage 1 (code2wav)" in stalled and "(stopped)" not in stalled
+
+
+def test_a_stall_time_of_zero_never_reports(spinning: int):
+    talker = StageProcess(spinning, "engine core", 0, "talker")
+    os.kill(spinning, signal.SIGSTOP)
+    assert _looks(ProgressWatch(stall_s=0), talker, 0.5, busy=True) is None
+
+
+def test_runs_watch_interrupts_the_generating_main_thread_on_a_stall(
+    spinning: int, monkeypatch: pytest.MonkeyPatch
+):
+    from omni_cpu.launch.pipeline import _StageWatch
+
+    monkeypatch.setenv("OMNI_CPU_STAGE_STALL_S", "0.6")
+    watch = _StageWatch({})
+    watch.seen = {spinning: StageProcess(spinning, "engine core", 0, "talker")}
+    watch.working(True)  # this (main) thread is generating
+    os.kill(spinning, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    with pytest.raises(KeyboardInterrupt):
+        while time.monotonic() < deadline:
+            watch.look()
+            time.sleep(0.1)
+    assert watch.stalled is not None and "stage 0 (talker)" in watch.stalled

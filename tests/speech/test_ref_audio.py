@@ -1,0 +1,76 @@
+"""Reference audio is read at any rate and channel count, resampled to 24 kHz, and checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from omni_cpu.errors import InputError
+from omni_cpu.speech.ref_audio import read_reference_audio, resample
+
+
+def _voice_like(seconds: float, rate: int, channels: int = 1) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    tone = 0.3 * np.sin(2 * np.pi * 220 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))
+    return np.stack([tone] * channels, axis=1) if channels > 1 else tone
+
+
+def _write(path: Path, samples: np.ndarray, rate: int, subtype: str = "PCM_16") -> Path:
+    soundfile.write(str(path), samples, rate, subtype=subtype)
+    return path
+
+
+def test_a_44k_stereo_wav_becomes_24k_mono_of_the_same_length(tmp_path):
+    path = _write(tmp_path / "stereo.wav", _voice_like(3.0, 44100, 2), 44100)
+    audio = read_reference_audio(path)
+    assert audio.original_rate == 44100 and audio.original_channels == 2
+    assert audio.samples.ndim == 1 and audio.samples.dtype == np.float32
+    assert audio.samples.size == 72000 and audio.seconds == pytest.approx(3.0)
+    assert audio.code_frames == 38  # ceil(72000 / 1920)
+
+
+def test_resampling_keeps_a_tone_at_its_pitch_and_level():
+    rate_in, rate_out = 16000, 24000
+    tone = np.sin(2 * np.pi * 440 * np.arange(rate_in) / rate_in).astype(np.float32)
+    out = resample(tone, rate_in, rate_out)
+    spectrum = np.abs(np.fft.rfft(out))
+    assert out.size == rate_out
+    assert np.argmax(spectrum) == 440  # 1 s of signal: bin k is k Hz
+    assert np.sqrt(np.mean(out**2)) == pytest.approx(np.sqrt(0.5), rel=0.02)
+
+
+def test_a_flac_file_reads_too(tmp_path):
+    path = _write(tmp_path / "voice.flac", _voice_like(2.0, 22050), 22050)
+    assert read_reference_audio(path).samples.size == 48000
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [(0.5, "too short"), (31.0, "too long")],
+)
+def test_clips_outside_1_to_30_seconds_are_refused(tmp_path, seconds, words):
+    path = _write(tmp_path / "clip.wav", _voice_like(seconds, 8000), 8000)
+    with pytest.raises(InputError, match=words):
+        read_reference_audio(path)
+
+
+def test_a_silent_clip_is_refused(tmp_path):
+    path = _write(tmp_path / "silence.wav", np.zeros(48000), 24000)
+    with pytest.raises(InputError, match="silent"):
+        read_reference_audio(path)
+
+
+def test_a_file_that_is_not_audio_is_a_one_line_error(tmp_path):
+    path = tmp_path / "notes.wav"
+    path.write_text("these are not samples")
+    with pytest.raises(InputError, match="cannot read reference audio") as refused:
+        read_reference_audio(path)
+    assert "\n" not in refused.value.one_line()
+
+
+def test_a_missing_file_says_so(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        read_reference_audio(tmp_path / "nope.wav")
