@@ -152,15 +152,9 @@ def _replica_stage(stage: StagePlan) -> dict[str, Any]:
     }
 
 
-# Per-stage sizes every replica carries (schema 2) beside its binding.
-_SIZE_KEYS = (
-    "dtype",
-    "kv_cache_memory_bytes",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "max_model_len",
-    "enforce_eager",
-)
+# Per-stage sizes every replica carries (schema 2) beside its binding: what the profile
+# plans for a stage, but async_scheduling, which is always false on CPU.
+_SIZE_KEYS = tuple(key for key in PLANNED_STAGE_KEYS if key != "async_scheduling")
 
 
 def dump_profile(profile: Profile) -> str:
@@ -396,15 +390,7 @@ def _stage_sizes(root: _Reader) -> dict[int, dict[str, Any]]:
             if key in stage.data:
                 expected = type(STAGE_DEFAULTS[stage_id][key])
                 settings[key] = stage.get(key, expected)
-        sizes[stage_id] = {
-            "dtype": dtype,
-            "kv_cache_memory_bytes": stage.non_negative("kv_cache_memory_bytes"),
-            "max_num_seqs": stage.positive("max_num_seqs"),
-            "max_num_batched_tokens": stage.positive("max_num_batched_tokens"),
-            "max_model_len": stage.positive("max_model_len"),
-            "enforce_eager": stage.get("enforce_eager", bool),
-            "settings": settings,
-        }
+        sizes[stage_id] = {**_sizes(stage, dtype), "settings": settings}
     if sorted(sizes) != [0, 1]:
         raise ProfileError(f"stages must list stage_id 0 and 1, found {sorted(sizes)}")
     return sizes
@@ -561,13 +547,20 @@ def _replica_stage_sizes(stage: _Reader, settings: dict[str, Any]) -> dict[str, 
     return {
         "numa_node": stage.non_negative("numa_node"),
         "memory_nodes": memory_nodes,
+        **_sizes(stage, dtype),
+        "settings": settings,
+    }
+
+
+def _sizes(stage: _Reader, dtype: str) -> dict[str, Any]:
+    """A stage's planned sizes (_SIZE_KEYS), read and checked the same in either schema."""
+    return {
         "dtype": dtype,
         "kv_cache_memory_bytes": stage.non_negative("kv_cache_memory_bytes"),
         "max_num_seqs": stage.positive("max_num_seqs"),
         "max_num_batched_tokens": stage.positive("max_num_batched_tokens"),
         "max_model_len": stage.positive("max_model_len"),
         "enforce_eager": stage.get("enforce_eager", bool),
-        "settings": settings,
     }
 
 
