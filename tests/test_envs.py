@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from omni_cpu import envs
+from omni_cpu.errors import SettingError
+from omni_cpu.hardware.probe import read_facts
+from omni_cpu.launch.launch_plan import make_launch_plan
+from omni_cpu.plan import footprint_for_model, plan_profile
+from omni_cpu.profile import save_profile
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_every_knob_has_a_default_a_doc_and_a_reader() -> None:
@@ -50,3 +60,93 @@ def test_the_table_prints_without_importing_torch_or_vllm() -> None:
     assert done.returncode == 0, done.stderr
     printed = {line.split("=", 1)[0] for line in done.stdout.splitlines()}
     assert printed == set(envs.KNOBS)
+
+
+CHOICE_KNOBS = [knob for knob in envs.KNOBS.values() if knob.choices]
+
+
+@pytest.mark.parametrize("knob", CHOICE_KNOBS, ids=lambda knob: knob.name)
+def test_a_choice_is_read_in_any_case(knob: envs.Knob, monkeypatch: pytest.MonkeyPatch) -> None:
+    for choice in knob.choices:
+        monkeypatch.setenv(knob.name, f" {choice.upper()} ")
+        assert getattr(envs, knob.name) == choice
+
+
+@pytest.mark.parametrize("knob", CHOICE_KNOBS, ids=lambda knob: knob.name)
+def test_a_value_outside_the_choices_is_refused_naming_variable_value_and_choices(
+    knob: envs.Knob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(knob.name, "bogus")
+    with pytest.raises(SettingError) as refused:
+        getattr(envs, knob.name)
+    line = refused.value.one_line()
+    assert line.startswith(f"{knob.name}='bogus' is not allowed (use one of: ")
+    assert all(choice in line for choice in knob.choices) and "\n" not in line
+
+
+def test_a_stage_shows_the_same_line_as_the_cli() -> None:
+    # A stage process prints str(error) in its traceback; the CLI prints one_line().
+    refused = envs.CODE2WAV.refusal("fast")
+    assert str(refused) == refused.one_line()
+    assert str(refused) == "OMNI_CPU_CODE2WAV='fast' is not allowed (use one of: stream, recompute)"
+
+
+def test_an_unreadable_value_is_refused_with_the_form_it_takes() -> None:
+    with pytest.raises(SettingError, match=r"OMNI_CPU_AMX_ROWS='bf16=x' is not allowed \(use auto"):
+        envs.AMX_ROWS.value({"OMNI_CPU_AMX_ROWS": "bf16=x"})
+
+
+def test_the_option_that_sets_a_knob_is_refused_in_the_same_words() -> None:
+    assert envs.WEIGHTS.read("INT8", "--weights") == "int8"
+    with pytest.raises(SettingError) as refused:
+        envs.WEIGHTS.read("fp4", "--weights")
+    assert str(refused.value) == "--weights 'fp4' is not allowed (use one of: model, int8, int4)"
+
+
+def test_the_gemv_reads_the_usual_words_for_off_as_off() -> None:
+    for word in ("off", "0", "false", "NO"):
+        assert envs.GEMV.value({"OMNI_CPU_GEMV": word}) == "off"
+    with pytest.raises(SettingError):
+        envs.GEMV.value({"OMNI_CPU_GEMV": "on"})
+
+
+def test_check_refuses_the_first_bad_value_and_passes_forgiving_ones() -> None:
+    envs.check({"OMNI_CPU_SERVE_MAX_IN_FLIGHT": "many", "OMNI_CPU_VERBOSE": "maybe"})
+    with pytest.raises(SettingError, match="OMNI_CPU_CODE_PREDICTOR='compiled'"):
+        envs.check({"OMNI_CPU_CODE_PREDICTOR": "compiled"})
+
+
+def test_a_value_is_written_back_as_the_text_that_reads_as_it() -> None:
+    for knob, value in (
+        (envs.VERBOSE, True),
+        (envs.STAGE_STALL_S, 2.5),
+        (envs.SERVE_MAX_IN_FLIGHT, 12),
+        (envs.WEIGHTS, "int8"),
+    ):
+        assert knob.value({knob.name: knob.text(value)}) == value
+
+
+def test_a_launch_refuses_a_bad_value_its_stages_would_get(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"))
+    bad = dataclasses.replace(profile, env={envs.CODE2WAV.name: "fast"})
+    save_profile(bad, tmp_path / "p.yaml")
+    with pytest.raises(SettingError, match="OMNI_CPU_CODE2WAV='fast'"):
+        make_launch_plan("ckpt", str(tmp_path / "p.yaml"))
+    save_profile(profile, tmp_path / "p.yaml")
+    monkeypatch.setenv(envs.GEMV.name, "fastest")  # from the shell that starts it, likewise
+    with pytest.raises(SettingError, match="OMNI_CPU_GEMV='fastest'"):
+        make_launch_plan("ckpt", str(tmp_path / "p.yaml"))
+
+
+def test_serve_refuses_a_bad_value_in_one_line_before_anything_starts() -> None:
+    env = {**os.environ, envs.WEIGHTS.name: "int9"}
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", "ckpt", "--dry-run"],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "error: OMNI_CPU_WEIGHTS='int9' is not allowed (use one of: model, int8, int4)"
+    )
