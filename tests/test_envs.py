@@ -16,6 +16,7 @@ from omni_cpu.hardware.probe import read_facts
 from omni_cpu.launch.launch_plan import make_launch_plan
 from omni_cpu.plan import footprint_for_model, plan_profile
 from omni_cpu.profile import save_profile
+from omni_cpu.serve.knobs import AdmissionLimits
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -150,3 +151,12 @@ def test_serve_refuses_a_bad_value_in_one_line_before_anything_starts() -> None:
     assert done.stderr.strip() == (
         "error: OMNI_CPU_WEIGHTS='int9' is not allowed (use one of: model, int8, int4)"
     )
+
+
+def test_every_serve_knob_is_a_field_the_api_server_gets() -> None:
+    served = {knob.name for knob in envs.KNOBS.values() if knob.read_by == "serve"}
+    assert set(AdmissionLimits().to_env()) == served
+    assert all(name.startswith(envs.SERVE_PREFIX) for name in served)
+    limits = AdmissionLimits(max_in_flight=7, allow_ref_audio_urls=True, request_timeout_s=1.5)
+    assert AdmissionLimits.from_env(limits.to_env()) == limits
+    assert AdmissionLimits.from_env({}) == AdmissionLimits()
