@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import subprocess
 import sys
@@ -15,10 +16,11 @@ from omni_cpu.errors import SettingError
 from omni_cpu.hardware.probe import read_facts
 from omni_cpu.launch.launch_plan import make_launch_plan
 from omni_cpu.plan import footprint_for_model, plan_profile
-from omni_cpu.profile import save_profile
+from omni_cpu.profile import dump_profile, save_profile
 from omni_cpu.serve.knobs import AdmissionLimits
 
 REPO = Path(__file__).resolve().parents[1]
+PROFILES_SCRIPT = REPO / "scripts" / "make_example_profiles.py"
 
 
 def test_every_knob_has_a_default_a_doc_and_a_reader() -> None:
@@ -160,3 +162,19 @@ def test_every_serve_knob_is_a_field_the_api_server_gets() -> None:
     limits = AdmissionLimits(max_in_flight=7, allow_ref_audio_urls=True, request_timeout_s=1.5)
     assert AdmissionLimits.from_env(limits.to_env()) == limits
     assert AdmissionLimits.from_env({}) == AdmissionLimits()
+
+
+def test_a_stage_variable_in_a_profile_carries_its_doc_as_the_comment() -> None:
+    profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"))
+    profile = dataclasses.replace(profile, env={**profile.env, envs.CODE2WAV.name: "recompute"})
+    lines = [line for line in dump_profile(profile).splitlines() if "OMNI_CPU_CODE2WAV" in line]
+    assert len(lines) == 3  # omni_cpu.env, then each stage's env in the deploy config
+    assert all(line.endswith(f"# {envs.CODE2WAV.doc}") for line in lines)
+
+
+def test_the_readme_lists_every_variable_as_the_table_declares_it() -> None:
+    spec = importlib.util.spec_from_file_location("make_example_profiles", PROFILES_SCRIPT)
+    examples = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(examples)
+    readme = examples.README.read_text()
+    assert readme == examples.readme_with_env_table(readme), "stale: run `make profiles`"
