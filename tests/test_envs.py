@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +180,59 @@ def test_the_readme_lists_every_variable_as_the_table_declares_it() -> None:
     spec.loader.exec_module(examples)
     readme = examples.README.read_text()
     assert readme == examples.readme_with_env_table(readme), "stale: run `make profiles`"
+
+
+# --- Only omni_cpu/envs.py names a variable ------------------------------------------
+
+# A whole string that is a variable's name: any OMNI_CPU_* one, and every declared one.
+VARIABLE_NAME = re.compile(r"(VLLM_)?OMNI_CPU_[A-Z0-9_]+")
+
+
+def named_variables(source: str) -> list[tuple[int, str]]:
+    """(line, name) of each string literal in `source` that names a variable.
+
+    Reading one (`os.environ["X"]`, `os.environ.get("X")`, `os.getenv("X")`), setting
+    one or declaring one again (`X_ENV = "X"`) all need the name as a literal; prose
+    that mentions it (a docstring, a message) is a longer string and is not counted.
+    """
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+            continue
+        if VARIABLE_NAME.fullmatch(node.value) or node.value in envs.KNOBS:
+            found.append((node.lineno, node.value))
+    return found
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        'os.environ["OMNI_CPU_WEIGHTS"]',
+        'os.environ.get("OMNI_CPU_NEW_THING", "1")',
+        'os.getenv("OMNI_CPU_STEP_LOG")',
+        'environ.get("VLLM_OMNI_CPU_INDUCTOR")',
+        'CODE2WAV_ENV = "OMNI_CPU_CODE2WAV"',
+        'env = {"VLLM_TARGET_DEVICE": "cpu"}',
+    ],
+)
+def test_the_check_finds_a_variable_read_or_named_in_code(snippet: str) -> None:
+    assert named_variables(snippet)
+
+
+def test_the_check_passes_prose_and_names_taken_from_a_knob() -> None:
+    source = (
+        '"""Set OMNI_CPU_WEIGHTS=int8 to quantize."""\n'
+        'os.environ.get(envs.WEIGHTS.name)\nmessage = f"{envs.GEMV.name}=off"\n'
+    )
+    assert named_variables(source) == []
+
+
+def test_no_module_but_envs_reads_or_names_a_variable() -> None:
+    package = REPO / "omni_cpu"
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {name}"
+        for path in sorted(package.rglob("*.py"))
+        if path != package / "envs.py"
+        for line, name in named_variables(path.read_text())
+    ]
+    assert found == [], "take the name from its knob in omni_cpu/envs.py"
