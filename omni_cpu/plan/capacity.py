@@ -210,7 +210,8 @@ def assumptions(speed: SpeedInputs, isa: str, talker_cores: int = 1) -> tuple[st
         )
     streamed = speed.footprint.streamed_bytes_per_frame(speed.talker_dtype, speed.weights)
     overhead = (
-        f"{talker_overhead_ms(speed):.0f} ms per talker step besides its "
+        f"{talker_overhead_ms(speed, talker_cores):.0f} ms per talker step on "
+        f"{talker_cores} core(s) besides its "
         f"{streamed / 1e9:.2f} GB of {speed.weight_format} weights per frame"
     )
     if calibration is not None and calibration.small_op_us:
