@@ -217,17 +217,15 @@ def run_bench(
     verbose: bool = False,
 ) -> BenchResult:
     """Measure the triad, start the engines once, run warm-up then every level."""
-    from omni_cpu.envs import WEIGHTS_ENV
     from omni_cpu.plan.footprint import footprint_for_model
-    from omni_cpu.platform.steplog import STEP_LOG_ENV
 
     stage_cpus = stage_cpus_of(plan)
-    weights = plan.profile.env.get(WEIGHTS_ENV, "model")
+    weights = plan.profile.env.get(envs.WEIGHTS.name, "model")
     talker_dtype = plan.profile.replicas[plan.replica].stage(0).dtype
     footprint = footprint_for_model(plan.model)
     weight_bytes = footprint.streamed_bytes_per_frame(talker_dtype, weights)
     speed = capacity.profile_speed_inputs(
-        plan.profile, plan.replica, footprint, envs.OMNI_CPU_CODE2WAV or "stream"
+        plan.profile, plan.replica, footprint, envs.OMNI_CPU_CODE2WAV
     )
     progress("measuring memory bandwidth (triad) before the engines start")
     triad = triad_bandwidth(triad_bytes) if triad_bytes else triad_bandwidth()
@@ -249,7 +247,7 @@ def run_bench(
     )
     # Stage workers inherit this and log each step's wall time (read per level).
     if not envs.OMNI_CPU_STEP_LOG:
-        os.environ[STEP_LOG_ENV] = tempfile.mkdtemp(prefix="omni-cpu-steps-")
+        os.environ[envs.STEP_LOG.name] = tempfile.mkdtemp(prefix="omni-cpu-steps-")
     step_dir = Path(envs.OMNI_CPU_STEP_LOG)
     progress("loading the talker and code2wav engines")
     with EngineSession(plan, verbose=verbose) as session:

@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omni_cpu import envs
 from omni_cpu.errors import OmniCpuError, RuntimeMissingError, StageError
 from omni_cpu.launch import logs, startup
 from omni_cpu.launch.launch_plan import DRIVER_ENV_DEFAULTS, LaunchPlan
 from omni_cpu.process import procfs, proctree, stage_processes
 from omni_cpu.process.guard import StageGuard
-from omni_cpu.process.watch import STALL_ENV, ProgressWatch, stall_seconds
+from omni_cpu.process.watch import ProgressWatch, stall_seconds
 from omni_cpu.speech.codec import SAMPLE_RATE
 from omni_cpu.speech.prompts import PromptBuilder, check_prompt_lengths, request_index
 from omni_cpu.speech.request import SpeechRequest
@@ -465,8 +466,8 @@ class PipelineSession:
             if watch is not None and watch.stalled is not None:
                 raise StageError(
                     f"synthesis failed: {watch.stalled}",
-                    f"the stage is hung, not dead: its log above may say why ({STALL_ENV} "
-                    "sets how long work may go without progress)",
+                    "the stage is hung, not dead: its log above may say why "
+                    f"({envs.STAGE_STALL_S.name} sets how long work may go without progress)",
                 ) from None
             raise
         except (OmniCpuError, SystemExit):

@@ -39,7 +39,7 @@ GENERATION_WORKER_QUALNAME = "omni_cpu.platform.workers.CPUGenerationWorker"
 # imports torch, vLLM and vLLM-Omni (~0.7 GB resident and ~10 s of start-up
 # each), and no shared-memory queue between engine core and worker polling on
 # the stage's own core every step. Set it to 1 for vLLM's process-per-worker.
-DRIVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+DRIVER_ENV = {envs.TARGET_DEVICE.name: "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 def should_activate() -> bool:

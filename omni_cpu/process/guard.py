@@ -29,9 +29,9 @@ from pathlib import Path
 
 import psutil
 
+from omni_cpu import envs
 from omni_cpu.process import procfs, shm
 
-OWNER_ENV = "OMNI_CPU_OWNER"  # the token; one per owner session
 POLL_S = 1.0
 TRACKER_GRACE_S = 3.0  # the resource tracker unlinks what it tracked once its pipe closes
 STOP = b"s"
@@ -48,7 +48,7 @@ def token_processes(token: str, among: list[psutil.Process] | None = None) -> li
         try:
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if procfs.environ(process.pid).get(OWNER_ENV) == token:
+            if procfs.environ(process.pid).get(envs.OWNER.name) == token:
                 found.append(process)
         except psutil.Error:
             continue
@@ -180,7 +180,7 @@ class StageGuard:
         for folder in self.output_folders:
             sweep_partials(folder)
         ours, theirs = socket.socketpair()
-        env = {key: value for key, value in os.environ.items() if key != OWNER_ENV}
+        env = {key: value for key, value in os.environ.items() if key != envs.OWNER.name}
         command = [sys.executable, "-m", "omni_cpu.process.guard", self.token, str(os.getpid())]
         launcher = subprocess.Popen(
             [*command, *map(str, self.output_folders)],
@@ -202,8 +202,8 @@ class StageGuard:
             StageGuard.watchdog_pids.add(self.watchdog_pid)
         self._channel = ours
         StageGuard._held.append(ours)
-        self._previous = os.environ.get(OWNER_ENV)
-        os.environ[OWNER_ENV] = self.token
+        self._previous = os.environ.get(envs.OWNER.name)
+        os.environ[envs.OWNER.name] = self.token
         return self
 
     def stop_stages(self, timeout_s: float = 10.0) -> bool:
@@ -220,9 +220,9 @@ class StageGuard:
     def __exit__(self, *exc_info: object) -> None:
         self.stop_stages()
         if self._previous is None:
-            os.environ.pop(OWNER_ENV, None)
+            os.environ.pop(envs.OWNER.name, None)
         else:
-            os.environ[OWNER_ENV] = self._previous
+            os.environ[envs.OWNER.name] = self._previous
 
 
 def _log_error(token: str) -> None:

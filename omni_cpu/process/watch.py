@@ -21,7 +21,6 @@ from omni_cpu import envs
 from omni_cpu.process import proctree
 from omni_cpu.process.stage_processes import StageProcess
 
-STALL_ENV = "OMNI_CPU_STAGE_STALL_S"
 # Below this much CPU gained between two looks a process made no progress (clock ticks
 # are 10 ms; an idle engine core's poll loop takes less than this in a second).
 PROGRESS_CPU_S = 0.02
@@ -29,7 +28,7 @@ PROGRESS_CPU_S = 0.02
 
 def stall_seconds() -> float:
     """How long work may go without progress before the pipeline counts as hung (0 = never)."""
-    return float(envs.KNOBS[STALL_ENV].value())
+    return float(envs.OMNI_CPU_STAGE_STALL_S)
 
 
 def is_stopped(pid: int) -> bool:

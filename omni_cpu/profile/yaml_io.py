@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from omni_cpu import envs
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import CpuListError, ProfileError
 from omni_cpu.profile.deploy import (
@@ -64,12 +65,7 @@ COMMENTS = {
     "omni_cpu.replicas[].capacity.talker_step_ms_at_max_seqs": "one step, max_num_seqs streams",
     "omni_cpu.replicas[].capacity.max_num_seqs": "the streams of the step above",
     "omni_cpu.env": "environment of every stage process",
-    "omni_cpu.env.VLLM_OMNI_CPU_INDUCTOR": "code predictor torch.compile (1 = on)",
-    "omni_cpu.env.OMNI_CPU_WEIGHTS": "talker weights: model (checkpoint dtype), int8 or int4",
-    "omni_cpu.env.OMNI_CPU_CODE2WAV": "code2wav decode: stream (default) or recompute",
     "omni_cpu.env.LD_PRELOAD": "Intel OpenMP / tcmalloc found on this machine",
-    "omni_cpu.env.OMNI_CPU_AMX_ROWS": "rows from which linears use AMX (measured here)",
-    "omni_cpu.env.OMNI_CPU_GEMV": "off: the library kernels beat the GEMV here (measured)",
     "omni_cpu.notes": "why the planner chose what it chose",
     "omni_cpu.replicas": "one pipeline per NUMA node (omni-cpu serve --replica N)",
     "omni_cpu.replicas[].numa_node": "its home: the first node its memory is on",
@@ -101,6 +97,13 @@ COMMENTS = {
     "stages[].enforce_eager": "engine arg --enforce-eager (no CUDA graphs on CPU)",
     "stages[].async_scheduling": "engine arg --async-scheduling (off on CPU)",
     "platforms.cpu.stages[].env": "per-stage process environment (replica 0)",
+    # Every variable a stage reads says what it does, in the words of omni_cpu.envs.
+    **{
+        f"{block}.{knob.name}": knob.doc
+        for knob in envs.KNOBS.values()
+        if knob.read_by == "stage"
+        for block in ("omni_cpu.env", "platforms.cpu.stages[].env")
+    },
 }
 
 

@@ -19,6 +19,7 @@ pytest.importorskip("vllm", reason="the inference runtime is not installed")
 import torch
 from torch import nn
 
+from omni_cpu import envs
 from omni_cpu.kernels import gemv
 from omni_cpu.models import linears
 
@@ -133,7 +134,7 @@ def test_each_avx2_output_column_lands_in_its_own_place() -> None:
 
 @needs_avx2
 def test_forcing_avx2_routes_bf16_and_int8_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(gemv.GEMV_ENV, "avx2")
+    monkeypatch.setenv(envs.GEMV.name, "avx2")
     assert gemv.kernel() is None  # the AVX-512 build and its attention step aside
     assert linears.choose(weight(384, 256).to(torch.bfloat16), "model")[0] == "gemv-avx2-bf16"
     assert linears.choose(weight(384, 256), "int8")[0] == "gemv-avx2-w8a8"
@@ -161,7 +162,7 @@ def test_the_avx2_one_position_attention_matches_sdpa(
     """The bounds of test_decode_attention.py, on the AVX2 module's copy of the kernel."""
     from tests.kernels.test_decode_attention import reference
 
-    monkeypatch.setenv(gemv.GEMV_ENV, "avx2")
+    monkeypatch.setenv(envs.GEMV.name, "avx2")
     generator = torch.Generator().manual_seed(end * 31 + heads)
     dim, cached = 128 if heads == 16 else 32, 17
     q = torch.randn(bsz, heads * dim, generator=generator).to(dtype)

@@ -151,5 +151,5 @@ def test_an_unreadable_amx_rows_value_names_what_it_takes(
     raw: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OMNI_CPU_AMX_ROWS", raw)
-    with pytest.raises(ValueError, match="expected auto, a row count, or bf16=N,int8=N"):
+    with pytest.raises(ValueError, match="use auto, a row count, or bf16=N,int8=N"):
         envs.OMNI_CPU_AMX_ROWS  # noqa: B018

@@ -18,6 +18,7 @@ pytest.importorskip("vllm", reason="the inference runtime is not installed")
 
 import torch
 
+from omni_cpu import envs
 from omni_cpu.kernels import gemv
 from omni_cpu.models import linears
 
@@ -122,7 +123,7 @@ def test_choose_picks_int4_for_large_layers_only() -> None:
 def test_the_avx2_int4_gemv_matches_the_dequantized_product(
     shape: tuple[int, int], rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(gemv.GEMV_ENV, "avx2")  # as on an AVX2-only CPU
+    monkeypatch.setenv(envs.GEMV.name, "avx2")  # as on an AVX2-only CPU
     assert linears.int4_available()
     w, bias = weight(*shape), torch.randn(shape[0]) * 0.1
     kernel, product = linears.choose(w, "int4")
@@ -135,6 +136,6 @@ def test_the_avx2_int4_gemv_matches_the_dequantized_product(
 
 
 def test_int4_is_refused_where_its_kernel_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(gemv.GEMV_ENV, "off")  # as on a CPU without AVX2
+    monkeypatch.setenv(envs.GEMV.name, "off")  # as on a CPU without AVX2
     assert not linears.int4_available()
     assert linears.choose(weight(384, 256), "int4") is None

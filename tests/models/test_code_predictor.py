@@ -113,13 +113,3 @@ def test_installs_on_the_tts_predictor_and_not_where_buffers_are_returned() -> N
 def test_fused_falls_back_to_cached_where_its_kernels_do_not_run() -> None:
     # float64 has no vLLM CPU kernel: the exact cached forward takes over.
     assert dispatcher.install_forward(make_predictor(64), "fused") == "cached"
-
-
-def test_environment_chooses_the_forward(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(dispatcher.CODE_PREDICTOR_ENV, raising=False)
-    assert dispatcher.predictor_mode() == "fused"
-    monkeypatch.setenv(dispatcher.CODE_PREDICTOR_ENV, "Stock")
-    assert dispatcher.predictor_mode() == "stock"
-    monkeypatch.setenv(dispatcher.CODE_PREDICTOR_ENV, "compiled")
-    with pytest.raises(ValueError, match="fused, cached, stock"):
-        dispatcher.predictor_mode()

@@ -11,17 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from omni_cpu import envs
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.profile import load_profile, save_profile
 from omni_cpu.serve import build_serve_plan
-from omni_cpu.serve.knobs import (
-    DRAIN_FILE_ENV,
-    MAX_IN_FLIGHT_ENV,
-    MAX_INPUT_CHARS_ENV,
-    MIDDLEWARE_PATH,
-)
+from omni_cpu.serve.knobs import MIDDLEWARE_PATH
 
 from ..plan.machines import machine
 
@@ -75,18 +71,19 @@ def test_queue_limit_is_max_num_seqs_plus_the_waiting_cap():
     seqs = profile.replicas[0].stage(0).max_num_seqs
     assert build_serve_plan("m", profile).limits.max_in_flight == 2 * seqs
     plan = build_serve_plan("m", profile, max_waiting=3)
-    assert plan.env[MAX_IN_FLIGHT_ENV] == str(seqs + 3)
+    assert plan.env[envs.SERVE_MAX_IN_FLIGHT.name] == str(seqs + 3)
 
 
 def test_input_limit_defaults_to_half_the_talker_context():
     profile = load_profile(EIGHT_NODES)
     plan = build_serve_plan("m", profile)
-    assert plan.env[MAX_INPUT_CHARS_ENV] == str(profile.replicas[0].stage(0).max_model_len // 2)
+    half_context = profile.replicas[0].stage(0).max_model_len // 2
+    assert plan.env[envs.SERVE_MAX_INPUT_CHARS.name] == str(half_context)
 
 
 def test_drain_flag_lives_in_the_per_port_workdir():
     plan = build_serve_plan("m", load_profile(EIGHT_NODES), port=8077)
-    assert plan.env[DRAIN_FILE_ENV] == str(Path(plan.workdir) / "draining")
+    assert plan.env[envs.SERVE_DRAIN_FILE.name] == str(Path(plan.workdir) / "draining")
     assert Path(plan.deploy_config_path).parent == Path(plan.workdir)
     # Per port and per process: a second server never touches the first one's files.
     assert plan.workdir.endswith(f"omni-cpu-serve-8077-{os.getpid()}")
