@@ -1,4 +1,9 @@
-"""Shared fixtures: the real-machine dumps, unpacked once per test session."""
+"""Shared across folders: the real-machine dumps (unpacked once per session) and the tiny
+checkpoints.
+
+Builders and clients live in tests/helpers; fixtures more than one folder takes
+are registered here.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,16 @@ from pathlib import Path
 
 import pytest
 
-try:  # tests/ as a package or as a plain folder on sys.path
-    from tests import sysroots
-except ImportError:  # pragma: no cover - depends on pytest's import mode
-    import sysroots  # type: ignore[no-redef]
+from tests.helpers import sysroots
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-weight tiny Qwen3-TTS checkpoint in the real layout (seconds to make)."""
+    pytest.importorskip("numpy", reason="making a checkpoint needs numpy (the runtime)")
+    from omni_cpu.checkpoint.writer import make_checkpoint
+
+    return Path(make_checkpoint("tiny", tmp_path_factory.mktemp("tiny") / "ckpt", seed=0))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from omni_cpu.process import proctree, shm
-from tests.e2e.conftest import OMNI_CPU, live_pids_with_token, needs_runtime
+from tests.helpers.engines import OMNI_CPU, live_pids_with_token, needs_runtime
 
 SHM = Path("/dev/shm")
 LONG_FRAMES = "400"  # far longer than any test waits: the run is always cut short

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.e2e.conftest import needs_runtime
+from tests.helpers.engines import needs_runtime
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
