@@ -120,7 +120,7 @@ class Watchdog:
             _, alive = psutil.wait_procs(trackers, timeout=TRACKER_GRACE_S)
             kill_all(alive)
         self.ledger.save()
-        shm.remove(shm.leftovers(self.ledger, shm.procfs.shm_names_in_use()))
+        shm.remove(shm.leftovers(self.ledger, procfs.shm_names_in_use()))
 
     def finish(self) -> None:
         self.stop(owner_alive=False)

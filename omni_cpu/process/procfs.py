@@ -1,11 +1,11 @@
 """What psutil does not give, read from /proc by hand: the one place that parses it.
 
-psutil covers process trees, CPU times, RSS, environments and waiting for exit
+psutil covers process trees, CPU times, RSS, liveness and waiting for exit
 (`omni_cpu.process.proctree`). It has no resident-memory high-water mark, no
 per-thread affinity list, no view of which /dev/shm entries a process holds, no
 OOM-kill counter, and it reads no environment of a process that rewrote its
-title; those few reads live here, each tolerant of a process that
-vanishes mid-read.
+title (every stage process does); those few reads live here, each tolerant of a
+process that vanishes mid-read.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-
-import psutil
 
 from omni_cpu.cpulist import parse_cpu_list
 
@@ -102,20 +100,3 @@ def oom_kills() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def pid_running(pid: int, proc: str = "/proc") -> bool:
-    """Whether `pid` exists and is not a zombie (a zombie runs no code and holds no file).
-
-    A killed stage under a subreaper (`serve`) stays a zombie until it is reaped.
-    """
-    try:
-        with open(f"{proc}/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    except OSError:
-        return psutil.pid_exists(pid)
-    # The state follows the command name, which may itself hold ") ".
-    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
-    return state not in (b"Z", b"X")
