@@ -85,8 +85,9 @@ class Ledger:
         """Add what `pids` hold now (and their OpenMP files); True when something was new."""
         before = (len(self.pids), len(self.names))
         self.pids.update(pids)
+        inodes = procfs.shm_inodes()
         for pid in pids:
-            self.names |= {name for name in procfs.shm_names_held(pid) if "/" not in name}
+            self.names |= procfs.shm_names_held(pid, inodes)
         return before != (len(self.pids), len(self.names))
 
     def record_new(self, baseline: set[str]) -> None:

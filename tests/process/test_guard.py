@@ -44,21 +44,47 @@ def gone_within(seconds: float, check) -> bool:
     return check()
 
 
-def test_a_killed_owner_takes_its_children_and_their_shared_memory_along(tmp_path: Path) -> None:
-    owner, child, segment = start_owner("wait", tmp_path)
-    assert (shm.SHM_DIR / segment).exists()
+def ledgers_listing(name: str) -> set[Path]:
+    """The watchdogs' ledgers that recorded `name`."""
+    paths = set(shm.SHM_DIR.glob(f"{shm.LEDGER_PREFIX}*{shm.LEDGER_SUFFIX}"))
+    return {path for path in paths if (ledger := shm.Ledger.load(path)) and name in ledger.names}
 
-    def ledgers_listing_it() -> set[Path]:
-        paths = set(shm.SHM_DIR.glob(f"{shm.LEDGER_PREFIX}*{shm.LEDGER_SUFFIX}"))
-        return {p for p in paths if (ledger := shm.Ledger.load(p)) and segment in ledger.names}
 
-    assert gone_within(20, lambda: bool(ledgers_listing_it()))  # the watchdog recorded it
-    ledgers = ledgers_listing_it()
-    os.kill(owner.pid, signal.SIGKILL)
-    owner.wait()
-    assert gone_within(20, lambda: not proctree.is_running(child))
-    assert gone_within(20, lambda: not (shm.SHM_DIR / segment).exists())
-    assert gone_within(20, lambda: not any(path.exists() for path in ledgers))
+@pytest.mark.parametrize(
+    "mode", ["wait", "titled"], ids=["a segment", "a titled stage's lost semaphore"]
+)
+def test_a_killed_owner_takes_its_children_and_their_shared_memory_along(
+    mode: str, tmp_path: Path
+) -> None:
+    owner, child, name = start_owner(mode, tmp_path)
+    try:
+        assert (shm.SHM_DIR / name).exists()
+        assert gone_within(20, lambda: bool(ledgers_listing(name)))  # the watchdog recorded it
+        ledgers = ledgers_listing(name)
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait()
+        assert gone_within(20, lambda: not proctree.is_running(child))
+        assert gone_within(20, lambda: not (shm.SHM_DIR / name).exists())
+        assert gone_within(20, lambda: not any(path.exists() for path in ledgers))
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        (shm.SHM_DIR / name).unlink(missing_ok=True)
+
+
+def test_a_titled_stage_keeps_the_token_in_its_environment(tmp_path: Path) -> None:
+    from omni_cpu import envs
+    from omni_cpu.process import procfs
+
+    owner, child, name = start_owner("titled", tmp_path)
+    try:
+        assert proctree.command_line(child).startswith("VLLM::StageEngineCoreProc_stage0_")
+        assert procfs.environ(child).get(envs.OWNER.name)
+    finally:
+        owner.kill()
+        owner.wait()
+        gone_within(20, lambda: not proctree.is_running(child))
+        (shm.SHM_DIR / name).unlink(missing_ok=True)
 
 
 def test_a_clean_exit_leaves_no_segment_and_no_ledger(tmp_path: Path) -> None:
