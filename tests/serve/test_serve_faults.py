@@ -18,6 +18,7 @@ import pytest
 
 from omni_cpu.process import proctree
 from tests.helpers.engines import needs_runtime
+from tests.helpers.leftovers import SHM, eventually, new_shm_entries
 from tests.helpers.serving import get, post_json, start_server, wait_ready
 
 pytestmark = [pytest.mark.e2e, needs_runtime]
@@ -33,6 +34,7 @@ def talker_process(root: int) -> int:
 def test_a_killed_stage_is_named_by_health_and_the_server_exits_4(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
+    shm_before = set(os.listdir(SHM))
     running = start_server(tiny_checkpoint, tmp_path / "serve.log", "--max-frames", "12")
     server, port, log = running.process, running.port, running.log
     try:
@@ -55,6 +57,8 @@ def test_a_killed_stage_is_named_by_health_and_the_server_exits_4(
         assert named is not None and f"pid {victim}" in named
         assert f"stage 0 (talker) engine core pid {victim} died" in log.read_text()
         assert proctree.wait_gone(tree, 5.0) == []
+        # The semaphore the killed stage held among them (its run's ledger lists it).
+        assert eventually(lambda: not new_shm_entries(shm_before)), new_shm_entries(shm_before)
     finally:
         if server.poll() is None:
             proctree.stop_tree(server.pid, 30)
