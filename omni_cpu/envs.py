@@ -348,6 +348,15 @@ STAGE_DEVICE = _declare(
         "stage",
     )
 )
+ENGINES_BARRED = _declare(
+    Knob(
+        "OMNI_CPU_ENGINES_BARRED",
+        "",
+        "set by the tests, not by hand: a file; while it exists a stage engine that starts "
+        "writes its pid there and fails (engines start only in tests marked e2e)",
+        "stage",
+    )
+)
 TARGET_DEVICE = _declare(
     Knob(
         "VLLM_TARGET_DEVICE",
@@ -419,6 +428,7 @@ if TYPE_CHECKING:
     VLLM_OMNI_CPU_INDUCTOR: bool
     OMNI_CPU_STEP_LOG: str
     OMNI_CPU_TORCH_PROFILE: str
+    OMNI_CPU_ENGINES_BARRED: str
     OMNI_CPU_STAGE_STALL_S: float
     OMNI_CPU_SERVE_REQUEST_TIMEOUT_S: float
     OMNI_CPU_SERVE_MAX_IN_FLIGHT: int

@@ -19,7 +19,7 @@ from omni_cpu import envs  # noqa: E402
 from omni_cpu.hardware.probe import read_facts  # noqa: E402
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile  # noqa: E402
 from omni_cpu.profile import dump_profile  # noqa: E402
-from tests import sysroots  # noqa: E402
+from tests.helpers import sysroots  # noqa: E402
 
 PROFILES_DIR = REPO_ROOT / "profiles"
 # Dump id -> profile file: a 2-socket 8-node EPYC, the sparse-node 64-CPU Xeon,

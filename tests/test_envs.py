@@ -56,12 +56,9 @@ def test_an_undeclared_variable_is_an_error() -> None:
         _ = envs.OMNI_CPU_NOT_A_KNOB
 
 
-def test_the_table_prints_without_importing_torch_or_vllm() -> None:
-    code = (
-        "import runpy, sys; runpy.run_module('omni_cpu.envs', run_name='__main__'); "
-        "assert not {'torch', 'vllm', 'transformers'} & set(sys.modules), sys.modules.keys()"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+def test_the_table_prints_every_knob() -> None:
+    # Printing it imports no runtime either: tests/test_import_light.py.
+    done = subprocess.run([sys.executable, "-m", "omni_cpu.envs"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     printed = {line.split("=", 1)[0] for line in done.stdout.splitlines()}
     assert printed == set(envs.KNOBS)

@@ -1,54 +1,35 @@
 """Per-stage CPU time (psutil) and peak memory (VmHWM), for the processes of each stage.
 
-A process belongs to a stage when its environment carries that stage's
-`VLLM_CPU_OMP_THREADS_BIND` (vLLM-Omni starts each stage with its platform env,
-and the stage's engine core and worker inherit it). Stages that share one CPU
-list cannot be told apart; they are reported together under a joined name.
+A process belongs to a stage when its environment carries that stage's bind list
+(`omni_cpu.process.stage_processes.stage_binds`: vLLM-Omni starts each stage with
+its platform env, and the stage's engine core and worker inherit it). Stages that
+share one CPU list cannot be told apart; they are reported together under a
+joined name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from omni_cpu.process import procfs, proctree, stage_processes
+from omni_cpu.process import procfs, proctree
+from omni_cpu.process.stage_processes import BIND_ENV, StageBinds
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of `pid` (all its threads); 0 when it is gone."""
-    return proctree.cpu_seconds(pid)
-
-
-def peak_rss_bytes(pid: int) -> int:
-    """Resident-memory high-water mark of `pid` since it started."""
-    return procfs.peak_rss_bytes(pid)
-
-
-def reset_peak_rss() -> None:
-    """Restart this process's peak RSS from its current RSS.
-
-    The triad's arrays are freed before the engines start; without this the driver's
-    peak would report them instead of what serving costs.
-    """
-    procfs.reset_peak_rss()
-
-
-def stage_groups(pids: Iterable[int], stage_cpus: Mapping[str, str]) -> dict[str, list[int]]:
-    """Stage name -> its processes, matching each process's bind list to the stages'."""
-    names_by_cpus: dict[str, list[str]] = {}
-    for name, cpus in stage_cpus.items():
-        names_by_cpus.setdefault(cpus, []).append(name)
-    groups: dict[str, list[int]] = {"+".join(names): [] for names in names_by_cpus.values()}
+def stage_groups(pids: Iterable[int], binds: StageBinds) -> dict[str, list[int]]:
+    """Stage name ("talker", or "talker+code2wav" sharing CPUs) -> its processes."""
+    names = {bind: "+".join(name for _, name in stages) for bind, stages in binds.items()}
+    groups: dict[str, list[int]] = {name: [] for name in names.values()}
     for pid in pids:
-        bind = stage_processes.process_env(pid).get("VLLM_CPU_OMP_THREADS_BIND")
-        if bind in names_by_cpus:
-            groups["+".join(names_by_cpus[bind])].append(pid)
+        bind = procfs.environ(pid).get(BIND_ENV)
+        if bind in names:
+            groups[names[bind]].append(pid)
     return groups
 
 
 def group_cpu_seconds(groups: Mapping[str, list[int]]) -> dict[str, float]:
-    return {name: sum(cpu_seconds(pid) for pid in pids) for name, pids in groups.items()}
+    return {name: sum(proctree.cpu_seconds(pid) for pid in pids) for name, pids in groups.items()}
 
 
 def group_peak_rss_bytes(groups: Mapping[str, list[int]]) -> dict[str, int]:
     """Sum of each process's own peak: an upper bound of the group's simultaneous peak."""
-    return {name: sum(peak_rss_bytes(pid) for pid in pids) for name, pids in groups.items()}
+    return {name: sum(procfs.peak_rss_bytes(pid) for pid in pids) for name, pids in groups.items()}

@@ -21,6 +21,8 @@ from omni_cpu.launch.launch_plan import LaunchPlan
 from omni_cpu.launch.pipeline import startup_dict
 from omni_cpu.plan import capacity
 from omni_cpu.platform import steplog
+from omni_cpu.process import procfs
+from omni_cpu.process.stage_processes import stage_binds
 from omni_cpu.speech.codec import FRAME_SAMPLES
 from omni_cpu.speech.request import SpeechRequest
 
@@ -190,7 +192,7 @@ def _level(
         if name == "code2wav" and frames:
             code2wav_ms = round(seconds * 1000 / frames / cores, 1)
     rss = procstats.group_peak_rss_bytes(groups)
-    rss["driver"] = procstats.peak_rss_bytes(os.getpid())
+    rss["driver"] = procfs.peak_rss_bytes(os.getpid())
     level = Level(concurrency, summarize_streams(traces, wall_s), code2wav_ms, busy, cpu_s, rss)
     if step_dir is not None:
         time.sleep(0.2)  # the workers' last lines of the level
@@ -231,7 +233,9 @@ def run_bench(
     triad = triad_bandwidth(triad_bytes) if triad_bytes else triad_bandwidth()
     progress("measuring the read bandwidth of the talker's own cores")
     talker_read = stage_read(parse_cpu_list(stage_cpus["talker"]))
-    procstats.reset_peak_rss()
+    # The triad's arrays are freed before the engines start; without this the driver's
+    # peak would report them instead of what serving costs.
+    procfs.reset_peak_rss()
     result = BenchResult(
         plan.model,
         plan.profile_source,
@@ -253,7 +257,7 @@ def run_bench(
     with EngineSession(plan, verbose=verbose) as session:
         result.load_s = session.load_s
         result.startup = dict(session.startup)
-        groups = procstats.stage_groups(session.stage_pids, stage_cpus)
+        groups = procstats.stage_groups(session.stage_pids, stage_binds(plan.deploy_config))
         progress(f"engines up in {sum(session.startup.values()):.1f} s")
         for index in range(warmup):
             progress(f"warm-up request {index + 1}/{warmup}")

@@ -32,6 +32,12 @@ import psutil
 from omni_cpu import envs
 from omni_cpu.process import procfs, shm
 
+# setproctitle's own switch: vLLM titles every stage process (VLLM::StageEngineCoreProc_...),
+# and setproctitle 1.3 writes the title over the environment block unless this is set, so
+# the token (and every variable) would no longer be readable in the stages it must find.
+# The title is then as long as the command line had room for: a stage's spawn line has
+# more than enough.
+KEEP_ENVIRON_ENV = "SPT_NOENV"
 POLL_S = 1.0
 TRACKER_GRACE_S = 3.0  # the resource tracker unlinks what it tracked once its pipe closes
 STOP = b"s"
@@ -120,7 +126,7 @@ class Watchdog:
             _, alive = psutil.wait_procs(trackers, timeout=TRACKER_GRACE_S)
             kill_all(alive)
         self.ledger.save()
-        shm.remove(shm.leftovers(self.ledger, shm.procfs.shm_names_in_use()))
+        shm.remove(shm.leftovers(self.ledger, procfs.shm_names_in_use()))
 
     def finish(self) -> None:
         self.stop(owner_alive=False)
@@ -169,7 +175,7 @@ class StageGuard:
         self.output_folders = [Path(folder) for folder in output_folders]
         self.token = uuid.uuid4().hex
         self._channel: socket.socket | None = None
-        self._previous: str | None = None
+        self._previous: dict[str, str | None] = {}
         self.watchdog_pid: int | None = None
 
     def __enter__(self) -> StageGuard:
@@ -202,8 +208,9 @@ class StageGuard:
             StageGuard.watchdog_pids.add(self.watchdog_pid)
         self._channel = ours
         StageGuard._held.append(ours)
-        self._previous = os.environ.get(envs.OWNER.name)
+        self._previous = {key: os.environ.get(key) for key in (envs.OWNER.name, KEEP_ENVIRON_ENV)}
         os.environ[envs.OWNER.name] = self.token
+        os.environ[KEEP_ENVIRON_ENV] = "1"
         return self
 
     def stop_stages(self, timeout_s: float = 10.0) -> bool:
@@ -219,10 +226,11 @@ class StageGuard:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop_stages()
-        if self._previous is None:
-            os.environ.pop(envs.OWNER.name, None)
-        else:
-            os.environ[envs.OWNER.name] = self._previous
+        for key, value in self._previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _log_error(token: str) -> None:

@@ -21,6 +21,7 @@ import torch
 from omni_cpu import envs
 from omni_cpu.kernels import gemv
 from omni_cpu.models import linears
+from tests.helpers.tensors import relative, weight
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 needs_gemv = pytest.mark.skipif(
@@ -31,15 +32,6 @@ needs_gemv = pytest.mark.skipif(
 REAL_SHAPES = [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (1024, 1024)]
 INT4_BOUND = 0.08
 KERNEL_BOUND = 0.015
-
-
-def relative(got: torch.Tensor, want: torch.Tensor) -> float:
-    return float((got.float() - want.float()).norm() / want.float().norm())
-
-
-def weight(out_features: int, in_features: int, seed: int = 0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(out_features, in_features, generator=generator) * 0.02
 
 
 def dequantized(w: torch.Tensor) -> torch.Tensor:

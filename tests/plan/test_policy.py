@@ -10,8 +10,7 @@ from omni_cpu.hardware.facts import Limits
 from omni_cpu.plan import PlanError, PlanOptions, costs, footprint_for_model, plan_profile
 from omni_cpu.plan.policy import split_cores
 from omni_cpu.plan.speed import SpeedInputs
-
-from .machines import GIB, machine
+from tests.helpers.machines import GIB, machine
 
 FOOTPRINT = footprint_for_model("0.6b")
 

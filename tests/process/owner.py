@@ -1,12 +1,16 @@
 """A stand-in for `omni-cpu run`: a guarded owner whose spawned child holds shared memory.
 
 The child ignores SIGTERM, as vLLM's engine core and Python's resource tracker do.
-Prints the child's pid and segment name, then waits (or with `exit`, ends cleanly).
+Prints the child's pid and the /dev/shm name it holds, then waits (or with `exit`,
+ends cleanly). With `titled`, the child is a stage as vLLM starts one: it sets its
+title (setproctitle) and holds a semaphore that no resource tracker will unlink
+once it is killed, as a stage killed under `serve` loses one.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
 import time
@@ -25,11 +29,29 @@ def child(ready: multiprocessing.synchronize.Event, names: multiprocessing.Queue
     time.sleep(600)
 
 
+def titled_child(ready: multiprocessing.synchronize.Event, names: multiprocessing.Queue) -> None:
+    import _multiprocessing
+
+    import setproctitle
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    setproctitle.setproctitle("VLLM::StageEngineCoreProc_stage0_replica0_DP0")
+    name = f"mp-omni-cpu-test-{os.getpid()}"
+    # kind 1 (a semaphore), value 1, at most 1; not unlinked at once nor registered with
+    # a resource tracker: what multiprocessing's spawn context creates, minus its cleaner.
+    semaphore = _multiprocessing.SemLock(1, 1, 1, "/" + name, False)
+    names.put(f"sem.{name}")
+    ready.set()
+    time.sleep(600)
+    del semaphore
+
+
 def main(mode: str, folder: str) -> None:
     context = multiprocessing.get_context("spawn")
     with StageGuard([Path(folder)]):
         ready, names = context.Event(), context.Queue()
-        process = context.Process(target=child, args=(ready, names))
+        target = titled_child if mode == "titled" else child
+        process = context.Process(target=target, args=(ready, names))
         process.start()
         ready.wait(60)
         print(process.pid, names.get(timeout=60), flush=True)

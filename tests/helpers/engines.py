@@ -1,4 +1,7 @@
-"""End-to-end fixtures: a tiny checkpoint made once, and `omni-cpu` run as a user runs it."""
+"""`omni-cpu` run as a user runs it, and what its processes did meanwhile.
+
+The tiny checkpoint these runs take is the `tiny_checkpoint` fixture (tests/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -23,23 +26,6 @@ RUNTIME_MISSING = importlib.util.find_spec("vllm_omni") is None
 needs_runtime = pytest.mark.skipif(
     RUNTIME_MISSING, reason="the inference runtime is not installed (scripts/install-runtime.sh)"
 )
-
-
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random-weight tiny Qwen3-TTS checkpoint in the real layout (seconds to make)."""
-    pytest.importorskip("numpy", reason="making a checkpoint needs numpy (the runtime)")
-    from omni_cpu.checkpoint.writer import make_checkpoint
-
-    return Path(make_checkpoint("tiny", tmp_path_factory.mktemp("tiny") / "ckpt", seed=0))
-
-
-def descendants(pid: int) -> list[int]:
-    return proctree.descendants(pid)
-
-
-def environ_of(pid: int) -> dict[str, str]:
-    return proctree.environ(pid)
 
 
 def thread_cpu_lists(pid: int) -> list[str]:
@@ -95,8 +81,8 @@ def run_omni_cpu(*args: str, timeout_s: float = 900, env: dict[str, str] | None 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     while reader.is_alive() and time.monotonic() < deadline:
-        for pid in descendants(process.pid):
-            bind = environ_of(pid).get("VLLM_CPU_OMP_THREADS_BIND")
+        for pid in proctree.descendants(process.pid):
+            bind = procfs.environ(pid).get("VLLM_CPU_OMP_THREADS_BIND")
             if bind is not None:
                 seen.setdefault(bind, set()).update(thread_cpu_lists(pid))
         time.sleep(0.5)
@@ -119,8 +105,8 @@ def interrupt_omni_cpu(*args: str, sig: int, timeout_s: float = 600) -> Run:
     while len(stages) < 2 and process.poll() is None and time.monotonic() < deadline:
         stages = [
             pid
-            for pid in descendants(process.pid)
-            if "VLLM_CPU_OMP_THREADS_BIND" in environ_of(pid)
+            for pid in proctree.descendants(process.pid)
+            if "VLLM_CPU_OMP_THREADS_BIND" in procfs.environ(pid)
         ]
         time.sleep(0.5)
     if len(stages) < 2:
