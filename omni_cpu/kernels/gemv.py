@@ -307,7 +307,11 @@ def _pack(weight: torch.Tensor, group: int) -> torch.Tensor:
 
 
 class PackedWeights:
-    """What every packed weight shares: its state is `tensors()`, rebuilt by `from_tensors`."""
+    """What every packed weight shares: its state is `tensors()`, rebuilt by `from_tensors`.
+
+    So a packed weight can be stored and mapped back without packing again
+    (omni_cpu.kernels.weight_cache).
+    """
 
     @staticmethod
     def stored(n: int, k: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -338,11 +342,7 @@ class PackedWeights:
 
 
 class PackedBf16Weights(PackedWeights):
-    """A bf16 [N, K] weight in the kernel's layout; call with x [..., K] in bf16.
-
-    Every packed class keeps its state in `tensors()` and is rebuilt from them by
-    `from_tensors` without packing again (omni_cpu.kernels.weight_cache stores them).
-    """
+    """A bf16 [N, K] weight in the kernel's layout; call with x [..., K] in bf16."""
 
     def __init__(self, weight: torch.Tensor, module: Any) -> None:
         self._attach({"packed": _pack(weight.detach().to(torch.bfloat16), BF16_GROUP)}, module)

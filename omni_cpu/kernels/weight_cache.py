@@ -48,9 +48,10 @@ the same bytes; a process that mapped the older file keeps its pages (the inode 
 until unmapped). A file that is truncated, not safetensors, of another layout or of
 another key is ignored, and the load's own packing replaces it.
 
-Bounds: at most MAX_BYTES in all. After a write, other entries of the same slot go,
-then the least recently used (a hit sets the file's mtime) until the total fits; the
-entry just written always stays. Nothing is written when it would leave less than
+Bounds: at most MAX_BYTES in all. After a write, other entries of the same slot go, and
+entries whose checkpoint file no longer exists (a deleted temp checkpoint), then the least
+recently used (a hit sets the file's mtime) until the total fits; the entry just written
+always stays. Nothing is written when it would leave less than
 MIN_FREE_BYTES free on the disk, or alone exceeds MAX_BYTES. Temp files older than an
 hour (a writer that died) are removed.
 
@@ -369,13 +370,24 @@ def _entries(root: Path) -> list[tuple[float, int, Path]]:
     return sorted(found)
 
 
+def _checkpoint_gone(path: Path) -> bool:
+    """Whether a file the entry at `path` was packed from no longer exists (False if unknown)."""
+    try:
+        metadata = read_header(path).get("__metadata__") or {}
+        described = json.loads(metadata.get("entry", "{}"))
+        files = [Path(item["path"]) for item in described.get("checkpoint", [])]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return False
+    return any(not file.exists() for file in files)
+
+
 def evict(root: Path, *, keep: Path, slot: str, max_bytes: int = MAX_BYTES) -> list[Path]:
-    """Remove superseded entries of `slot`, then the least recently used past `max_bytes`."""
+    """Remove `slot`'s other entries and those of gone checkpoints, then the oldest past the cap."""
     removed = []
     entries = _entries(root)
     total = sum(size for _, size, _ in entries)
     for _, size, path in entries:
-        superseded = path.name.startswith(f"{slot}-") and path != keep
+        superseded = path.name.startswith(f"{slot}-") or _checkpoint_gone(path)
         if path != keep and (superseded or total > max_bytes):
             with contextlib.suppress(OSError):
                 path.unlink()

@@ -245,3 +245,12 @@ def test_describe_lists_entries_from_their_headers(tmp_path: Path) -> None:
     assert [e["file"] for e in shown["entries"]] == [path.name]
     assert shown["entries"][0]["weights"] == "int8"
     assert shown["bytes"] == path.stat().st_size
+
+
+def test_an_entry_whose_checkpoint_is_gone_goes_at_the_next_write(tmp_path: Path) -> None:
+    gone = [checkpoint(tmp_path / "deleted")]
+    old = _written_entry(tmp_path, gone).path
+    gone[0].unlink()
+    new = _written_entry(tmp_path, [checkpoint(tmp_path / "kept")]).path
+    assert sorted((tmp_path / "cache").iterdir()) == [new]
+    assert not old.exists()
