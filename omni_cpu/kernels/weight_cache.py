@@ -55,6 +55,8 @@ always stays. Nothing is written when it would leave less than
 MIN_FREE_BYTES free on the disk, or alone exceeds MAX_BYTES. Temp files older than an
 hour (a writer that died) are removed.
 
+`python -m omni_cpu.kernels.weight_cache` shows the entries (JSON); `--clear` removes them.
+
 Not cached: FBGEMM's int8 (CPUs without the GEMV) and vLLM's own oneDNN handles.
 Written against safetensors 0.8 (`safe_open(..., "pt")` maps the file) and torch 2.13.
 """
@@ -67,6 +69,7 @@ import json
 import os
 import shutil
 import struct
+import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -422,3 +425,33 @@ def describe(root: Path | None) -> dict[str, Any]:
             }
         )
     return {"folder": str(root), "entries": entries, "bytes": sum(e["bytes"] for e in entries)}
+
+
+def clear(root: Path | None) -> int:
+    """Remove every entry and temp file in `root`; how many files went."""
+    if root is None or not root.is_dir():
+        return 0
+    removed = 0
+    for path in [*root.glob("*.safetensors"), *root.glob(".*.tmp")]:
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed += 1
+    return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m omni_cpu.kernels.weight_cache [--clear]`: show the cache (JSON), or empty it."""
+    args = sys.argv[1:] if argv is None else argv
+    if args not in ([], ["--clear"]):
+        print("usage: python -m omni_cpu.kernels.weight_cache [--clear]", file=sys.stderr)
+        return 2
+    root = cache_root()
+    if args == ["--clear"]:
+        print(f"weight cache: removed {clear(root)} file(s) from {root}")
+        return 0
+    print(json.dumps(describe(root), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

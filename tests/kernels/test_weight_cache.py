@@ -254,3 +254,12 @@ def test_an_entry_whose_checkpoint_is_gone_goes_at_the_next_write(tmp_path: Path
     new = _written_entry(tmp_path, [checkpoint(tmp_path / "kept")]).path
     assert sorted((tmp_path / "cache").iterdir()) == [new]
     assert not old.exists()
+
+
+def test_the_module_shows_the_cache_and_clears_it(monkeypatch, tmp_path: Path, capsys) -> None:
+    monkeypatch.setenv("OMNI_CPU_WEIGHT_CACHE", str(tmp_path / "cache"))
+    path = _written_entry(tmp_path, [checkpoint(tmp_path / "ckpt")]).path
+    assert weight_cache.main([]) == 0
+    assert path.name in capsys.readouterr().out
+    assert weight_cache.main(["--clear"]) == 0
+    assert list((tmp_path / "cache").iterdir()) == []
