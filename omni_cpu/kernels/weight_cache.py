@@ -32,9 +32,10 @@ The key: an entry is used only when all of these are what they were when it was 
   first read them, so replicas on two sockets each get their own entry (and local
   pages) instead of one reading the other's memory.
 
-The slot is the key without the checkpoint's fingerprint and the packing code: a new
-entry in a slot replaces the old one (a rewritten checkpoint leaves no stale entry
-behind).
+The slot is the key without the checkpoint's fingerprint, the packing code and the
+library versions: a new entry in a slot replaces the old one (a rewritten checkpoint or an
+upgrade leaves no stale entry behind); another venv has another kernel build, so another
+slot.
 
 Loading: `safe_open` maps the file privately and read-only in use; each tensor is a view
 of that mapping. Nothing is copied: the pages come from the page cache when the GEMV
@@ -163,12 +164,14 @@ def entry_key(
     *,
     build: str,
     parts: Mapping[str, str],
+    versions: Mapping[str, str] | None = None,
     code_files: Sequence[Path] = (),
 ) -> EntryKey:
     """The key of the packed weights of `checkpoint_files` under `build` and `parts`.
 
-    `parts` are the caller's (weight format, dtype, library versions); `code_files` the
-    caller's Python that decides which layer gets which packing.
+    `parts` name the slot with the build (weight format, dtype); `versions` (libraries,
+    configs) and `code_files` (the caller's Python that decides which layer gets which
+    packing) only the key, so an upgrade replaces the slot's entry.
     """
     slot_parts = {
         "layout": LAYOUT_VERSION,
@@ -182,6 +185,7 @@ def entry_key(
     code = [Path(gemv.__file__), Path(__file__), *code_files]
     keyed = {
         **slot_parts,
+        **dict(versions or {}),
         "code_sha256": _sha256_of_files(code),
         "checkpoint": [file_fingerprint(path) for path in sorted(checkpoint_files)],
     }

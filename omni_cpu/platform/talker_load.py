@@ -99,15 +99,16 @@ def open_packing(
     import vllm_omni
 
     config = files[0].with_name("config.json")
-    parts = {
-        "weights": weights,
-        "dtype": str(dtype),
+    parts = {"weights": weights, "dtype": str(dtype)}
+    versions = {
         "vllm": vllm.__version__,
         "vllm_omni": vllm_omni.__version__,
         "config_sha256": hashlib.sha256(config.read_bytes()).hexdigest() if config.exists() else "",
     }
     code = [Path(linears.__file__), Path(int8.__file__), Path(__file__)]
-    entry = weight_cache.entry_key(files, build=build, parts=parts, code_files=code)
+    entry = weight_cache.entry_key(
+        files, build=build, parts=parts, versions=versions, code_files=code
+    )
     return linears.Packing(weight_cache.WeightCache.open(root, entry))
 
 
