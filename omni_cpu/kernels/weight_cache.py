@@ -263,6 +263,20 @@ class WeightCache:
         self._used[name] = layer
         return dict(layer.tensors)
 
+    def holds(
+        self,
+        name: str,
+        kernel: str,
+        shape: tuple[int, int],
+        expected: Mapping[str, tuple[tuple[int, ...], torch.dtype]],
+    ) -> bool:
+        """Whether `get` will give layer `name` as `expected` tensors (name -> shape, dtype)."""
+        layer = self._stored.get(name)
+        if layer is None or layer.kernel != kernel or layer.shape != tuple(shape):
+            return False
+        found = {part: (tuple(t.shape), t.dtype) for part, t in layer.tensors.items()}
+        return found == dict(expected)
+
     def put(
         self, name: str, kernel: str, shape: tuple[int, int], tensors: dict[str, torch.Tensor]
     ) -> None:

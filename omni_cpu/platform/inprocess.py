@@ -33,6 +33,7 @@ from torch import nn
 
 from omni_cpu.models import linears
 from omni_cpu.platform import DRIVER_ENV
+from omni_cpu.platform.talker_load import TalkerLoad
 
 TALKER_ARCHITECTURE = "Qwen3TTSTalkerForConditionalGeneration"
 
@@ -80,9 +81,10 @@ class Prompt:
 class Talker:
     """vLLM-Omni's Qwen3-TTS talker in one weight format, stepped by hand."""
 
-    def __init__(self, model: Any, kernels: Counter[str]) -> None:
+    def __init__(self, model: Any, kernels: Counter[str], load: TalkerLoad | None = None) -> None:
         self.model = model
         self.kernels = kernels  # linear layers per kernel, talker and predictor together
+        self.load = load  # what loading it did (packing, the packed-weight cache)
         self.quantized_layers = sum(n for k, n in kernels.items() if k not in FLOAT_KERNELS)
         self.dtype: torch.dtype = model._embedding_dtype
         self.eos_id = int(model.talker_config.codec_eos_token_id)
@@ -235,7 +237,7 @@ def load_talker(checkpoint: Path, weights: str, dtype: str = "auto") -> Talker:
         _init_vllm_once()
         model, report = load_stage_talker(load, str(checkpoint), None, weights, model_config.dtype)
     kernels = report.talker_kernels + report.predictor_kernels
-    return Talker(model, kernels)
+    return Talker(model, kernels, report)
 
 
 class Code2Wav:

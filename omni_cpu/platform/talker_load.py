@@ -6,10 +6,13 @@ the packed-weight cache of omni_cpu.kernels.weight_cache), the code predictor's
 linears are routed the same way, and the cache entry is written when anything was
 packed. What it took comes back as a `TalkerLoad` (the stage's start-up phases).
 
-The cache key's parts named here: the weight format and the stage's dtype (a float32
-stage quantizes other values than a bf16 one), vLLM's and vLLM-Omni's versions (the
-layers' order and prefixes name the entries), the checkpoint's config.json (which
-layers exist) and this file and the linears' rules (which layer gets which packing).
+The cache key's parts named here: the weight format, the stage's dtype (a float32
+stage quantizes other values than a bf16 one) and the code predictor's mode (which of
+its layers are routed), vLLM's and vLLM-Omni's versions (the layers' paths name the
+entries), the checkpoint's config.json (which layers exist) and this file and the
+linears' rules (which layer gets which packing). On a hit the talker's and code
+predictor's packed layers are not copied from the checkpoint at all
+(`linears.Packing.skip_cached_loads`).
 A checkpoint named by a Hub id is keyed by its files in the local Hub cache; where
 they are not there yet (the first download happens inside the load) nothing is cached.
 
@@ -99,7 +102,8 @@ def open_packing(
     import vllm_omni
 
     config = files[0].with_name("config.json")
-    parts = {"weights": weights, "dtype": str(dtype)}
+    # Which code predictor layers are routed depends on its mode (bf16: "fused" only).
+    parts = {"weights": weights, "dtype": str(dtype), "code_predictor": predictor_mode()}
     versions = {
         "vllm": vllm.__version__,
         "vllm_omni": vllm_omni.__version__,
@@ -174,6 +178,7 @@ def load_talker(
                 code_predictor, weights, report.packing, "code_predictor"
             )
         report.predictor_forward = install_forward(code_predictor, mode)
+    report.packing.check_served()
     written = time.perf_counter()
     report.cache_file = report.packing.save()
     report.cache_write_s = time.perf_counter() - written

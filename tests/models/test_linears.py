@@ -195,20 +195,38 @@ def test_a_second_load_maps_every_layer_from_the_cache_and_multiplies_the_same(
 
 
 @needs_any_gemv
-def test_the_vllm_load_hook_names_layers_in_load_order_for_the_cache(tmp_path) -> None:
-    from vllm.model_executor.layers import utils as layer_utils
-
+def test_a_hit_copies_nothing_from_the_checkpoint_into_the_layers_it_serves(tmp_path) -> None:
     root, entry = _cache_entry(tmp_path, "int8")
-    layers = [FakeVllmLinear(384, 256, torch.bfloat16) for _ in range(2)]
-    x = torch.randn(1, 256, dtype=torch.bfloat16)
-    want = [torch.nn.functional.linear(x, layer.weight) for layer in layers]
-    for expected in ("miss", "hit"):
-        packing = linears.Packing(weight_cache.WeightCache.open(root, entry))
-        loaded = [FakeVllmLinear(384, 256, torch.bfloat16) for _ in range(2)]
-        with linears.vllm_linears("int8", Counter(), packing):
-            for layer in loaded:
-                layer_utils.dispatch_cpu_unquantized_gemm(layer, remove_weight=True)
-        packing.save()
-        assert packing.status == expected
-        got = [layer.cpu_linear(x, layer.weight, None) for layer in loaded]
-        assert all(relative(g, w) < 0.03 for g, w in zip(got, want, strict=True))
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)).to(torch.bfloat16)
+
+    first = model()
+    writing = linears.Packing(weight_cache.WeightCache.open(root, entry))
+    linears.route_linears(first, "int8", writing)
+    writing.save()
+
+    second = model()
+    packing = linears.Packing(weight_cache.WeightCache.open(root, entry))
+    assert packing.skip_cached_loads(second, "int8") == 2
+    placeholder = second[0].weight
+    assert placeholder.shape == (512, 256) and placeholder.untyped_storage().nbytes() == 2
+    placeholder.weight_loader(placeholder, torch.ones(512, 256))  # what a loader calls: no copy
+    linears.route_linears(second, "int8", packing)
+    packing.check_served()
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(second(x), first(x))
+
+
+@needs_any_gemv
+def test_a_layer_skipped_at_load_but_never_served_is_an_error(tmp_path) -> None:
+    root, entry = _cache_entry(tmp_path, "int8")
+    writing = linears.Packing(weight_cache.WeightCache.open(root, entry))
+    linears.route_linears(nn.Sequential(nn.Linear(256, 512)), "int8", writing)
+    writing.save()
+    packing = linears.Packing(weight_cache.WeightCache.open(root, entry))
+    assert packing.skip_cached_loads(nn.Sequential(nn.Linear(256, 512)), "int8") == 1
+    with pytest.raises(RuntimeError, match="never served"):
+        packing.check_served()

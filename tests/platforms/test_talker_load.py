@@ -68,3 +68,27 @@ def test_off_loads_without_a_cache(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("OMNI_CPU_WEIGHT_CACHE", "off")
     folder = str(checkpoint(tmp_path / "ckpt"))
     assert talker_load.open_packing(folder, None, "int8", torch.bfloat16).cache is None
+
+
+@needs_any_gemv
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_a_second_load_maps_every_packed_layer_and_computes_the_same_logits(
+    monkeypatch, tmp_path: Path, tiny_kinds: dict[str, Path], weights: str
+) -> None:
+    # vLLM's own loader on the tiny checkpoint, in this process, as check-weights loads it.
+    from omni_cpu.platform.inprocess import load_talker
+
+    monkeypatch.setenv("OMNI_CPU_WEIGHT_CACHE", str(tmp_path / "cache"))
+    first = load_talker(tiny_kinds["custom-voice"], weights)
+    second = load_talker(tiny_kinds["custom-voice"], weights)
+    packed = first.load.packing
+    assert (packed.status, packed.cached) == ("miss", 0) and packed.packed > 0
+    mapped = second.load.packing
+    assert (mapped.status, mapped.packed, mapped.cached) == ("hit", 0, packed.packed)
+    assert len(mapped.skipped) == packed.packed  # none of them copied from the checkpoint
+    embeds = torch.randn(
+        5, first.model.talker_config.hidden_size, generator=torch.Generator().manual_seed(0)
+    )
+    _, want = first.forward(embeds, reset=True)
+    _, got = second.forward(embeds, reset=True)
+    assert torch.equal(got, want)
