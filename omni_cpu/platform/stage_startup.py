@@ -37,6 +37,7 @@ STAGE_PHASES = {
     "ignored and rewritten), off, none (no layer on the GEMV)",
     "packed_layers": "linear layers packed in this start",
     "cached_layers": "linear layers mapped from the cache",
+    "skipped_loads": "linear layers whose checkpoint tensors were not even copied in (a hit)",
 }
 
 

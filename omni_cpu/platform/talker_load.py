@@ -142,6 +142,7 @@ class TalkerLoad:
             "weight_cache": self.packing.status,
             "packed_layers": self.packing.packed,
             "cached_layers": self.packing.cached,
+            "skipped_loads": len(self.packing.skipped),
         }
 
     def cache_line(self) -> str:

@@ -435,4 +435,5 @@ def test_a_second_start_maps_the_packed_weights_and_writes_the_same_audio(
     # Nothing quantized or packed again: every layer mapped from the first start's entry.
     assert after["weight_cache"] == "hit"
     assert (after["packed_layers"], after["cached_layers"]) == (0, before["packed_layers"])
+    assert after["skipped_loads"] == before["packed_layers"]  # not copied from the checkpoint
     assert again_out.read_bytes() == first_out.read_bytes()
