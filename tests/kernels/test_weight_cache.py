@@ -263,3 +263,20 @@ def test_the_module_shows_the_cache_and_clears_it(monkeypatch, tmp_path: Path, c
     assert path.name in capsys.readouterr().out
     assert weight_cache.main(["--clear"]) == 0
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_a_changed_kernel_source_names_another_build(monkeypatch, tmp_path: Path) -> None:
+    # build_name() keys the entries; it is the build folder's name (source, flags, torch).
+    monkeypatch.setenv("OMNI_CPU_KERNEL_CACHE", str(tmp_path / "kernels"))
+    monkeypatch.setattr(gemv, "kernel", lambda: object())  # "built": no compiler here
+    names = []
+    for version in ("// v1\n", "// v2\n"):
+        folder = tmp_path / version[3:5] / "csrc"
+        folder.mkdir(parents=True)
+        for source in gemv.sources():
+            (folder / source.name).write_text(version)
+        monkeypatch.setattr(gemv, "SOURCE", folder / gemv.SOURCE.name)
+        names.append(gemv.build_name())
+    assert names[0] != names[1]
+    files = [checkpoint(tmp_path / "ckpt")]
+    assert key(files, build=names[0]).key != key(files, build=names[1]).key
