@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from omni_cpu import envs
-from omni_cpu.envs import STARTUP_DIR_ENV
 
 # What each stage-side phase is (seconds unless it says otherwise).
 STAGE_PHASES = {
@@ -83,14 +82,14 @@ def collected() -> Iterator[dict[str, dict[str, Any]]]:
     """
     folder = Path(tempfile.mkdtemp(prefix="omni-cpu-startup-"))
     previous = envs.OMNI_CPU_STARTUP_DIR
-    os.environ[STARTUP_DIR_ENV] = str(folder)
+    os.environ[envs.STARTUP_DIR.name] = str(folder)
     stages: dict[str, dict[str, Any]] = {}
     try:
         yield stages
     finally:
         if not previous:
-            os.environ.pop(STARTUP_DIR_ENV, None)
+            os.environ.pop(envs.STARTUP_DIR.name, None)
         else:
-            os.environ[STARTUP_DIR_ENV] = previous
+            os.environ[envs.STARTUP_DIR.name] = previous
         stages.update(read(folder))
         shutil.rmtree(folder, ignore_errors=True)

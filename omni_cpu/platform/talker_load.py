@@ -103,7 +103,11 @@ def open_packing(
 
     config = files[0].with_name("config.json")
     # Which code predictor layers are routed depends on its mode (bf16: "fused" only).
-    parts = {"weights": weights, "dtype": str(dtype), "code_predictor": predictor_mode()}
+    parts = {
+        "weights": weights,
+        "dtype": str(dtype),
+        "code_predictor": envs.OMNI_CPU_CODE_PREDICTOR,
+    }
     versions = {
         "vllm": vllm.__version__,
         "vllm_omni": vllm_omni.__version__,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_cpu.envs import STARTUP_DIR_ENV
+from omni_cpu import envs
 from omni_cpu.launch.pipeline import STARTUP_PHASES, startup_dict
 from omni_cpu.platform import stage_startup
 
@@ -15,18 +15,18 @@ TALKER = {"load_model_s": 1.5, "pack_s": 0.01, "weight_cache": "hit", "weights":
 
 
 def test_a_stage_that_starts_inside_collected_reports_its_phases(monkeypatch) -> None:
-    monkeypatch.delenv(STARTUP_DIR_ENV, raising=False)
+    monkeypatch.delenv(envs.STARTUP_DIR.name, raising=False)
     with stage_startup.collected() as stages:
-        folder = Path(os.environ[STARTUP_DIR_ENV])
+        folder = Path(os.environ[envs.STARTUP_DIR.name])
         assert stage_startup.write("talker", TALKER) is not None
         stage_startup.write("code2wav", {"load_model_s": 0.4})
     assert stages == {"talker": TALKER, "code2wav": {"load_model_s": 0.4}}
-    assert STARTUP_DIR_ENV not in os.environ  # set for the engines' start alone
+    assert envs.STARTUP_DIR.name not in os.environ  # set for the engines' start alone
     assert not folder.exists()
 
 
 def test_a_worker_asked_for_nothing_writes_nothing(monkeypatch) -> None:
-    monkeypatch.delenv(STARTUP_DIR_ENV, raising=False)
+    monkeypatch.delenv(envs.STARTUP_DIR.name, raising=False)
     assert stage_startup.write("talker", TALKER) is None
 
 
