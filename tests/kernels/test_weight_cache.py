@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 
 from omni_cpu.kernels import gemv, weight_cache
 from omni_cpu.kernels.weight_cache import WeightCache, entry_key
+from tests.helpers.tensors import weight
 
 pytestmark = [pytest.mark.cpu]
 MODULE = gemv.kernel() or gemv.avx2_kernel()
@@ -30,10 +31,6 @@ PACKERS = {
     "int4": (gemv.PackedInt4Weights, torch.float32),
 }
 BUILD = "torch-test-000000000000"
-
-
-def weight(n: int, k: int, seed: int = 0) -> torch.Tensor:
-    return torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.02
 
 
 def checkpoint(folder: Path, seed: int = 0) -> Path:
