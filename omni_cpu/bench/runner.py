@@ -126,6 +126,7 @@ class BenchResult:
     weights: str = "model"
     load_s: float = 0.0
     startup: dict[str, float] = field(default_factory=dict)  # launch.pipeline.STARTUP_PHASES
+    stage_startup: dict[str, dict[str, Any]] = field(default_factory=dict)  # each stage's own
     levels: list[Level] = field(default_factory=list)
     stage_read: dict[str, Any] | None = None  # bandwidth.stage_read of the talker's CPUs
     # What the predictions assume: omni_cpu.plan.capacity's source, weights, assumptions.
@@ -148,7 +149,7 @@ class BenchResult:
             "warmup": self.warmup,
             "weights": self.weights,
             "load_s": round(self.load_s, 3),
-            "startup": startup_dict(self.startup),
+            "startup": startup_dict(self.startup, self.stage_startup),
             "stage_cpus": self.stage_cpus,
             "memory_bandwidth": self.triad.to_dict(),
             "talker_read_bandwidth": self.stage_read,
@@ -257,6 +258,7 @@ def run_bench(
     with EngineSession(plan, verbose=verbose) as session:
         result.load_s = session.load_s
         result.startup = dict(session.startup)
+        result.stage_startup = dict(session.stage_startup)
         groups = procstats.stage_groups(session.stage_pids, stage_binds(plan.deploy_config))
         progress(f"engines up in {sum(session.startup.values()):.1f} s")
         for index in range(warmup):
