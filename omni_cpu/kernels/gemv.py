@@ -100,7 +100,8 @@ from typing import Any
 import torch
 
 SOURCE = Path(__file__).with_name("csrc") / "gemv_avx512.cpp"  # holds the module's bindings
-EXTRA_SOURCES = ("decode_attention.cpp", "gemv_int4.cpp")  # beside SOURCE, in the same module
+# beside SOURCE, in the same module; predictor_step.cpp chains the others' products
+EXTRA_SOURCES = ("decode_attention.cpp", "gemv_int4.cpp", "predictor_step.cpp")
 # -fopenmp: at::parallel_for splits column blocks over the stage's OpenMP team only
 # when the module is compiled with OpenMP (GOMP_* resolve to the runtime torch loaded,
 # or to Intel OpenMP where it is preloaded). The AMX flags only let the tile paths

@@ -216,3 +216,32 @@ torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
   }
   return out;
 }
+
+// The same product on raw pointers and caller-owned buffers (declared in predictor_step.cpp,
+// which chains them).
+namespace omni_cpu {
+
+template <typename In>
+void quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, int32_t* sums) {
+  quantize_rows(x, M, K, q, scales, sums);
+}
+
+template <typename Out>
+void w4a8_product(const int8_t* xq, const float* xscale, const int32_t* xsum, const uint8_t* w,
+                  const c10::BFloat16* scales, int64_t M, int64_t K, int64_t N,
+                  const float* bias, Out* out) {
+  const Rows rows{xq, xscale, xsum, K};
+  w4a8_all(rows, M, w, reinterpret_cast<const uint16_t*>(scales), N, Store<Out>{out, bias, N});
+}
+
+template void quantize_s8<float>(const float*, int64_t, int64_t, int8_t*, float*, int32_t*);
+template void quantize_s8<c10::BFloat16>(const c10::BFloat16*, int64_t, int64_t, int8_t*, float*,
+                                         int32_t*);
+template void w4a8_product<float>(const int8_t*, const float*, const int32_t*, const uint8_t*,
+                                  const c10::BFloat16*, int64_t, int64_t, int64_t, const float*,
+                                  float*);
+template void w4a8_product<c10::BFloat16>(const int8_t*, const float*, const int32_t*,
+                                          const uint8_t*, const c10::BFloat16*, int64_t, int64_t,
+                                          int64_t, const float*, c10::BFloat16*);
+
+}  // namespace omni_cpu
