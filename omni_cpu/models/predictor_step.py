@@ -1,0 +1,222 @@
+"""The code predictor's step in one C++ call: the default where omni-cpu's GEMV runs.
+
+Written against vllm-omni 0.30.0 (`models/common/qwen3_code_predictor.py`: the
+wrapper's layers, lm heads, codec embeddings, projection and `_sample_codes_gumbel`)
+and torch 2.13 (the extension, kernels/csrc/predictor_step.cpp).
+
+Why: FusedRunner (omni_cpu.models.fused_predictor) runs a position through the 5
+layers as ~15 torch calls per layer (fused norms, RoPE, SiLU, the GEMV, the
+attention, slicing and copies), and predict_codes samples each of the 15 codes with
+~12 more (lm head, scale, top-k, mask, Gumbel noise, argmax, embedding, projection):
+~1,900 small calls a frame, each paying the dispatcher and Python. MEASURED_OVERHEAD.
+
+How: `StepRunner` builds one `PredictorStep` (the GEMV module's C++ class) from the
+wrapper's own modules once, at install: the norms' weights, the RoPE table, and each
+linear's packed weights as omni-cpu's GEMV packed them (gemv.PackedBf16Weights,
+PackedInt8Weights, PackedInt4Weights; the same tensors, no copy). Its `run` is
+FusedRunner's `__call__` in one call; its `frame` runs a whole frame: the first two
+positions, then per code the lm head, per-call sampling (greedy, or temperature,
+top-k and Gumbel-max on the draws predict_codes would make), the code's embedding
+and projection, and the next position. The random numbers are drawn in Python in
+the stock order before the frame (`gumbel_noise`), so a seeded request gives the codes
+it gives on the Python loop. "stored" sampling (top-p; Qwen3-Omni) and anything else
+the frame does not cover run predict_codes' loop over `run`.
+
+Trade-off: the same rounding points as FusedRunner (every tensor it stores in the
+model's dtype is rounded here where it is); float32 summation order inside a norm,
+SiLU's exp and the first call's attention (SDPA there, the decode kernel here) can
+differ by an ulp, so hidden states agree with FusedRunner to bf16 rounding, and a
+code can flip where two logits tie within it, as FusedRunner's can against the eager
+path (tests/models/test_predictor_step.py states the bounds). Sampling in C++ is
+exact: the frame's codes equal predict_codes' loop over the same `run`.
+
+Only where every layer's four linears went to the AVX-512 GEMV (bf16, int8 or int4
+weights): elsewhere (no avx512_bf16/VNNI, OMNI_CPU_GEMV=off or avx2, float32 weights on
+oneDNN) `build` returns None and the dispatcher (omni_cpu.models.predictor) installs
+FusedRunner, unchanged.
+
+WHAT_IS_LEFT
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from omni_cpu.kernels import gemv
+from omni_cpu.models.cached_predictor import FrameCache
+from omni_cpu.models.linears import RoutedLinear
+
+STEP_DTYPES = (torch.bfloat16, torch.float32)
+# kernels/csrc/predictor_step.cpp's Format, by the kernel name linears.choose gives.
+STEP_FORMATS = {"gemv-bf16": 0, "gemv-w8a8": 1, "gemv-w4a8": 2}
+UNIFORM_EPS = 1e-20  # vLLM-Omni 0.30.0's _UNIFORM_EPS: uniform_(eps, 1 - eps)
+# Gumbel noise is computed for a whole frame at once; with the vocabulary a multiple
+# of torch's vector width every element goes through the same vectorized log as the
+# per-step call's would (a tail element could take the scalar log, an ulp apart).
+NOISE_VOCAB_MULTIPLE = 16
+
+LinearSpec = tuple[int, torch.Tensor, Any, Any, Any, int]
+
+
+def linear_spec(linear: Any) -> LinearSpec | None:
+    """(format, packed, scales, sums, bias, amx_rows) of a linear the AVX-512 GEMV took."""
+    if not isinstance(linear, RoutedLinear) or linear.kernel not in STEP_FORMATS:
+        return None
+    product = linear.product
+    bias = None if linear.bias is None else linear.bias.detach()
+    if isinstance(product, gemv.PackedBf16Weights):
+        return (0, product.packed, None, None, bias, product.amx_rows)
+    if isinstance(product, gemv.PackedInt8Weights):
+        return (1, product.packed, product.scales, product.row_sums, bias, product.amx_rows)
+    if isinstance(product, gemv.PackedInt4Weights):
+        return (2, product.packed, product.scales, None, bias, 0)
+    return None
+
+
+def _norms(model: Any) -> list[Any]:
+    norms = [model.norm]
+    for layer in model.layers:
+        attn = layer.self_attn
+        norms += [layer.input_layernorm, layer.post_attention_layernorm, attn.q_norm, attn.k_norm]
+    return norms
+
+
+class StepRunner:
+    """FusedRunner's interface (and a whole frame) on one C++ PredictorStep."""
+
+    def __init__(self, step: Any, frames: bool) -> None:
+        self.step = step
+        self.frames = frames  # lm heads, embeddings and projection are in the step too
+
+    @classmethod
+    def build(cls, wrapper: Any) -> StepRunner | None:
+        """The step for `wrapper`'s code predictor, or None where it does not apply."""
+        module = gemv.kernel()
+        if module is None or not hasattr(module, "PredictorStep"):
+            return None
+        model = wrapper.model
+        dtype = model.norm.weight.dtype
+        norms = _norms(model)
+        eps = {float(norm.variance_epsilon) for norm in norms}
+        if dtype not in STEP_DTYPES or len(eps) != 1:
+            return None
+        if any(norm.weight.dtype != dtype for norm in norms):
+            return None
+        layers = []
+        for layer in model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            specs = [linear_spec(m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj)]
+            specs.append(linear_spec(mlp.down_proj))
+            if any(spec is None for spec in specs):
+                return None
+            layers.append((layer, specs))
+        attn = model.layers[0].self_attn
+        rotary = model.rotary_emb
+        half = attn.head_dim // 2
+        cos_sin = torch.cat((rotary.cos_cached[:, :half], rotary.sin_cached[:, :half]), dim=-1)
+        try:
+            step = module.PredictorStep(
+                int(model.norm.weight.numel()),
+                int(attn.num_heads),
+                int(attn.num_kv_heads),
+                int(attn.head_dim),
+                eps.pop(),
+                float(attn.scaling),
+                cos_sin.to(dtype).contiguous(),
+                model.norm.weight.detach(),
+            )
+            for layer, specs in layers:
+                step.add_layer(
+                    layer.input_layernorm.weight.detach(),
+                    layer.self_attn.q_norm.weight.detach(),
+                    layer.self_attn.k_norm.weight.detach(),
+                    layer.post_attention_layernorm.weight.detach(),
+                    *specs,
+                )
+        except RuntimeError:  # a shape or dtype the step does not take: FusedRunner does
+            return None
+        return cls(step, _add_frame_parts(step, wrapper, dtype))
+
+    def __call__(
+        self, embeds: torch.Tensor, cache: FrameCache, start: int, positions: torch.Tensor
+    ) -> torch.Tensor:
+        return self.step.run(embeds, cache.keys, cache.values, start)
+
+    def frame(
+        self,
+        wrapper: Any,
+        first: torch.Tensor,
+        codes: torch.Tensor,
+        use_sampling: bool,
+        inv_temperature: float,
+        top_k: int,
+        generator: Any,
+        uniforms: torch.Tensor | None,
+    ) -> bool:
+        """A whole frame's codes into `codes[:, 1:]`; False (nothing drawn) where not covered."""
+        vocab = int(wrapper.config.vocab_size)
+        if not self.frames:
+            return False
+        noise = None
+        if use_sampling:
+            if top_k > vocab or vocab % NOISE_VOCAB_MULTIPLE:
+                return False  # top_k past the vocabulary: the loop raises as stock does
+            if uniforms is not None and uniforms.dtype != torch.float32:
+                return False
+            noise = gumbel_noise(wrapper, codes.shape[0], vocab, generator, uniforms)
+        self.step.frame(first, codes, noise, inv_temperature, top_k if use_sampling else 0)
+        return True
+
+
+def _add_frame_parts(step: Any, wrapper: Any, dtype: torch.dtype) -> bool:
+    """Give the step the lm heads, embeddings and projection; False where one does not fit."""
+    # The lists predict_codes samples through (cached by the wrapper's first forward).
+    wrapper._setup_compile()
+    projection = wrapper.small_to_mtp_projection
+    embeddings = list(wrapper._codec_embeds_list)
+    heads = [linear_spec(head) for head in wrapper._lm_heads_list]
+    if any(spec is None for spec in heads) or any(type(e) is not nn.Embedding for e in embeddings):
+        return False
+    if any(e.weight.dtype != dtype for e in embeddings) or len(heads) != len(embeddings):
+        return False
+    projection_spec = None
+    if not isinstance(projection, nn.Identity):
+        projection_spec = linear_spec(projection)
+        if projection_spec is None:
+            return False
+    try:
+        for spec, embedding in zip(heads, embeddings, strict=True):
+            step.add_head(spec, embedding.weight.detach())
+        if projection_spec is not None:
+            step.set_projection(projection_spec)
+    except RuntimeError:
+        return False
+    return True
+
+
+def gumbel_noise(
+    wrapper: Any, bsz: int, vocab: int, generator: Any, uniforms: torch.Tensor | None
+) -> torch.Tensor:
+    """log(-log(u)) [groups - 1, B, vocab] float32 for a frame, u drawn as the stock loop draws.
+
+    vLLM-Omni's `_sample_codes_gumbel` draws u [B, vocab] per code (one generator, or
+    one per row in row order), so the draws here go code by code in that order.
+    """
+    steps = int(wrapper._num_groups) - 1
+    if uniforms is not None:
+        u = uniforms.transpose(0, 1)
+    else:
+        u = torch.empty(steps, bsz, vocab, dtype=torch.float32)
+        rows = wrapper._normalize_generators(generator, bsz)
+        for index in range(steps):
+            if isinstance(rows, list):
+                for row, row_generator in enumerate(rows):
+                    u[index, row : row + 1].uniform_(
+                        UNIFORM_EPS, 1.0 - UNIFORM_EPS, generator=row_generator
+                    )
+            else:
+                u[index].uniform_(UNIFORM_EPS, 1.0 - UNIFORM_EPS, generator=rows)
+    return torch.log(-torch.log(u)).contiguous()
