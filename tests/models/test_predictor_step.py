@@ -55,7 +55,9 @@ def relative(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.float() - want.float()).norm() / want.float().norm())
 
 
-def packed_predictor(dtype: torch.dtype, weights: str, talker_hidden: int = TALKER) -> CodePredictor:
+def packed_predictor(
+    dtype: torch.dtype, weights: str, talker_hidden: int = TALKER
+) -> CodePredictor:
     predictor = make_predictor(talker_hidden, HIDDEN, VOCAB).to(dtype)
     linears.route_linears(predictor, weights)  # before the first forward, as a stage does
     predictor._setup_compile()

@@ -32,6 +32,7 @@
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
+#include <immintrin.h>
 #include <torch/extension.h>
 
 #include <algorithm>
@@ -77,7 +78,7 @@ using BF16 = c10::BFloat16;
 
 enum Format : int64_t { kBf16 = 0, kW8a8 = 1, kW4a8 = 2 };  // gemv.py's STEP_FORMATS
 constexpr int64_t kGroup = 32;   // gemv_int4.cpp's K elements per (scale, minimum)
-constexpr int64_t kParts = 16;   // partial sums of a norm's squares (one vector's lanes)
+constexpr int64_t kLanes = 16;   // float32 values per vector
 constexpr int64_t kMaxHead = 512;
 
 // (format, packed, scales, sums, bias, amx_rows), as omni_cpu/models/predictor_step.py
@@ -88,6 +89,11 @@ using LinearSpec = std::tuple<int64_t, torch::Tensor, c10::optional<torch::Tenso
 struct Linear {
   int64_t format = kBf16, n = 0, k = 0, amx_rows = 0;
   torch::Tensor packed, scales, sums, bias;  // bias: float32 or undefined
+  // Their data, read once here: a data_ptr() call per product was 0.5 % of a frame.
+  const void* packed_p = nullptr;
+  const void* scales_p = nullptr;
+  const int32_t* sums_p = nullptr;
+  const float* bias_p = nullptr;
 };
 
 Linear make_linear(const LinearSpec& spec) {
@@ -125,25 +131,12 @@ Linear make_linear(const LinearSpec& spec) {
   if (bias) {
     lin.bias = bias->to(torch::kFloat32).contiguous();
     TORCH_CHECK(lin.bias.numel() == lin.n, "predictor step: bias [N]");
+    lin.bias_p = lin.bias.data_ptr<float>();
   }
+  lin.packed_p = lin.packed.data_ptr();
+  if (lin.scales.defined()) lin.scales_p = lin.scales.data_ptr();
+  if (lin.sums.defined()) lin.sums_p = lin.sums.data_ptr<int32_t>();
   return lin;
-}
-
-struct Layer {
-  torch::Tensor input_norm, q_norm, k_norm, post_norm;  // the model's dtype
-  Linear qkv, o, gate_up, down;
-};
-
-struct Head {  // code group g = index + 1
-  Linear lm_head;
-  torch::Tensor embedding;  // [vocab, talker width], the model's dtype
-};
-
-inline float to_float(float v) { return v; }
-inline float to_float(BF16 v) { return static_cast<float>(v); }
-template <typename T>
-inline T round_to(float v) {
-  return static_cast<T>(v);  // c10::BFloat16(float) rounds to nearest even, as vcvtneps2bf16
 }
 
 template <typename T>
@@ -151,73 +144,119 @@ T* ptr(const torch::Tensor& t) {
   return reinterpret_cast<T*>(t.data_ptr());
 }
 
-// 1 / sqrt(mean(x^2) + eps) over `width` (a multiple of kParts) float32 values.
-inline float inverse_rms(const float* squares, int64_t width, float eps) {
-  float part[kParts];
-  for (int64_t l = 0; l < kParts; ++l) part[l] = squares[l];
-  for (int64_t half = kParts / 2; half > 0; half /= 2)
-    for (int64_t l = 0; l < half; ++l) part[l] += part[l + half];
-  return 1.f / std::sqrt(part[0] / static_cast<float>(width) + eps);
+// A tensor the step keeps and its data pointer, read once.
+struct Buffer {
+  torch::Tensor tensor;
+  void* data = nullptr;
+  void hold(torch::Tensor t) {
+    tensor = t.contiguous();
+    data = tensor.data_ptr();
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+};
+
+struct Layer {
+  Buffer input_norm, q_norm, k_norm, post_norm;  // the model's dtype
+  Linear qkv, o, gate_up, down;
+};
+
+struct Head {  // code group g = index + 1
+  Linear lm_head;
+  Buffer embedding;  // [vocab, talker width], the model's dtype
+};
+
+inline float to_float(float v) { return v; }
+inline float to_float(BF16 v) { return static_cast<float>(v); }
+
+// 16 values as float32, and back rounded once to T (vcvtneps2bf16: nearest even, as
+// the GEMV's stores and c10::BFloat16 round).
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const BF16* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+inline void store16(BF16* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
+}
+// v as FusedRunner holds it between two ops: rounded to T.
+template <typename T>
+inline __m512 rounded(__m512 v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    const __m256i bits = (__m256i)_mm512_cvtneps_pbh(v);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  }
+}
+
+// 1 / sqrt(mean(x^2) + eps) from 16 lanes of partial sums of squares.
+inline float inverse_rms(__m512 squares, int64_t width, float eps) {
+  return 1.f / std::sqrt(_mm512_reduce_add_ps(squares) / static_cast<float>(width) + eps);
 }
 
 // out = x * rsqrt(mean(x^2) + eps) * w, rounded once (vLLM's rms_norm).
 template <typename T>
 void rms_norm(const T* x, const T* w, T* out, int64_t width, float eps) {
-  float squares[kParts] = {};
-  for (int64_t j = 0; j < width; j += kParts)
-    for (int64_t l = 0; l < kParts; ++l) {
-      const float v = to_float(x[j + l]);
-      squares[l] += v * v;
-    }
-  const float inv = inverse_rms(squares, width, eps);
-  for (int64_t j = 0; j < width; ++j) out[j] = round_to<T>(to_float(x[j]) * inv * to_float(w[j]));
+  __m512 squares = _mm512_setzero_ps();
+  for (int64_t j = 0; j < width; j += kLanes) {
+    const __m512 v = load16(x + j);
+    squares = _mm512_add_ps(squares, _mm512_mul_ps(v, v));
+  }
+  const __m512 inv = _mm512_set1_ps(inverse_rms(squares, width, eps));
+  for (int64_t j = 0; j < width; j += kLanes)
+    store16(out + j, _mm512_mul_ps(_mm512_mul_ps(load16(x + j), inv), load16(w + j)));
 }
 
 // residual += hidden (rounded); hidden = norm(residual) (vLLM's fused_add_rms_norm: the
 // mean of squares of the unrounded sum, the norm of the rounded residual).
 template <typename T>
 void add_norm(T* hidden, T* residual, const T* w, int64_t width, float eps) {
-  float squares[kParts] = {};
-  for (int64_t j = 0; j < width; j += kParts)
-    for (int64_t l = 0; l < kParts; ++l) {
-      const float v = to_float(hidden[j + l]) + to_float(residual[j + l]);
-      squares[l] += v * v;
-      residual[j + l] = round_to<T>(v);
-    }
-  const float inv = inverse_rms(squares, width, eps);
-  for (int64_t j = 0; j < width; ++j)
-    hidden[j] = round_to<T>(to_float(residual[j]) * inv * to_float(w[j]));
+  __m512 squares = _mm512_setzero_ps();
+  for (int64_t j = 0; j < width; j += kLanes) {
+    const __m512 v = _mm512_add_ps(load16(hidden + j), load16(residual + j));
+    squares = _mm512_add_ps(squares, _mm512_mul_ps(v, v));
+    store16(residual + j, v);
+  }
+  const __m512 inv = _mm512_set1_ps(inverse_rms(squares, width, eps));
+  for (int64_t j = 0; j < width; j += kLanes)
+    store16(hidden + j, _mm512_mul_ps(_mm512_mul_ps(load16(residual + j), inv), load16(w + j)));
 }
 
 // One head: RMSNorm (rounded, as FusedRunner stores it), then neox RoPE from the rounded
 // values with cos/sin in the model's dtype (FusedRunner's cos_sin), rounded again.
 template <typename T>
 void norm_rope(const T* x, const T* w, const T* cos_sin, T* out, int64_t D, float eps) {
-  float normed[kMaxHead];
-  float squares[kParts] = {};
-  for (int64_t j = 0; j < D; j += kParts)
-    for (int64_t l = 0; l < kParts; ++l) {
-      const float v = to_float(x[j + l]);
-      squares[l] += v * v;
-    }
-  const float inv = inverse_rms(squares, D, eps);
-  for (int64_t j = 0; j < D; ++j)
-    normed[j] = to_float(round_to<T>(to_float(x[j]) * inv * to_float(w[j])));
+  alignas(64) float normed[kMaxHead];
+  __m512 squares = _mm512_setzero_ps();
+  for (int64_t j = 0; j < D; j += kLanes) {
+    const __m512 v = load16(x + j);
+    squares = _mm512_add_ps(squares, _mm512_mul_ps(v, v));
+  }
+  const __m512 inv = _mm512_set1_ps(inverse_rms(squares, D, eps));
+  for (int64_t j = 0; j < D; j += kLanes)
+    _mm512_store_ps(normed + j, rounded<T>(_mm512_mul_ps(_mm512_mul_ps(load16(x + j), inv),
+                                                          load16(w + j))));
   const int64_t half = D / 2;
-  for (int64_t j = 0; j < half; ++j) {
-    const float c = to_float(cos_sin[j]), s = to_float(cos_sin[half + j]);
-    const float a = normed[j], b = normed[half + j];
-    out[j] = round_to<T>(a * c - b * s);
-    out[half + j] = round_to<T>(b * c + a * s);
+  for (int64_t j = 0; j < half; j += kLanes) {
+    const __m512 c = load16(cos_sin + j), s = load16(cos_sin + half + j);
+    const __m512 a = _mm512_load_ps(normed + j), b = _mm512_load_ps(normed + half + j);
+    store16(out + j, _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
+    store16(out + half + j, _mm512_add_ps(_mm512_mul_ps(b, c), _mm512_mul_ps(a, s)));
   }
 }
 
+// out = silu(gate) * up, gate_up = [gate | up]; `act` holds `width` floats.
 template <typename T>
-void silu_and_mul(const T* gate_up, T* out, int64_t width) {
+void silu_and_mul(const T* gate_up, T* out, int64_t width, float* act) {
   for (int64_t j = 0; j < width; ++j) {
     const float g = to_float(gate_up[j]);
-    out[j] = round_to<T>(g / (1.f + std::exp(-g)) * to_float(gate_up[width + j]));
+    act[j] = g / (1.f + std::exp(-g)) * to_float(gate_up[width + j]);
   }
+  for (int64_t j = 0; j < width; j += kLanes) store16(out + j, _mm512_loadu_ps(act + j));
 }
 
 // Index of the first largest value, NaN counting as largest (torch's argmax).
@@ -244,8 +283,9 @@ int64_t sample(const T* logits, int64_t V, const float* noise, float inv_tempera
                int64_t top_k, std::vector<float>& scaled, std::vector<float>& sorted) {
   if (noise == nullptr) return first_argmax(V, [&](int64_t v) { return to_float(logits[v]); });
   scaled.resize(V);
-  for (int64_t v = 0; v < V; ++v)
-    scaled[v] = to_float(round_to<T>(to_float(logits[v]) * inv_temperature));
+  const __m512 inv = _mm512_set1_ps(inv_temperature);
+  for (int64_t v = 0; v < V; v += kLanes)
+    _mm512_storeu_ps(scaled.data() + v, rounded<T>(_mm512_mul_ps(load16(logits + v), inv)));
   float threshold = -std::numeric_limits<float>::infinity();
   if (top_k > 0 && top_k < V) {
     sorted.assign(scaled.begin(), scaled.end());
@@ -268,29 +308,30 @@ class PredictorStep {
         kv_heads_(kv_heads),
         head_dim_(head_dim),
         eps_(static_cast<float>(eps)),
-        scaling_(static_cast<float>(scaling)),
-        cos_sin_(cos_sin.contiguous()),
-        final_norm_(final_norm.contiguous()) {
-    dtype_ = final_norm_.scalar_type();
+        scaling_(static_cast<float>(scaling)) {
+    dtype_ = final_norm.scalar_type();
     TORCH_CHECK(dtype_ == torch::kBFloat16 || dtype_ == torch::kFloat32,
                 "predictor step: bf16 or float32 models");
-    TORCH_CHECK(hidden % kParts == 0 && head_dim % kParts == 0 && head_dim <= kMaxHead,
-                "predictor step: hidden and head sizes must be multiples of 16 (head <= 512)");
+    TORCH_CHECK(hidden % kLanes == 0 && head_dim % (2 * kLanes) == 0 && head_dim <= kMaxHead,
+                "predictor step: hidden a multiple of 16, head size of 32 (at most 512)");
     TORCH_CHECK(kv_heads > 0 && heads % kv_heads == 0,
                 "predictor step: heads must be a multiple of the KV heads");
-    TORCH_CHECK(final_norm_.numel() == hidden, "predictor step: final norm [hidden]");
-    TORCH_CHECK(cos_sin_.dim() == 2 && cos_sin_.size(1) == head_dim &&
-                    cos_sin_.scalar_type() == dtype_,
+    final_norm_.hold(norm(final_norm, hidden));
+    TORCH_CHECK(cos_sin.dim() == 2 && cos_sin.size(1) == head_dim &&
+                    cos_sin.scalar_type() == dtype_,
                 "predictor step: cos_sin [positions, head_dim] in the model's dtype");
+    cos_sin_.hold(cos_sin);
   }
 
   void add_layer(torch::Tensor input_norm, torch::Tensor q_norm, torch::Tensor k_norm,
                  torch::Tensor post_norm, const LinearSpec& qkv, const LinearSpec& o,
                  const LinearSpec& gate_up, const LinearSpec& down) {
-    Layer layer{norm(input_norm, hidden_),    norm(q_norm, head_dim_),
-                norm(k_norm, head_dim_),      norm(post_norm, hidden_),
-                make_linear(qkv),             make_linear(o),
-                make_linear(gate_up),         make_linear(down)};
+    Layer layer{{}, {}, {}, {}, make_linear(qkv), make_linear(o), make_linear(gate_up),
+                make_linear(down)};
+    layer.input_norm.hold(norm(input_norm, hidden_));
+    layer.q_norm.hold(norm(q_norm, head_dim_));
+    layer.k_norm.hold(norm(k_norm, head_dim_));
+    layer.post_norm.hold(norm(post_norm, hidden_));
     const int64_t q = heads_ * head_dim_, kv = kv_heads_ * head_dim_;
     TORCH_CHECK(layer.qkv.k == hidden_ && layer.qkv.n == q + 2 * kv,
                 "predictor step: qkv is [(heads + 2 kv heads) * head_dim, hidden]");
@@ -298,20 +339,25 @@ class PredictorStep {
     TORCH_CHECK(layer.gate_up.k == hidden_ && layer.gate_up.n % 2 == 0 &&
                     layer.down.k == layer.gate_up.n / 2 && layer.down.n == hidden_,
                 "predictor step: gate_up [2 I, hidden] and down [hidden, I]");
-    TORCH_CHECK(layer.down.k % kParts == 0, "predictor step: intermediate size % 16");
+    TORCH_CHECK(layers_.empty() || layer.down.k == layers_[0].down.k,
+                "predictor step: one intermediate size for every layer");
+    TORCH_CHECK(layer.down.k % kLanes == 0, "predictor step: intermediate size % 16");
     for (const Linear* lin : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) widest(*lin);
     layers_.push_back(std::move(layer));
   }
 
   // The lm head and codec embedding of code group len(heads) + 1 (frame()).
   void add_head(const LinearSpec& lm_head, torch::Tensor embedding) {
-    Head head{make_linear(lm_head), embedding.contiguous()};
+    Head head{make_linear(lm_head), {}};
+    head.embedding.hold(embedding);
+    const torch::Tensor& table = head.embedding.tensor;
     TORCH_CHECK(head.lm_head.k == hidden_, "predictor step: lm head is [vocab, hidden]");
-    TORCH_CHECK(head.embedding.dim() == 2 && head.embedding.scalar_type() == dtype_,
+    TORCH_CHECK(table.dim() == 2 && table.scalar_type() == dtype_,
                 "predictor step: embedding [vocab, width] in the model's dtype");
     TORCH_CHECK(heads_list_.empty() || (head.lm_head.n == heads_list_[0].lm_head.n &&
-                                        head.embedding.sizes() == heads_list_[0].embedding.sizes()),
+                                        table.sizes() == heads_list_[0].embedding.tensor.sizes()),
                 "predictor step: every code group has one vocabulary and width");
+    TORCH_CHECK(table.size(0) >= head.lm_head.n, "predictor step: an embedding per code");
     widest(head.lm_head);
     heads_list_.push_back(std::move(head));
   }
@@ -329,13 +375,14 @@ class PredictorStep {
   // new position [B, hidden] (FusedRunner's __call__).
   torch::Tensor run(torch::Tensor embeds, torch::Tensor keys, torch::Tensor values,
                     int64_t start) {
+    TORCH_CHECK(!layers_.empty(), "predictor step: no layers (add_layer)");
     TORCH_CHECK(embeds.dim() == 3 && embeds.size(2) == hidden_ &&
                     embeds.scalar_type() == dtype_,
                 "predictor step: embeds [B, n, hidden] in the model's dtype");
     const int64_t B = embeds.size(0), n = embeds.size(1);
+    TORCH_CHECK(start >= 0 && n >= 1, "predictor step: at least one new position");
     check_cache(keys, B, start + n);
     check_cache(values, B, start + n);
-    TORCH_CHECK(keys.sizes() == values.sizes(), "predictor step: keys and values alike");
     embeds = embeds.contiguous();
     auto out = torch::empty({B, hidden_}, embeds.options());
     if (dtype_ == torch::kBFloat16)
@@ -351,7 +398,8 @@ class PredictorStep {
   // of the draws predict_codes would make, or None for greedy codes.
   void frame(torch::Tensor first, torch::Tensor codes, c10::optional<torch::Tensor> noise,
              double inv_temperature, int64_t top_k) {
-    TORCH_CHECK(!heads_list_.empty(), "predictor step: frame() needs the lm heads (add_head)");
+    TORCH_CHECK(!layers_.empty() && !heads_list_.empty(),
+                "predictor step: frame() needs the layers and lm heads (add_layer, add_head)");
     TORCH_CHECK(first.dim() == 3 && first.size(1) == 2 && first.size(2) == hidden_ &&
                     first.scalar_type() == dtype_,
                 "predictor step: first [B, 2, hidden] in the model's dtype");
@@ -361,7 +409,7 @@ class PredictorStep {
                     codes.scalar_type() == torch::kInt64 &&
                     groups == static_cast<int64_t>(heads_list_.size()) + 1,
                 "predictor step: codes [B, lm heads + 1] int64");
-    TORCH_CHECK(has_projection_ || heads_list_[0].embedding.size(1) == hidden_,
+    TORCH_CHECK(has_projection_ || heads_list_[0].embedding.tensor.size(1) == hidden_,
                 "predictor step: embeddings wider than hidden need the projection");
     const float* noise_p = nullptr;
     torch::Tensor noise_c;
@@ -374,12 +422,13 @@ class PredictorStep {
       noise_p = noise_c.data_ptr<float>();
     }
     const int64_t positions = groups + 1;
-    TORCH_CHECK(positions <= cos_sin_.size(0), "predictor step: more positions than RoPE has");
+    TORCH_CHECK(positions <= cos_sin_.tensor.size(0),
+                "predictor step: more positions than the RoPE table has");
     const std::vector<int64_t> shape{static_cast<int64_t>(layers_.size()), B, kv_heads_,
                                      positions, head_dim_};
-    if (!cache_keys_.defined() || cache_keys_.sizes() != c10::IntArrayRef(shape)) {
-      cache_keys_ = torch::empty(shape, first.options());
-      cache_values_ = torch::empty(shape, first.options());
+    if (!cache_keys_.tensor.defined() || cache_keys_.tensor.sizes() != c10::IntArrayRef(shape)) {
+      cache_keys_.hold(torch::empty(shape, first.options()));
+      cache_values_.hold(torch::empty(shape, first.options()));
     }
     first = first.contiguous();
     if (dtype_ == torch::kBFloat16)
@@ -406,57 +455,61 @@ class PredictorStep {
                     cache.size(4) == head_dim_ && cache.is_contiguous() &&
                     cache.scalar_type() == dtype_,
                 "predictor step: cache [layers, B, kv_heads, S, head_dim], contiguous");
-    TORCH_CHECK(end <= cache.size(3) && end <= cos_sin_.size(0),
-                "predictor step: positions past the cache or RoPE table");
+    TORCH_CHECK(end <= cache.size(3) && end <= cos_sin_.tensor.size(0),
+                "predictor step: positions past the cache or the RoPE table");
   }
 
   // Buffers for `M` rows (whole AMX tiles of them), kept until more are needed.
   void reserve(int64_t M) {
     const int64_t rows = omni_cpu::product_rows(M);
     if (rows <= rows_) return;
-    const auto options = torch::TensorOptions().dtype(dtype_);
     const int64_t q = heads_ * head_dim_, kv = kv_heads_ * head_dim_;
     const int64_t inter = layers_.empty() ? 0 : layers_[0].down.k;
     const int64_t vocab = heads_list_.empty() ? 0 : heads_list_[0].lm_head.n;
-    const int64_t width = heads_list_.empty() ? 0 : heads_list_[0].embedding.size(1);
-    // Zeros: AMX tiles read whole tiles of rows, never stored (any finite values do).
-    residual_ = torch::zeros({rows, hidden_}, options);
-    hidden_rows_ = torch::zeros({rows, hidden_}, options);
-    last_ = torch::zeros({rows, hidden_}, options);
-    qkv_ = torch::zeros({rows, q + 2 * kv}, options);
-    q_ = torch::zeros({rows, q}, options);
-    attn_ = torch::zeros({rows, q}, options);
-    gate_up_ = torch::zeros({rows, 2 * inter}, options);
-    act_ = torch::zeros({rows, inter}, options);
-    logits_ = torch::zeros({rows, vocab}, options);
-    embed_ = torch::zeros({rows, width}, options);
-    xq_ = torch::zeros({rows, widest_k_}, torch::kUInt8);
-    xscale_ = torch::zeros({rows}, torch::kFloat32);
-    xsum_ = torch::zeros({rows, widest_k_ / kGroup + 1}, torch::kInt32);
+    const int64_t width = heads_list_.empty() ? 0 : heads_list_[0].embedding.tensor.size(1);
+    // Zeros: AMX tiles read whole tiles of rows and never store the extra ones.
+    auto rows_of = [&](int64_t columns, torch::ScalarType dtype) {
+      return torch::zeros({rows, columns}, dtype);
+    };
+    residual_.hold(rows_of(hidden_, dtype_));
+    hidden_rows_.hold(rows_of(hidden_, dtype_));
+    last_.hold(rows_of(hidden_, dtype_));
+    qkv_.hold(rows_of(q + 2 * kv, dtype_));
+    q_.hold(rows_of(q, dtype_));
+    attn_.hold(rows_of(q, dtype_));
+    gate_up_.hold(rows_of(2 * inter, dtype_));
+    act_.hold(rows_of(inter, dtype_));
+    logits_.hold(rows_of(vocab, dtype_));
+    embed_.hold(rows_of(width, dtype_));
+    xq_.hold(rows_of(widest_k_, torch::kUInt8));
+    xscale_.hold(rows_of(1, torch::kFloat32));
+    xsum_.hold(rows_of(widest_k_ / kGroup + 1, torch::kInt32));
+    silu_.assign(inter, 0.f);
     rows_ = rows;
   }
 
   template <typename T>
   void product(const Linear& lin, const T* x, int64_t M, T* out) {
-    const float* bias = lin.bias.defined() ? lin.bias.data_ptr<float>() : nullptr;
     if (lin.format == kBf16) {
       if constexpr (std::is_same_v<T, BF16>) {
-        omni_cpu::bf16_product<T>(x, ptr<BF16>(lin.packed), M, lin.k, lin.n, bias, out,
-                                  lin.amx_rows);
+        omni_cpu::bf16_product<T>(x, static_cast<const BF16*>(lin.packed_p), M, lin.k, lin.n,
+                                  lin.bias_p, out, lin.amx_rows);
       } else {
         TORCH_CHECK(false, "predictor step: bf16 weights need a bf16 model");
       }
     } else if (lin.format == kW8a8) {
-      omni_cpu::quantize_u8<T>(x, M, lin.k, ptr<uint8_t>(xq_), ptr<float>(xscale_));
-      omni_cpu::w8a8_product<T>(ptr<uint8_t>(xq_), ptr<float>(xscale_), ptr<int8_t>(lin.packed),
-                                ptr<float>(lin.scales), ptr<int32_t>(lin.sums), M, lin.k, lin.n,
-                                bias, out, lin.amx_rows);
+      omni_cpu::quantize_u8<T>(x, M, lin.k, xq_.as<uint8_t>(), xscale_.as<float>());
+      omni_cpu::w8a8_product<T>(xq_.as<uint8_t>(), xscale_.as<float>(),
+                                static_cast<const int8_t*>(lin.packed_p),
+                                static_cast<const float*>(lin.scales_p), lin.sums_p, M, lin.k,
+                                lin.n, lin.bias_p, out, lin.amx_rows);
     } else {
-      omni_cpu::quantize_s8<T>(x, M, lin.k, ptr<int8_t>(xq_), ptr<float>(xscale_),
-                               ptr<int32_t>(xsum_));
-      omni_cpu::w4a8_product<T>(ptr<int8_t>(xq_), ptr<float>(xscale_), ptr<int32_t>(xsum_),
-                                ptr<uint8_t>(lin.packed), ptr<BF16>(lin.scales), M, lin.k,
-                                lin.n, bias, out);
+      omni_cpu::quantize_s8<T>(x, M, lin.k, xq_.as<int8_t>(), xscale_.as<float>(),
+                               xsum_.as<int32_t>());
+      omni_cpu::w4a8_product<T>(xq_.as<int8_t>(), xscale_.as<float>(), xsum_.as<int32_t>(),
+                                static_cast<const uint8_t*>(lin.packed_p),
+                                static_cast<const BF16*>(lin.scales_p), M, lin.k, lin.n,
+                                lin.bias_p, out);
     }
   }
 
@@ -466,21 +519,21 @@ class PredictorStep {
   void forward(int64_t B, int64_t n, int64_t start, T* keys, T* values, int64_t S) {
     const int64_t M = B * n, H = hidden_, D = head_dim_, G = kv_heads_;
     const int64_t q_size = heads_ * D, kv_size = G * D, qkv_size = q_size + 2 * kv_size;
-    T* residual = ptr<T>(residual_);
-    T* hidden = ptr<T>(hidden_rows_);
-    T* qkv = ptr<T>(qkv_);
-    T* q = ptr<T>(q_);
-    T* attn = ptr<T>(attn_);
-    T* gate_up = ptr<T>(gate_up_);
-    T* act = ptr<T>(act_);
-    const T* cos_sin = ptr<T>(cos_sin_);
+    T* residual = residual_.as<T>();
+    T* hidden = hidden_rows_.as<T>();
+    T* qkv = qkv_.as<T>();
+    T* q = q_.as<T>();
+    T* attn = attn_.as<T>();
+    T* gate_up = gate_up_.as<T>();
+    T* act = act_.as<T>();
+    const T* cos_sin = cos_sin_.as<T>();
     for (int64_t r = 0; r < M; ++r)
-      rms_norm(residual + r * H, ptr<T>(layers_[0].input_norm), hidden + r * H, H, eps_);
+      rms_norm(residual + r * H, layers_[0].input_norm.as<T>(), hidden + r * H, H, eps_);
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& layer = layers_[l];
       if (l > 0)
         for (int64_t r = 0; r < M; ++r)
-          add_norm(hidden + r * H, residual + r * H, ptr<T>(layer.input_norm), H, eps_);
+          add_norm(hidden + r * H, residual + r * H, layer.input_norm.as<T>(), H, eps_);
       product(layer.qkv, hidden, M, qkv);
       T* layer_keys = keys + l * B * G * S * D;
       T* layer_values = values + l * B * G * S * D;
@@ -489,10 +542,10 @@ class PredictorStep {
         const T* row = qkv + r * qkv_size;
         const T* table = cos_sin + position * D;
         for (int64_t h = 0; h < heads_; ++h)
-          norm_rope(row + h * D, ptr<T>(layer.q_norm), table, q + r * q_size + h * D, D, eps_);
+          norm_rope(row + h * D, layer.q_norm.as<T>(), table, q + r * q_size + h * D, D, eps_);
         for (int64_t g = 0; g < G; ++g) {
           const int64_t at = ((b * G + g) * S + position) * D;
-          norm_rope(row + q_size + g * D, ptr<T>(layer.k_norm), table, layer_keys + at, D, eps_);
+          norm_rope(row + q_size + g * D, layer.k_norm.as<T>(), table, layer_keys + at, D, eps_);
           std::memcpy(layer_values + at, row + q_size + kv_size + g * D, D * sizeof(T));
         }
       }
@@ -502,14 +555,15 @@ class PredictorStep {
                                       scaling_);
       product(layer.o, attn, M, hidden);
       for (int64_t r = 0; r < M; ++r)
-        add_norm(hidden + r * H, residual + r * H, ptr<T>(layer.post_norm), H, eps_);
+        add_norm(hidden + r * H, residual + r * H, layer.post_norm.as<T>(), H, eps_);
       product(layer.gate_up, hidden, M, gate_up);
       const int64_t inter = layer.down.k;
-      for (int64_t r = 0; r < M; ++r) silu_and_mul(gate_up + r * 2 * inter, act + r * inter, inter);
+      for (int64_t r = 0; r < M; ++r)
+        silu_and_mul(gate_up + r * 2 * inter, act + r * inter, inter, silu_.data());
       product(layer.down, act, M, hidden);
     }
     for (int64_t r = 0; r < M; ++r)
-      add_norm(hidden + r * H, residual + r * H, ptr<T>(final_norm_), H, eps_);
+      add_norm(hidden + r * H, residual + r * H, final_norm_.as<T>(), H, eps_);
   }
 
   template <typename T>
@@ -518,34 +572,35 @@ class PredictorStep {
     const int64_t B = embeds.size(0), n = embeds.size(1), H = hidden_;
     reserve(B * n);
     const T* in = ptr<T>(embeds);
-    T* residual = ptr<T>(residual_);
+    T* residual = residual_.as<T>();
     for (int64_t b = 0; b < B; ++b)
       for (int64_t i = 0; i < n; ++i)
         std::memcpy(residual + (i * B + b) * H, in + (b * n + i) * H, H * sizeof(T));
     forward<T>(B, n, start, ptr<T>(keys), ptr<T>(values), keys.size(3));
-    std::memcpy(ptr<T>(out), ptr<T>(hidden_rows_) + (n - 1) * B * H, B * H * sizeof(T));
+    std::memcpy(ptr<T>(out), hidden_rows_.as<T>() + (n - 1) * B * H, B * H * sizeof(T));
   }
 
   template <typename T>
   void frame_typed(const torch::Tensor& first, torch::Tensor& codes, const float* noise,
                    float inv_temperature, int64_t top_k) {
     const int64_t B = first.size(0), H = hidden_, groups = codes.size(1);
-    const int64_t V = heads_list_[0].lm_head.n, width = heads_list_[0].embedding.size(1);
-    const int64_t S = cache_keys_.size(3);
+    const int64_t V = heads_list_[0].lm_head.n;
+    const int64_t width = heads_list_[0].embedding.tensor.size(1);
+    const int64_t S = cache_keys_.tensor.size(3);
     reserve(2 * B);
-    T* keys = ptr<T>(cache_keys_);
-    T* values = ptr<T>(cache_values_);
-    T* residual = ptr<T>(residual_);
-    T* last = ptr<T>(last_);
-    T* logits = ptr<T>(logits_);
-    T* embed = ptr<T>(embed_);
+    T* keys = cache_keys_.as<T>();
+    T* values = cache_values_.as<T>();
+    T* residual = residual_.as<T>();
+    T* last = last_.as<T>();
+    T* logits = logits_.as<T>();
+    T* embed = embed_.as<T>();
     int64_t* out = codes.data_ptr<int64_t>();
     const T* in = ptr<T>(first);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t i = 0; i < 2; ++i)
         std::memcpy(residual + (i * B + b) * H, in + (b * 2 + i) * H, H * sizeof(T));
     forward<T>(B, 2, 0, keys, values, S);
-    std::memcpy(last, ptr<T>(hidden_rows_) + B * H, B * H * sizeof(T));
+    std::memcpy(last, hidden_rows_.as<T>() + B * H, B * H * sizeof(T));
     for (int64_t step = 1; step < groups; ++step) {
       const Head& head = heads_list_[step - 1];
       product(head.lm_head, last, B, logits);
@@ -555,7 +610,7 @@ class PredictorStep {
             sample(logits + b * V, V, row_noise, inv_temperature, top_k, scaled_, sorted_);
         out[b * groups + step] = code;
         if (step < groups - 1)
-          std::memcpy(embed + b * width, ptr<T>(head.embedding) + code * width,
+          std::memcpy(embed + b * width, head.embedding.as<T>() + code * width,
                       width * sizeof(T));
       }
       if (step == groups - 1) break;
@@ -564,22 +619,22 @@ class PredictorStep {
       else
         std::memcpy(residual, embed, B * H * sizeof(T));
       forward<T>(B, 1, step + 1, keys, values, S);
-      std::memcpy(last, ptr<T>(hidden_rows_), B * H * sizeof(T));
+      std::memcpy(last, hidden_rows_.as<T>(), B * H * sizeof(T));
     }
   }
 
   int64_t hidden_, heads_, kv_heads_, head_dim_;
   float eps_, scaling_;
-  torch::Tensor cos_sin_, final_norm_;
   torch::ScalarType dtype_;
+  Buffer cos_sin_, final_norm_;
   std::vector<Layer> layers_;
   std::vector<Head> heads_list_;
   Linear projection_;
   bool has_projection_ = false;
   int64_t widest_k_ = 0, rows_ = 0;
-  torch::Tensor residual_, hidden_rows_, last_, qkv_, q_, attn_, gate_up_, act_, logits_, embed_;
-  torch::Tensor xq_, xscale_, xsum_, cache_keys_, cache_values_;
-  std::vector<float> scaled_, sorted_;
+  Buffer residual_, hidden_rows_, last_, qkv_, q_, attn_, gate_up_, act_, logits_, embed_;
+  Buffer xq_, xscale_, xsum_, cache_keys_, cache_values_;
+  std::vector<float> silu_, scaled_, sorted_;
 };
 
 }  // namespace
