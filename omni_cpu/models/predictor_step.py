@@ -1,16 +1,19 @@
 """The code predictor's step in one C++ call: the default where omni-cpu's GEMV runs.
 
 Written against vllm-omni 0.30.0 (`models/common/qwen3_code_predictor.py`: the
-wrapper's layers, lm heads, codec embeddings, projection and `_sample_codes_gumbel`)
-and torch 2.13 (the extension, kernels/csrc/predictor_step.cpp).
+wrapper's layers, lm heads, codec embeddings, projection, `_setup_compile`'s lists and
+`_sample_codes_gumbel`) and torch 2.13 (the extension, kernels/csrc/predictor_step.cpp).
 
 Why: FusedRunner (omni_cpu.models.fused_predictor) runs a position through the 5
 layers as ~15 torch calls per layer (fused norms, RoPE, SiLU, the GEMV, the
 attention, slicing and copies), and predict_codes samples each of the 15 codes with
 ~12 more (lm head, scale, top-k, mask, Gumbel noise, argmax, embedding, projection):
-~1,900 small calls a frame, each paying the dispatcher and Python. MEASURED_OVERHEAD.
+~1,900 small calls a frame, each paying the dispatcher and Python. On the 2-core Zen 4
+(one talker core, `omni-cpu bench`, quiet) the int4 code predictor took 76 ms of a 116 ms
+talker step while its 757 MB of weights per frame stream in ~31 ms at the 24-25 GB/s one
+core reads: the calls cost more than the bytes.
 
-How: `StepRunner` builds one `PredictorStep` (the GEMV module's C++ class) from the
+How: `StepRunner` builds one `PredictorStep` (a C++ class in the GEMV module) from the
 wrapper's own modules once, at install: the norms' weights, the RoPE table, and each
 linear's packed weights as omni-cpu's GEMV packed them (gemv.PackedBf16Weights,
 PackedInt8Weights, PackedInt4Weights; the same tensors, no copy). Its `run` is
@@ -20,7 +23,15 @@ top-k and Gumbel-max on the draws predict_codes would make), the code's embeddin
 and projection, and the next position. The random numbers are drawn in Python in
 the stock order before the frame (`gumbel_noise`), so a seeded request gives the codes
 it gives on the Python loop. "stored" sampling (top-p; Qwen3-Omni) and anything else
-the frame does not cover run predict_codes' loop over `run`.
+the frame does not cover run predict_codes' loop over `run`. Both GEMV modules carry
+the class: the AVX-512 one and the AVX2 one (`OMNI_CPU_GEMV=avx2`, or a CPU without
+avx512_bf16/VNNI), each on the weights it packed.
+
+Measured (benchmarks/stage_micro.py --only code-predictor-step: 0.6B shapes, random
+weights, bf16 activations, sampled frames, one thread, FusedRunner and the step
+alternating in one process, best of 20; MEASURED_WHEN):
+
+MEASURED_TABLE
 
 Trade-off: the same rounding points as FusedRunner (every tensor it stores in the
 model's dtype is rounded here where it is); float32 summation order inside a norm,
@@ -30,10 +41,10 @@ code can flip where two logits tie within it, as FusedRunner's can against the e
 path (tests/models/test_predictor_step.py states the bounds). Sampling in C++ is
 exact: the frame's codes equal predict_codes' loop over the same `run`.
 
-Only where every layer's four linears went to the AVX-512 GEMV (bf16, int8 or int4
-weights): elsewhere (no avx512_bf16/VNNI, OMNI_CPU_GEMV=off or avx2, float32 weights on
-oneDNN) `build` returns None and the dispatcher (omni_cpu.models.predictor) installs
-FusedRunner, unchanged.
+Only where every layer's four linears went to one GEMV module (bf16, int8 or int4
+weights): elsewhere (OMNI_CPU_GEMV=off, float32 weights on oneDNN, FBGEMM's int8, no
+AVX2) `build` returns None and the dispatcher (omni_cpu.models.predictor) installs
+FusedRunner, unchanged; `OMNI_CPU_CODE_PREDICTOR=ops` asks for it anyway.
 
 WHAT_IS_LEFT
 """
@@ -50,8 +61,12 @@ from omni_cpu.models.cached_predictor import FrameCache
 from omni_cpu.models.linears import RoutedLinear
 
 STEP_DTYPES = (torch.bfloat16, torch.float32)
-# kernels/csrc/predictor_step.cpp's Format, by the kernel name linears.choose gives.
-STEP_FORMATS = {"gemv-bf16": 0, "gemv-w8a8": 1, "gemv-w4a8": 2}
+# kernels/csrc/predictor_step.cpp's Format, by the kernel name linears.choose gives, for
+# each GEMV module the step is built into (the one that packed the weights runs them).
+STEP_FORMATS = {
+    "avx512": {"gemv-bf16": 0, "gemv-w8a8": 1, "gemv-w4a8": 2},
+    "avx2": {"gemv-avx2-bf16": 0, "gemv-avx2-w8a8": 1, "gemv-avx2-w4a8": 2},
+}
 UNIFORM_EPS = 1e-20  # vLLM-Omni 0.30.0's _UNIFORM_EPS: uniform_(eps, 1 - eps)
 # Gumbel noise is computed for a whole frame at once; with the vocabulary a multiple
 # of torch's vector width every element goes through the same vectorized log as the
@@ -61,9 +76,9 @@ NOISE_VOCAB_MULTIPLE = 16
 LinearSpec = tuple[int, torch.Tensor, Any, Any, Any, int]
 
 
-def linear_spec(linear: Any) -> LinearSpec | None:
-    """(format, packed, scales, sums, bias, amx_rows) of a linear the AVX-512 GEMV took."""
-    if not isinstance(linear, RoutedLinear) or linear.kernel not in STEP_FORMATS:
+def linear_spec(linear: Any, isa: str = "avx512") -> LinearSpec | None:
+    """(format, packed, scales, sums, bias, amx_rows) of a linear the `isa` GEMV module took."""
+    if not isinstance(linear, RoutedLinear) or linear.kernel not in STEP_FORMATS[isa]:
         return None
     product = linear.product
     bias = None if linear.bias is None else linear.bias.detach()
@@ -94,10 +109,15 @@ class StepRunner:
     @classmethod
     def build(cls, wrapper: Any) -> StepRunner | None:
         """The step for `wrapper`'s code predictor, or None where it does not apply."""
-        module = gemv.kernel()
+        model = wrapper.model
+        first = model.layers[0].self_attn.qkv_proj
+        kernel = getattr(first, "kernel", "")
+        isa = next((isa for isa, names in STEP_FORMATS.items() if kernel in names), None)
+        if isa is None:
+            return None
+        module = gemv.kernel() if isa == "avx512" else gemv.avx2_kernel()
         if module is None or not hasattr(module, "PredictorStep"):
             return None
-        model = wrapper.model
         dtype = model.norm.weight.dtype
         norms = _norms(model)
         eps = {float(norm.variance_epsilon) for norm in norms}
@@ -108,8 +128,8 @@ class StepRunner:
         layers = []
         for layer in model.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            specs = [linear_spec(m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj)]
-            specs.append(linear_spec(mlp.down_proj))
+            modules = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+            specs = [linear_spec(m, isa) for m in modules]
             if any(spec is None for spec in specs):
                 return None
             layers.append((layer, specs))
@@ -138,7 +158,7 @@ class StepRunner:
                 )
         except RuntimeError:  # a shape or dtype the step does not take: FusedRunner does
             return None
-        return cls(step, _add_frame_parts(step, wrapper, dtype))
+        return cls(step, _add_frame_parts(step, wrapper, dtype, isa))
 
     def __call__(
         self, embeds: torch.Tensor, cache: FrameCache, start: int, positions: torch.Tensor
@@ -171,20 +191,20 @@ class StepRunner:
         return True
 
 
-def _add_frame_parts(step: Any, wrapper: Any, dtype: torch.dtype) -> bool:
+def _add_frame_parts(step: Any, wrapper: Any, dtype: torch.dtype, isa: str) -> bool:
     """Give the step the lm heads, embeddings and projection; False where one does not fit."""
     # The lists predict_codes samples through (cached by the wrapper's first forward).
     wrapper._setup_compile()
     projection = wrapper.small_to_mtp_projection
     embeddings = list(wrapper._codec_embeds_list)
-    heads = [linear_spec(head) for head in wrapper._lm_heads_list]
+    heads = [linear_spec(head, isa) for head in wrapper._lm_heads_list]
     if any(spec is None for spec in heads) or any(type(e) is not nn.Embedding for e in embeddings):
         return False
     if any(e.weight.dtype != dtype for e in embeddings) or len(heads) != len(embeddings):
         return False
     projection_spec = None
     if not isinstance(projection, nn.Identity):
-        projection_spec = linear_spec(projection)
+        projection_spec = linear_spec(projection, isa)
         if projection_spec is None:
             return False
     try:

@@ -40,11 +40,10 @@ from omni_cpu.models import cached_predictor, fused_predictor, linears, predicto
 from omni_cpu.models import predictor as dispatcher
 from tests.helpers.predictors import GROUPS, inputs, make_predictor
 
-pytestmark = [
-    pytest.mark.core_model,
-    pytest.mark.cpu,
-    pytest.mark.skipif(not gemv.cpu_supports(), reason="this CPU lacks avx512_bf16/avx512_vnni"),
-]
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+needs_avx512 = pytest.mark.skipif(
+    not gemv.cpu_supports(), reason="this CPU lacks avx512_bf16/avx512_vnni"
+)
 HIDDEN = 128  # int8 / int4 take layers of 128 and more (int8.MIN_QUANTIZED_DIM)
 VOCAB = 128  # so the lm heads are packed too, and the whole frame runs in C++
 TALKER = 256  # != HIDDEN: each code's embedding goes through the (packed) projection
@@ -98,6 +97,19 @@ def feed(bsz: int, dtype: torch.dtype, talker_hidden: int = TALKER) -> dict[str,
     }
 
 
+@pytest.fixture(params=["avx512", "avx2"])
+def isa(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which GEMV module packs the linears and runs the step (OMNI_CPU_GEMV=avx2 forces its
+    AVX2 build, which any AVX2 CPU runs)."""
+    if request.param == "avx2":
+        if not gemv.avx2_cpu_supports():
+            pytest.skip("this CPU lacks AVX2")
+        monkeypatch.setenv(gemv.GEMV_ENV, "avx2")
+    elif not gemv.cpu_supports():
+        pytest.skip("this CPU lacks avx512_bf16/avx512_vnni")
+    return request.param
+
+
 @contextlib.contextmanager
 def threads(count: int) -> Iterator[None]:
     before = torch.get_num_threads()
@@ -109,7 +121,7 @@ def threads(count: int) -> Iterator[None]:
 
 
 @pytest.mark.parametrize("weights", WEIGHTS)
-def test_step_matches_the_fused_step_in_bfloat16(weights: str) -> None:
+def test_step_matches_the_fused_step_in_bfloat16(isa: str, weights: str) -> None:
     predictor = packed_predictor(torch.bfloat16, weights)
     step = predictor_step.StepRunner.build(predictor)
     assert step is not None
@@ -122,7 +134,7 @@ def test_step_matches_the_fused_step_in_bfloat16(weights: str) -> None:
 
 
 @pytest.mark.parametrize("weights", ["int8", "int4"])
-def test_step_matches_the_exact_step_in_float32(weights: str) -> None:
+def test_step_matches_the_exact_step_in_float32(isa: str, weights: str) -> None:
     predictor = packed_predictor(torch.float32, weights)
     step = predictor_step.StepRunner.build(predictor)
     assert step is not None
@@ -133,7 +145,7 @@ def test_step_matches_the_exact_step_in_float32(weights: str) -> None:
 
 @pytest.mark.parametrize("weights", WEIGHTS)
 @pytest.mark.parametrize("bsz", [1, 3])
-def test_frame_codes_equal_the_python_loop_codes(weights: str, bsz: int) -> None:
+def test_frame_codes_equal_the_python_loop_codes(isa: str, weights: str, bsz: int) -> None:
     predictor = packed_predictor(torch.bfloat16, weights)
     step = predictor_step.StepRunner.build(predictor)
     assert step is not None and step.frames
@@ -161,6 +173,7 @@ def test_frame_codes_equal_the_python_loop_codes(weights: str, bsz: int) -> None
     assert torch.equal(frame, codes(Loop(step), top_k=8))
 
 
+@needs_avx512
 def test_frame_codes_equal_the_exact_codes_in_float32() -> None:
     # int8 weights, float32 activations: both paths quantize the same activations, so
     # with logits this close only a near-tie could flip a code (none at this scale).
@@ -179,7 +192,7 @@ def test_frame_codes_equal_the_exact_codes_in_float32() -> None:
 
 
 @pytest.mark.parametrize("weights", WEIGHTS)
-def test_one_and_two_threads_give_the_same_bits(weights: str) -> None:
+def test_one_and_two_threads_give_the_same_bits(isa: str, weights: str) -> None:
     predictor = packed_predictor(torch.bfloat16, weights)
     step = predictor_step.StepRunner.build(predictor)
     assert step is not None
@@ -223,7 +236,7 @@ def real_shapes_predictor() -> CodePredictor:
     return predictor.to(torch.bfloat16).eval()
 
 
-def test_the_real_shapes_run_like_fused_and_sample_like_the_loop() -> None:
+def test_the_real_shapes_run_like_fused_and_sample_like_the_loop(isa: str) -> None:
     predictor = real_shapes_predictor()
     linears.route_linears(predictor, "model")
     predictor._setup_compile()
@@ -251,6 +264,7 @@ def test_the_real_shapes_run_like_fused_and_sample_like_the_loop() -> None:
     assert relative(states[0], states[1]) < 0.03
 
 
+@needs_avx512
 def test_the_dispatcher_takes_the_step_only_where_the_gemv_took_the_linears(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -260,6 +274,17 @@ def test_the_dispatcher_takes_the_step_only_where_the_gemv_took_the_linears(
     assert dispatcher.install_forward(packed_predictor(torch.float32, "model"), "fused") == "fused"
     monkeypatch.setenv(gemv.GEMV_ENV, "off")
     assert dispatcher.install_forward(packed_predictor(torch.bfloat16, "int8"), "fused") == "fused"
+
+
+def test_the_avx2_build_runs_the_step_on_its_own_packed_weights(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if not gemv.avx2_cpu_supports():
+        pytest.skip("this CPU lacks AVX2")
+    monkeypatch.setenv(gemv.GEMV_ENV, "avx2")
+    predictor = packed_predictor(torch.bfloat16, "int8")
+    assert linears.summary(predictor)["gemv-avx2-w8a8"] > 0
+    assert dispatcher.install_forward(predictor, "fused") == "step"
 
 
 def test_noise_is_drawn_between_the_bounds_vllm_omni_draws_between() -> None:

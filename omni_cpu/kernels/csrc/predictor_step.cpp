@@ -8,6 +8,8 @@
 // one call runs a position through the 5 layers on the GEMV's own tiles and packed
 // weights (gemv_avx512.cpp bf16 / W8A8, gemv_int4.cpp W4A8) and decode_attention.cpp's
 // attention, with every buffer kept by the PredictorStep object between calls.
+// Built into both GEMV modules: with AVX-512 flags beside those files, with AVX2 flags
+// beside gemv_avx2.cpp (its tiles and attention, 8-lane row ops; vec:: below).
 //
 // Per layer, for rows r = i * B + b (position start + i of stream b, position-major, so
 // each position's B rows are contiguous for the attention):
@@ -19,7 +21,7 @@
 // model's dtype is rounded to it here at the same point (GEMV outputs, norms, RoPE,
 // residual, SiLU-and-mul), arithmetic in float32 between (vLLM's CPU ops' formulas:
 // x * rsqrt(mean(x^2) + eps) * w from the rounded residual; x cos - y sin). What can
-// differ is float32 summation order inside a norm (vLLM's vector width vs 16 partial
+// differ is float32 summation order inside a norm (vLLM's vector width vs 16 or 8 partial
 // sums here), SiLU's exp, and the first call's attention (SDPA there, this kernel here).
 //
 // Threads: each product splits its column blocks over the stage's OpenMP team, as the
@@ -46,21 +48,16 @@
 #include <vector>
 
 // The GEMV module's products and attention on raw pointers and caller-owned buffers,
-// defined beside their tensor calls (gemv_avx512.cpp, gemv_int4.cpp, decode_attention.cpp):
-// the same tiles on the same packed weights, so the same bits as gemv_bf16/w8a8/w4a8.
-// Products: y[M, N] = x[M, K] @ W[N, K]^T (+ bias), rounded once to Out. Where amx_rows
-// sends a product to AMX tiles, x (bf16) or xq (int8) must hold product_rows(M) rows.
+// defined beside their tensor calls: the same tiles on the same packed weights, so the
+// same bits as the module's gemv_bf16 / gemv_w8a8 / gemv_w4a8 / decode_attention.
+// Products: y[M, N] = x[M, K] @ W[N, K]^T (+ bias), rounded once to Out. This file is
+// built into both GEMV modules: the AVX-512 one (gemv_avx512.cpp, gemv_int4.cpp,
+// decode_attention.cpp) and the AVX2 one (gemv_avx2.cpp), whose W8A8 takes signed
+// activations and whose bf16 product float32 ones.
 namespace omni_cpu {
+// Rows a buffer of M rows must have: where amx_rows sends a product to AMX tiles, x (bf16)
+// or xq (int8) is read in whole tiles of 16 rows.
 int64_t product_rows(int64_t M);
-template <typename In>
-void quantize_u8(const In* x, int64_t M, int64_t K, uint8_t* q, float* scales);
-template <typename Out>
-void bf16_product(const c10::BFloat16* x, const c10::BFloat16* w, int64_t M, int64_t K,
-                  int64_t N, const float* bias, Out* out, int64_t amx_rows);
-template <typename Out>
-void w8a8_product(const uint8_t* xq, const float* xscale, const int8_t* w, const float* wscale,
-                  const int32_t* wsum, int64_t M, int64_t K, int64_t N, const float* bias,
-                  Out* out, int64_t amx_rows);
 template <typename In>
 void quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, int32_t* sums);
 template <typename Out>
@@ -70,6 +67,26 @@ void w4a8_product(const int8_t* xq, const float* xscale, const int32_t* xsum, co
 template <typename T>
 void attend_positions(const T* q, const T* keys, const T* values, T* out, int64_t B, int64_t H,
                       int64_t G, int64_t S, int64_t D, int64_t end, float scale);
+#if defined(__AVX512F__)
+template <typename In>
+void quantize_u8(const In* x, int64_t M, int64_t K, uint8_t* q, float* scales);
+template <typename Out>
+void bf16_product(const c10::BFloat16* x, const c10::BFloat16* w, int64_t M, int64_t K,
+                  int64_t N, const float* bias, Out* out, int64_t amx_rows);
+template <typename Out>
+void w8a8_product(const uint8_t* xq, const float* xscale, const int8_t* w, const float* wscale,
+                  const int32_t* wsum, int64_t M, int64_t K, int64_t N, const float* bias,
+                  Out* out, int64_t amx_rows);
+#else
+template <typename Out>
+void bf16_product_f32(const float* x, const c10::BFloat16* w, int64_t M, int64_t K, int64_t N,
+                      const float* bias, Out* out);
+template <typename In>
+void quantize_s8_rows(const In* x, int64_t M, int64_t K, int8_t* q, float* scales);
+template <typename Out>
+void w8a8_product_s8(const int8_t* xq, const float* xscale, const int8_t* w, const float* wscale,
+                     int64_t M, int64_t K, int64_t N, const float* bias, Out* out);
+#endif
 }  // namespace omni_cpu
 
 namespace {
@@ -78,7 +95,6 @@ using BF16 = c10::BFloat16;
 
 enum Format : int64_t { kBf16 = 0, kW8a8 = 1, kW4a8 = 2 };  // gemv.py's STEP_FORMATS
 constexpr int64_t kGroup = 32;   // gemv_int4.cpp's K elements per (scale, minimum)
-constexpr int64_t kLanes = 16;   // float32 values per vector
 constexpr int64_t kMaxHead = 512;
 
 // (format, packed, scales, sums, bias, amx_rows), as omni_cpu/models/predictor_step.py
@@ -171,115 +187,183 @@ struct Head {  // code group g = index + 1
 inline float to_float(float v) { return v; }
 inline float to_float(BF16 v) { return static_cast<float>(v); }
 
-// 16 values as float32, and back rounded once to T (vcvtneps2bf16: nearest even, as
-// the GEMV's stores and c10::BFloat16 round).
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const BF16* p) {
+// The row ops' vectors: 16 float32 lanes on AVX-512, 8 on AVX2 (the module's flags).
+namespace vec {
+#if defined(__AVX512F__)
+using V = __m512;
+constexpr int64_t kLanes = 16;
+inline V zero() { return _mm512_setzero_ps(); }
+inline V set1(float v) { return _mm512_set1_ps(v); }
+inline V add(V a, V b) { return _mm512_add_ps(a, b); }
+inline V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+inline V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+inline V div(V a, V b) { return _mm512_div_ps(a, b); }
+inline V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+inline V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+inline V clamp(V x, float lo, float hi) {
+  return _mm512_min_ps(_mm512_max_ps(x, set1(lo)), set1(hi));
+}
+inline V nearest(V x) {
+  return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+inline V times_two_to(V p, V n) { return _mm512_scalef_ps(p, n); }  // p * 2^n
+inline float sum(V v) { return _mm512_reduce_add_ps(v); }
+inline V load(const float* p) { return _mm512_loadu_ps(p); }
+inline V load(const BF16* p) {
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
 }
-inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-inline void store16(BF16* p, __m512 v) {
+inline void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+// Rounded to nearest even by vcvtneps2bf16, as the GEMV's stores and c10::BFloat16 round.
+inline void store(BF16* p, V v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
 }
+#else
+using V = __m256;
+constexpr int64_t kLanes = 8;
+inline V zero() { return _mm256_setzero_ps(); }
+inline V set1(float v) { return _mm256_set1_ps(v); }
+inline V add(V a, V b) { return _mm256_add_ps(a, b); }
+inline V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+inline V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+inline V div(V a, V b) { return _mm256_div_ps(a, b); }
+inline V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+inline V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+inline V clamp(V x, float lo, float hi) {
+  return _mm256_min_ps(_mm256_max_ps(x, set1(lo)), set1(hi));
+}
+inline V nearest(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+// p * 2^n through the exponent bits: n must stay in [-126, 127] (exp clamps its input).
+inline V times_two_to(V p, V n) {
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+                                                          _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+inline float sum(V v) {
+  const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
+  return _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)));
+}
+inline V load(const float* p) { return _mm256_loadu_ps(p); }
+inline V load(const BF16* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+inline void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+// Rounded to nearest even, as gemv_avx2.cpp's stores round (no NaN in these rows).
+inline void store(BF16* p, V v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i high = _mm256_srli_epi32(
+      _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm_packus_epi32(_mm256_castsi256_si128(high),
+                                    _mm256_extracti128_si256(high, 1)));
+}
+#endif
+
 // v as FusedRunner holds it between two ops: rounded to T.
 template <typename T>
-inline __m512 rounded(__m512 v) {
+inline V rounded(V v) {
   if constexpr (std::is_same_v<T, float>) {
     return v;
   } else {
-    const __m256i bits = (__m256i)_mm512_cvtneps_pbh(v);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+    alignas(64) BF16 lanes[kLanes];
+    store(lanes, v);
+    return load(lanes);
   }
 }
 
-// 1 / sqrt(mean(x^2) + eps) from 16 lanes of partial sums of squares.
-inline float inverse_rms(__m512 squares, int64_t width, float eps) {
-  return 1.f / std::sqrt(_mm512_reduce_add_ps(squares) / static_cast<float>(width) + eps);
+// e^x: x = n ln 2 + r (|r| <= ln 2 / 2, ln 2 in two parts), e^r by its Taylor polynomial
+// to r^7, times 2^n. Within 7.9e-8 relative of exp over [-87, 88] (AVX-512, 7.6 M points
+// against double exp: under one float ulp); inputs are clamped to [-87, 88] (AVX2's 2^n
+// from exponent bits) or [-104, 89] (vscalefps: overflow to inf, underflow to 0). vLLM's
+// silu_and_mul uses a vector approximation of its own too.
+inline V exp(V x) {
+#if defined(__AVX512F__)
+  x = clamp(x, -104.f, 89.f);
+#else
+  x = clamp(x, -87.f, 88.f);
+#endif
+  const V n = nearest(mul(x, set1(1.44269504f)));
+  V r = fnmadd(n, set1(0.693359375f), x);
+  r = fnmadd(n, set1(-2.12194440e-4f), r);
+  V p = set1(1.f / 5040.f);
+  for (const float c : {1.f / 720.f, 1.f / 120.f, 1.f / 24.f, 1.f / 6.f, 0.5f, 1.f, 1.f})
+    p = fmadd(p, r, set1(c));
+  return times_two_to(p, n);
+}
+}  // namespace vec
+
+using vec::kLanes;
+
+// 1 / sqrt(mean(x^2) + eps) from the lanes' partial sums of squares.
+inline float inverse_rms(vec::V squares, int64_t width, float eps) {
+  return 1.f / std::sqrt(vec::sum(squares) / static_cast<float>(width) + eps);
 }
 
 // out = x * rsqrt(mean(x^2) + eps) * w, rounded once (vLLM's rms_norm).
 template <typename T>
 void rms_norm(const T* x, const T* w, T* out, int64_t width, float eps) {
-  __m512 squares = _mm512_setzero_ps();
+  using namespace vec;
+  V squares = zero();
   for (int64_t j = 0; j < width; j += kLanes) {
-    const __m512 v = load16(x + j);
-    squares = _mm512_add_ps(squares, _mm512_mul_ps(v, v));
+    const V v = load(x + j);
+    squares = add(squares, mul(v, v));
   }
-  const __m512 inv = _mm512_set1_ps(inverse_rms(squares, width, eps));
+  const V inv = set1(inverse_rms(squares, width, eps));
   for (int64_t j = 0; j < width; j += kLanes)
-    store16(out + j, _mm512_mul_ps(_mm512_mul_ps(load16(x + j), inv), load16(w + j)));
+    store(out + j, mul(mul(load(x + j), inv), load(w + j)));
 }
 
 // residual += hidden (rounded); hidden = norm(residual) (vLLM's fused_add_rms_norm: the
 // mean of squares of the unrounded sum, the norm of the rounded residual).
 template <typename T>
 void add_norm(T* hidden, T* residual, const T* w, int64_t width, float eps) {
-  __m512 squares = _mm512_setzero_ps();
+  using namespace vec;
+  V squares = zero();
   for (int64_t j = 0; j < width; j += kLanes) {
-    const __m512 v = _mm512_add_ps(load16(hidden + j), load16(residual + j));
-    squares = _mm512_add_ps(squares, _mm512_mul_ps(v, v));
-    store16(residual + j, v);
+    const V v = add(load(hidden + j), load(residual + j));
+    squares = add(squares, mul(v, v));
+    store(residual + j, v);
   }
-  const __m512 inv = _mm512_set1_ps(inverse_rms(squares, width, eps));
+  const V inv = set1(inverse_rms(squares, width, eps));
   for (int64_t j = 0; j < width; j += kLanes)
-    store16(hidden + j, _mm512_mul_ps(_mm512_mul_ps(load16(residual + j), inv), load16(w + j)));
+    store(hidden + j, mul(mul(load(residual + j), inv), load(w + j)));
 }
 
 // One head: RMSNorm (rounded, as FusedRunner stores it), then neox RoPE from the rounded
 // values with cos/sin in the model's dtype (FusedRunner's cos_sin), rounded again.
 template <typename T>
 void norm_rope(const T* x, const T* w, const T* cos_sin, T* out, int64_t D, float eps) {
+  using namespace vec;
   alignas(64) float normed[kMaxHead];
-  __m512 squares = _mm512_setzero_ps();
+  V squares = zero();
   for (int64_t j = 0; j < D; j += kLanes) {
-    const __m512 v = load16(x + j);
-    squares = _mm512_add_ps(squares, _mm512_mul_ps(v, v));
+    const V v = load(x + j);
+    squares = add(squares, mul(v, v));
   }
-  const __m512 inv = _mm512_set1_ps(inverse_rms(squares, D, eps));
+  const V inv = set1(inverse_rms(squares, D, eps));
   for (int64_t j = 0; j < D; j += kLanes)
-    _mm512_store_ps(normed + j, rounded<T>(_mm512_mul_ps(_mm512_mul_ps(load16(x + j), inv),
-                                                          load16(w + j))));
+    store(normed + j, rounded<T>(mul(mul(load(x + j), inv), load(w + j))));
   const int64_t half = D / 2;
   for (int64_t j = 0; j < half; j += kLanes) {
-    const __m512 c = load16(cos_sin + j), s = load16(cos_sin + half + j);
-    const __m512 a = _mm512_load_ps(normed + j), b = _mm512_load_ps(normed + half + j);
-    store16(out + j, _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
-    store16(out + half + j, _mm512_add_ps(_mm512_mul_ps(b, c), _mm512_mul_ps(a, s)));
+    const V c = load(cos_sin + j), s = load(cos_sin + half + j);
+    const V a = load(normed + j), b = load(normed + half + j);
+    store(out + j, sub(mul(a, c), mul(b, s)));
+    store(out + half + j, add(mul(b, c), mul(a, s)));
   }
-}
-
-// e^x, 16 lanes: x = n ln 2 + r (|r| <= ln 2 / 2, ln 2 in two parts), e^r by its Taylor
-// polynomial to r^7, times 2^n by vscalefps (overflow to inf, underflow to 0). Within
-// 7.9e-8 relative of exp over [-87, 88] (7.6 M points against double exp: under one float
-// ulp; vLLM's silu_and_mul uses a vector approximation of its own too).
-inline __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.f)), _mm512_set1_ps(89.f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.f / 5040.f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
 }
 
 // out = silu(gate) * up = gate / (1 + e^-gate) * up, gate_up = [gate | up] (vLLM's
 // silu_and_mul), rounded once. libm's scalar expf here was ~2.5 % of an int4 frame.
 template <typename T>
 void silu_and_mul(const T* gate_up, T* out, int64_t width) {
-  const __m512 one = _mm512_set1_ps(1.f);
+  using namespace vec;
   for (int64_t j = 0; j < width; j += kLanes) {
-    const __m512 g = load16(gate_up + j);
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
-    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
-    store16(out + j, _mm512_mul_ps(silu, load16(gate_up + width + j)));
+    const V g = load(gate_up + j);
+    const V silu = div(g, add(set1(1.f), vec::exp(sub(zero(), g))));
+    store(out + j, mul(silu, load(gate_up + width + j)));
   }
 }
 
@@ -307,9 +391,9 @@ int64_t sample(const T* logits, int64_t V, const float* noise, float inv_tempera
                int64_t top_k, std::vector<float>& scaled, std::vector<float>& sorted) {
   if (noise == nullptr) return first_argmax(V, [&](int64_t v) { return to_float(logits[v]); });
   scaled.resize(V);
-  const __m512 inv = _mm512_set1_ps(inv_temperature);
+  const vec::V inv = vec::set1(inv_temperature);
   for (int64_t v = 0; v < V; v += kLanes)
-    _mm512_storeu_ps(scaled.data() + v, rounded<T>(_mm512_mul_ps(load16(logits + v), inv)));
+    vec::store(scaled.data() + v, vec::rounded<T>(vec::mul(vec::load(logits + v), inv)));
   float threshold = -std::numeric_limits<float>::infinity();
   if (top_k > 0 && top_k < V) {
     sorted.assign(scaled.begin(), scaled.end());
@@ -508,11 +592,24 @@ class PredictorStep {
     xq_.hold(rows_of(widest_k_, torch::kUInt8));
     xscale_.hold(rows_of(1, torch::kFloat32));
     xsum_.hold(rows_of(widest_k_ / kGroup + 1, torch::kInt32));
+#if !defined(__AVX512F__)
+    xf_.hold(rows_of(widest_k_, torch::kFloat32));
+#endif
     rows_ = rows;
   }
 
   template <typename T>
   void product(const Linear& lin, const T* x, int64_t M, T* out) {
+    if (lin.format == kW4a8) {
+      omni_cpu::quantize_s8<T>(x, M, lin.k, xq_.as<int8_t>(), xscale_.as<float>(),
+                               xsum_.as<int32_t>());
+      omni_cpu::w4a8_product<T>(xq_.as<int8_t>(), xscale_.as<float>(), xsum_.as<int32_t>(),
+                                static_cast<const uint8_t*>(lin.packed_p),
+                                static_cast<const BF16*>(lin.scales_p), M, lin.k, lin.n,
+                                lin.bias_p, out);
+      return;
+    }
+#if defined(__AVX512F__)
     if (lin.format == kBf16) {
       if constexpr (std::is_same_v<T, BF16>) {
         omni_cpu::bf16_product<T>(x, static_cast<const BF16*>(lin.packed_p), M, lin.k, lin.n,
@@ -520,20 +617,27 @@ class PredictorStep {
       } else {
         TORCH_CHECK(false, "predictor step: bf16 weights need a bf16 model");
       }
-    } else if (lin.format == kW8a8) {
-      omni_cpu::quantize_u8<T>(x, M, lin.k, xq_.as<uint8_t>(), xscale_.as<float>());
-      omni_cpu::w8a8_product<T>(xq_.as<uint8_t>(), xscale_.as<float>(),
-                                static_cast<const int8_t*>(lin.packed_p),
-                                static_cast<const float*>(lin.scales_p), lin.sums_p, M, lin.k,
-                                lin.n, lin.bias_p, out, lin.amx_rows);
-    } else {
-      omni_cpu::quantize_s8<T>(x, M, lin.k, xq_.as<int8_t>(), xscale_.as<float>(),
-                               xsum_.as<int32_t>());
-      omni_cpu::w4a8_product<T>(xq_.as<int8_t>(), xscale_.as<float>(), xsum_.as<int32_t>(),
-                                static_cast<const uint8_t*>(lin.packed_p),
-                                static_cast<const BF16*>(lin.scales_p), M, lin.k, lin.n,
-                                lin.bias_p, out);
+      return;
     }
+    omni_cpu::quantize_u8<T>(x, M, lin.k, xq_.as<uint8_t>(), xscale_.as<float>());
+    omni_cpu::w8a8_product<T>(xq_.as<uint8_t>(), xscale_.as<float>(),
+                              static_cast<const int8_t*>(lin.packed_p),
+                              static_cast<const float*>(lin.scales_p), lin.sums_p, M, lin.k,
+                              lin.n, lin.bias_p, out, lin.amx_rows);
+#else
+    if (lin.format == kBf16) {  // float32 arithmetic: x widened once, as gemv_bf16 does
+      float* wide = xf_.as<float>();
+      for (int64_t i = 0; i < M * lin.k; i += kLanes) vec::store(wide + i, vec::load(x + i));
+      omni_cpu::bf16_product_f32<T>(wide, static_cast<const BF16*>(lin.packed_p), M, lin.k,
+                                    lin.n, lin.bias_p, out);
+      return;
+    }
+    omni_cpu::quantize_s8_rows<T>(x, M, lin.k, xq_.as<int8_t>(), xscale_.as<float>());
+    omni_cpu::w8a8_product_s8<T>(xq_.as<int8_t>(), xscale_.as<float>(),
+                                 static_cast<const int8_t*>(lin.packed_p),
+                                 static_cast<const float*>(lin.scales_p), M, lin.k, lin.n,
+                                 lin.bias_p, out);
+#endif
   }
 
   // The positions in residual_ (B * n rows, position-major) through every layer; the
@@ -656,7 +760,7 @@ class PredictorStep {
   bool has_projection_ = false;
   int64_t widest_k_ = 0, rows_ = 0;
   Buffer residual_, hidden_rows_, last_, qkv_, q_, attn_, gate_up_, act_, logits_, embed_;
-  Buffer xq_, xscale_, xsum_, cache_keys_, cache_values_;
+  Buffer xq_, xscale_, xsum_, xf_, cache_keys_, cache_values_;
   std::vector<float> scaled_, sorted_;
 };
 
