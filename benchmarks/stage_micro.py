@@ -148,7 +148,8 @@ STEP_WEIGHTS = ("model", "int8", "int4")
 def code_predictor_step(torch: Any, model: Path, rounds: int) -> dict[str, Any]:
     """ms per sampled code-predictor frame: FusedRunner against the one-call C++ step.
 
-    bf16, each weight format on omni-cpu's GEMV, one process, the forwards alternating
+    bf16, each weight format on omni-cpu's GEMV (its AVX2 build under OMNI_CPU_GEMV=avx2),
+    one process, the forwards alternating
     round by round (best and median of `rounds`): `ops` is FusedRunner (vLLM's CPU ops,
     a torch call each), `step_positions` the C++ step per position with predict_codes'
     Python sampling, `step_frame` the whole frame in one call. Bytes per frame: every
@@ -165,7 +166,15 @@ def code_predictor_step(torch: Any, model: Path, rounds: int) -> dict[str, Any]:
         def __call__(self, *args: Any) -> Any:
             return self.step(*args)
 
-    result: dict[str, Any] = {}
+    data = torch.ones(512 * 2**20 // 4, dtype=torch.float32)  # the memory ceiling: a plain read
+    read_s = []
+    for _ in range(6):
+        begin = time.perf_counter()
+        data.sum()
+        read_s.append(time.perf_counter() - begin)
+    plain_read = data.numel() * 4 / min(read_s[1:]) / 1e9
+    del data
+    result: dict[str, Any] = {"plain_read_gb_per_s": round(plain_read, 1)}
     for weights in STEP_WEIGHTS:
         predictor, config, width = make_predictor(torch, model)
         predictor = predictor.to(torch.bfloat16)
@@ -173,7 +182,7 @@ def code_predictor_step(torch: Any, model: Path, rounds: int) -> dict[str, Any]:
         predictor._setup_compile()
         step = predictor_step.StepRunner.build(predictor)
         if step is None:
-            return {"skipped": "the step needs omni-cpu's AVX-512 GEMV (avx512_bf16/VNNI)"}
+            return {"skipped": "the step needs omni-cpu's GEMV (OMNI_CPU_GEMV off?)"}
         runners = {
             "ops": fused_predictor.FusedRunner(predictor.model),
             "step_positions": Positions(step),
@@ -193,25 +202,25 @@ def code_predictor_step(torch: Any, model: Path, rounds: int) -> dict[str, Any]:
                     predict_codes(predictor, runner, **feed)
                     if round_index:  # the first round warms up
                         samples[name].append((time.perf_counter() - begin) * 1e3)
+
+        def packed_bytes(linear: Any) -> int:  # the packed weights and their scales
+            for isa in predictor_step.STEP_FORMATS:
+                spec = predictor_step.linear_spec(linear, isa)
+                if spec is not None:
+                    return sum(t.numel() * t.element_size() for t in spec[1:4] if t is not None)
+            return 0
+
         layer_bytes = sum(
-            sum(t.numel() * t.element_size() for t in spec[1:4] if t is not None)
+            packed_bytes(m)
             for layer in predictor.model.layers
-            for spec in (
-                predictor_step.linear_spec(m)
-                for m in (
-                    layer.self_attn.qkv_proj,
-                    layer.self_attn.o_proj,
-                    layer.mlp.gate_up_proj,
-                    layer.mlp.down_proj,
-                )
+            for m in (
+                layer.self_attn.qkv_proj,
+                layer.self_attn.o_proj,
+                layer.mlp.gate_up_proj,
+                layer.mlp.down_proj,
             )
-            if spec is not None
         )
-        head_bytes = sum(
-            sum(t.numel() * t.element_size() for t in spec[1:4] if t is not None)
-            for spec in map(predictor_step.linear_spec, predictor.lm_head)
-            if spec is not None
-        )
+        head_bytes = sum(packed_bytes(head) for head in predictor.lm_head)
         frame_bytes = (config.num_code_groups - 1) * layer_bytes + head_bytes
         best = {name: min(ms) for name, ms in samples.items()}
         result["bf16" if weights == "model" else weights] = {
@@ -219,6 +228,7 @@ def code_predictor_step(torch: Any, model: Path, rounds: int) -> dict[str, Any]:
             "median_ms": {name: round(sorted(ms)[len(ms) // 2], 1) for name, ms in samples.items()},
             "mb_per_frame": round(frame_bytes / 1e6),
             "gb_per_s_step_frame": round(frame_bytes / best["step_frame"] / 1e6, 1),
+            "plain_read_floor_ms": round(frame_bytes / plain_read / 1e6, 1),
             "step_frame_speedup": round(best["ops"] / best["step_frame"], 2),
         }
     return result
