@@ -43,6 +43,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -493,6 +494,7 @@ class PredictorStep {
     check_cache(values, B, start + n);
     embeds = embeds.contiguous();
     auto out = torch::empty({B, hidden_}, embeds.options());
+    const std::lock_guard<std::mutex> hold(busy_);  // one call at a time: shared buffers
     if (dtype_ == torch::kBFloat16)
       run_typed<BF16>(embeds, keys, values, start, out);
     else
@@ -530,6 +532,7 @@ class PredictorStep {
       noise_p = noise_c.data_ptr<float>();
     }
     const int64_t positions = groups + 1;
+    const std::lock_guard<std::mutex> hold(busy_);  // one call at a time: shared buffers
     TORCH_CHECK(positions <= cos_sin_.tensor.size(0),
                 "predictor step: more positions than the RoPE table has");
     const std::vector<int64_t> shape{static_cast<int64_t>(layers_.size()), B, kv_heads_,
@@ -762,6 +765,9 @@ class PredictorStep {
   Buffer residual_, hidden_rows_, last_, qkv_, q_, attn_, gate_up_, act_, logits_, embed_;
   Buffer xq_, xscale_, xsum_, xf_, cache_keys_, cache_values_;
   std::vector<float> scaled_, sorted_;
+  // run() and frame() release the GIL; a second Python thread calling the same step
+  // waits here rather than sharing its buffers (a stage's runner makes one call at a time).
+  std::mutex busy_;
 };
 
 }  // namespace
