@@ -246,7 +246,7 @@ def build_name() -> str | None:
     if kernel() is not None:
         return cache_dir().name
     if avx2_kernel() is not None:
-        return cache_dir((AVX2_SOURCE,), AVX2_FLAGS).name
+        return cache_dir(AVX2_SOURCES, AVX2_FLAGS).name
     return None
 
 
