@@ -35,6 +35,7 @@ from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm imp
     Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM as CodePredictor,
 )
 
+from omni_cpu import envs
 from omni_cpu.kernels import gemv
 from omni_cpu.models import cached_predictor, fused_predictor, linears, predictor_step
 from omni_cpu.models import predictor as dispatcher
@@ -104,7 +105,7 @@ def isa(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "avx2":
         if not gemv.avx2_cpu_supports():
             pytest.skip("this CPU lacks AVX2")
-        monkeypatch.setenv(gemv.GEMV_ENV, "avx2")
+        monkeypatch.setenv(envs.GEMV.name, "avx2")
     elif not gemv.cpu_supports():
         pytest.skip("this CPU lacks avx512_bf16/avx512_vnni")
     return request.param
@@ -272,7 +273,7 @@ def test_the_dispatcher_takes_the_step_only_where_the_gemv_took_the_linears(
     assert dispatcher.install_forward(packed_predictor(torch.bfloat16, "model"), "ops") == "fused"
     # float32 weights go to oneDNN, not the GEMV: FusedRunner, unchanged.
     assert dispatcher.install_forward(packed_predictor(torch.float32, "model"), "fused") == "fused"
-    monkeypatch.setenv(gemv.GEMV_ENV, "off")
+    monkeypatch.setenv(envs.GEMV.name, "off")
     assert dispatcher.install_forward(packed_predictor(torch.bfloat16, "int8"), "fused") == "fused"
 
 
@@ -281,7 +282,7 @@ def test_the_avx2_build_runs_the_step_on_its_own_packed_weights(
 ) -> None:
     if not gemv.avx2_cpu_supports():
         pytest.skip("this CPU lacks AVX2")
-    monkeypatch.setenv(gemv.GEMV_ENV, "avx2")
+    monkeypatch.setenv(envs.GEMV.name, "avx2")
     predictor = packed_predictor(torch.bfloat16, "int8")
     assert linears.summary(predictor)["gemv-avx2-w8a8"] > 0
     assert dispatcher.install_forward(predictor, "fused") == "step"
