@@ -15,13 +15,18 @@ stage (default 1) and denormals flushed like the stage workers do:
    (omni_cpu.models.code2wav, each frame once) against vLLM-Omni's
    recompute path (OMNI_CPU_CODE2WAV=recompute), ms per new audio frame in
    steady 25-frame chunks and for a ragged 5-frame last chunk, and each one's
-   largest difference from the whole-utterance decode.
+   largest difference from the whole-utterance decode;
+5. the code predictor's step (`--only code-predictor-step`, bf16 / int8 / int4 weights
+   on omni-cpu's GEMV): FusedRunner's torch calls against the one-call C++ step, per
+   position and per whole frame, alternating in one process, with the bytes a frame
+   streams.
 
 Run from the repo root (about 3 minutes on 2 cores; keep the machine quiet):
 
     .venv/bin/python benchmarks/stage_micro.py                 # writes stage-micro-results.json
     .venv/bin/python benchmarks/stage_micro.py --threads 2 --no-record
     .venv/bin/python benchmarks/stage_micro.py --only code2wav-stream --no-record
+    .venv/bin/python benchmarks/stage_micro.py --only code-predictor-step --no-record
 """
 
 from __future__ import annotations
@@ -86,8 +91,8 @@ def weight_streaming(torch: Any, predictor_config: Any) -> dict[str, float]:
     }
 
 
-def code_predictor(torch: Any, model: Path) -> tuple[dict[str, float], Any]:
-    """ms per frame of the three code-predictor forwards."""
+def make_predictor(torch: Any, model: Path, seed: int = 0) -> tuple[Any, Any, int]:
+    """(the checkpoint's code predictor with random weights, its config, the talker width)."""
     from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
         Qwen3TTSTalkerCodePredictorConfig,
         Qwen3TTSTalkerConfig,
@@ -96,9 +101,6 @@ def code_predictor(torch: Any, model: Path) -> tuple[dict[str, float], Any]:
         Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM as CodePredictor,
     )
 
-    from omni_cpu.models.cached_predictor import cached_forward
-    from omni_cpu.models.int8 import quantize_linears
-
     talker = json.loads((model / "config.json").read_text())["talker_config"]
     config = Qwen3TTSTalkerCodePredictorConfig(**talker["code_predictor_config"])
     predictor = CodePredictor(
@@ -106,10 +108,19 @@ def code_predictor(torch: Any, model: Path) -> tuple[dict[str, float], Any]:
         config=config,
         talker_config=Qwen3TTSTalkerConfig(**talker),
     ).eval()
+    torch.manual_seed(seed)
     with torch.no_grad():
         for parameter in predictor.parameters():
             parameter.normal_(0.0, 0.02)
-    width = int(talker["hidden_size"])
+    return predictor, config, int(talker["hidden_size"])
+
+
+def code_predictor(torch: Any, model: Path) -> tuple[dict[str, float], Any]:
+    """ms per frame of the three code-predictor forwards."""
+    from omni_cpu.models.cached_predictor import cached_forward
+    from omni_cpu.models.int8 import quantize_linears
+
+    predictor, config, width = make_predictor(torch, model)
 
     def frame(forward: Callable[..., Any]) -> Callable[[], Any]:
         return lambda: forward(
@@ -129,6 +140,98 @@ def code_predictor(torch: Any, model: Path) -> tuple[dict[str, float], Any]:
         timed_ms(frame(types.MethodType(cached_forward, predictor)), 7), 1
     )
     return result, config
+
+
+STEP_WEIGHTS = ("model", "int8", "int4")
+
+
+def code_predictor_step(torch: Any, model: Path, rounds: int) -> dict[str, Any]:
+    """ms per sampled code-predictor frame: FusedRunner against the one-call C++ step.
+
+    bf16, each weight format on omni-cpu's GEMV (its AVX2 build under OMNI_CPU_GEMV=avx2),
+    one process, the forwards alternating
+    round by round (best and median of `rounds`): `ops` is FusedRunner (vLLM's CPU ops,
+    a torch call each), `step_positions` the C++ step per position with predict_codes'
+    Python sampling, `step_frame` the whole frame in one call. Bytes per frame: every
+    layer's packed weights 15 times (2 positions at once, then 14 one at a time) and
+    each lm head once.
+    """
+    from omni_cpu.models import fused_predictor, linears, predictor_step
+    from omni_cpu.models.cached_predictor import predict_codes
+
+    class Positions:  # the step without its frame: predict_codes' own loop
+        def __init__(self, step: Any) -> None:
+            self.step = step
+
+        def __call__(self, *args: Any) -> Any:
+            return self.step(*args)
+
+    data = torch.ones(512 * 2**20 // 4, dtype=torch.float32)  # the memory ceiling: a plain read
+    read_s = []
+    for _ in range(6):
+        begin = time.perf_counter()
+        data.sum()
+        read_s.append(time.perf_counter() - begin)
+    plain_read = data.numel() * 4 / min(read_s[1:]) / 1e9
+    del data
+    result: dict[str, Any] = {"plain_read_gb_per_s": round(plain_read, 1)}
+    for weights in STEP_WEIGHTS:
+        predictor, config, width = make_predictor(torch, model)
+        predictor = predictor.to(torch.bfloat16)
+        linears.route_linears(predictor, weights)
+        predictor._setup_compile()
+        step = predictor_step.StepRunner.build(predictor)
+        if step is None:
+            return {"skipped": "the step needs omni-cpu's GEMV (OMNI_CPU_GEMV off?)"}
+        runners = {
+            "ops": fused_predictor.FusedRunner(predictor.model),
+            "step_positions": Positions(step),
+            "step_frame": step,
+        }
+        generator = torch.Generator().manual_seed(1)
+        feed = {
+            "layer0_code": torch.randint(0, config.vocab_size, (1, 1), generator=generator),
+            "layer0_embed": torch.randn(1, 1, width, generator=generator),
+            "last_talker_hidden": torch.randn(1, 1, width, generator=generator),
+        }
+        samples: dict[str, list[float]] = {name: [] for name in runners}
+        with torch.inference_mode():
+            for round_index in range(rounds + 1):
+                for name, runner in runners.items():
+                    begin = time.perf_counter()
+                    predict_codes(predictor, runner, **feed)
+                    if round_index:  # the first round warms up
+                        samples[name].append((time.perf_counter() - begin) * 1e3)
+
+        def packed_bytes(linear: Any) -> int:  # the packed weights and their scales
+            for isa in predictor_step.STEP_FORMATS:
+                spec = predictor_step.linear_spec(linear, isa)
+                if spec is not None:
+                    return sum(t.numel() * t.element_size() for t in spec[1:4] if t is not None)
+            return 0
+
+        layer_bytes = sum(
+            packed_bytes(m)
+            for layer in predictor.model.layers
+            for m in (
+                layer.self_attn.qkv_proj,
+                layer.self_attn.o_proj,
+                layer.mlp.gate_up_proj,
+                layer.mlp.down_proj,
+            )
+        )
+        head_bytes = sum(packed_bytes(head) for head in predictor.lm_head)
+        frame_bytes = (config.num_code_groups - 1) * layer_bytes + head_bytes
+        best = {name: min(ms) for name, ms in samples.items()}
+        result["bf16" if weights == "model" else weights] = {
+            "best_ms": {name: round(ms, 1) for name, ms in best.items()},
+            "median_ms": {name: round(sorted(ms)[len(ms) // 2], 1) for name, ms in samples.items()},
+            "mb_per_frame": round(frame_bytes / 1e6),
+            "gb_per_s_step_frame": round(frame_bytes / best["step_frame"] / 1e6, 1),
+            "plain_read_floor_ms": round(frame_bytes / plain_read / 1e6, 1),
+            "step_frame_speedup": round(best["ops"] / best["step_frame"], 2),
+        }
+    return result
 
 
 def load_decoder(torch: Any, model: Path) -> tuple[Any, int]:
@@ -259,7 +362,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (one stage's)")
     parser.add_argument("--no-record", action="store_true", help=f"do not write {RESULTS.name}")
     parser.add_argument(
-        "--only", choices=("all", "code2wav-stream"), default="all", help="run one part"
+        "--only",
+        choices=("all", "code2wav-stream", "code-predictor-step"),
+        default="all",
+        help="run one part",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=10, help="code-predictor-step: timed rounds per forward"
     )
     args = parser.parse_args(argv)
     if not (args.model / "config.json").exists():
@@ -289,16 +398,20 @@ def main(argv: list[str] | None = None) -> int:
         result["weight_streaming"] = weight_streaming(torch, config)
         result["code_predictor"] = predictor
         result["code2wav"] = code2wav(torch, args.model)
-    result["code2wav_stream"] = code2wav_stream(torch, args.model)
+    if args.only == "code-predictor-step":
+        result["code_predictor_step"] = code_predictor_step(torch, args.model, args.rounds)
+    else:
+        result["code2wav_stream"] = code2wav_stream(torch, args.model)
     result["command"] = " ".join(["python", "benchmarks/stage_micro.py", *(argv or sys.argv[1:])])
     text = json.dumps(result, indent=2)
     print(text)
     if not args.no_record and args.only != "all" and RESULTS.exists():
         # One part re-measured: keep the rest of the record, this part with its own stamp.
         recorded = json.loads(RESULTS.read_text())
-        recorded[f"{args.only.replace('-', '_')}"] = {
+        part = args.only.replace("-", "_")
+        recorded[part] = {
             **{key: result[key] for key in ("date", "cpu", "load_average", "threads", "model")},
-            **result["code2wav_stream"],
+            **result[part],
             "command": result["command"],
         }
         text = json.dumps(recorded, indent=2)

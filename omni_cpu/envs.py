@@ -155,10 +155,10 @@ CODE_PREDICTOR = _declare(
     Knob(
         "OMNI_CPU_CODE_PREDICTOR",
         "fused",
-        "code predictor: fused (vLLM's CPU kernels), cached (eager, stock rounding) or stock",
+        "code predictor: fused (one C++ call, else ops), ops (vLLM's CPU ops), cached, stock",
         "stage",
         _lower,
-        choices=("fused", "cached", "stock"),
+        choices=("fused", "ops", "cached", "stock"),
     )
 )
 CODE2WAV = _declare(

@@ -100,7 +100,8 @@ from typing import Any
 import torch
 
 SOURCE = Path(__file__).with_name("csrc") / "gemv_avx512.cpp"  # holds the module's bindings
-EXTRA_SOURCES = ("decode_attention.cpp", "gemv_int4.cpp")  # beside SOURCE, in the same module
+# beside SOURCE, in the same module; predictor_step.cpp chains the others' products
+EXTRA_SOURCES = ("decode_attention.cpp", "gemv_int4.cpp", "predictor_step.cpp")
 # -fopenmp: at::parallel_for splits column blocks over the stage's OpenMP team only
 # when the module is compiled with OpenMP (GOMP_* resolve to the runtime torch loaded,
 # or to Intel OpenMP where it is preloaded). The AMX flags only let the tile paths
@@ -118,8 +119,10 @@ FLAGS = [
     "-mamx-bf16",
     "-mamx-int8",
 ]
-# The AVX2 build: a second module, nothing AVX-512 (AVX-VNNI by a run-time choice inside).
+# The AVX2 build: a second module, nothing AVX-512 (AVX-VNNI by a run-time choice inside);
+# predictor_step.cpp is built into it too, on its 8-lane vectors and this module's products.
 AVX2_SOURCE = SOURCE.with_name("gemv_avx2.cpp")
+AVX2_SOURCES = (AVX2_SOURCE, SOURCE.with_name("predictor_step.cpp"))
 AVX2_FLAGS = ["-O3", "-fopenmp", "-mavx2", "-mfma", "-mf16c"]
 LANES = 16  # output columns per vector: N must be a multiple (kLanes in the C++)
 BLOCK = 64  # output columns per packed block (kBlock in the C++)
@@ -230,7 +233,7 @@ def avx2_kernel() -> Any | None:
     """
     if not (wanted() and avx2_cpu_supports()):
         return None
-    return _build("omni_cpu_gemv_avx2", (AVX2_SOURCE,), tuple(AVX2_FLAGS))
+    return _build("omni_cpu_gemv_avx2", AVX2_SOURCES, tuple(AVX2_FLAGS))
 
 
 def build_name() -> str | None:
@@ -243,7 +246,7 @@ def build_name() -> str | None:
     if kernel() is not None:
         return cache_dir().name
     if avx2_kernel() is not None:
-        return cache_dir((AVX2_SOURCE,), AVX2_FLAGS).name
+        return cache_dir(AVX2_SOURCES, AVX2_FLAGS).name
     return None
 
 
@@ -537,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gemv: this CPU lacks AVX2 and avx512_bf16/VNNI; oneDNN and FBGEMM will be used")
         return 0
     built = avx2_kernel() is not None
-    where = cache_dir((AVX2_SOURCE,), AVX2_FLAGS)
+    where = cache_dir(AVX2_SOURCES, AVX2_FLAGS)
     print(f"gemv: AVX2 build {'ready in ' + str(where) if built else 'not built (see above)'}")
     return 0
 

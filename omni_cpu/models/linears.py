@@ -244,6 +244,11 @@ class RoutedLinear(nn.Module):
         self._product = product
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone())
 
+    @property
+    def product(self) -> Product:
+        """The kernel's product: a gemv.Packed*Weights where omni-cpu's GEMV took the layer."""
+        return self._product
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._product(x, self.bias)
 

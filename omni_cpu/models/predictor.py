@@ -1,10 +1,13 @@
 """Which code-predictor forward a stage runs: the one dispatcher between the predictors.
 
-`OMNI_CPU_CODE_PREDICTOR` (omni_cpu.envs) picks it: the KV-cached forward on vLLM's fused CPU
-kernels (omni_cpu.models.fused_predictor, the default), the same cached forward on
-the wrapper's own eager modules (omni_cpu.models.cached_predictor, rounding exactly
-like stock), or vLLM-Omni's own re-prefill forward (for A/B measurements). Both
-cached forwards share `cached_predictor.predict_codes`, the sampling loop.
+`OMNI_CPU_CODE_PREDICTOR` (omni_cpu.envs) picks it: `fused` (the default) is the KV-cached
+forward in one C++ call per position or frame (omni_cpu.models.predictor_step) where
+omni-cpu's GEMV took every layer's linears, else on vLLM's fused CPU kernels
+(omni_cpu.models.fused_predictor); `ops` is the latter everywhere (for A/B
+measurements); `cached` the same cached forward on the wrapper's own eager modules
+(omni_cpu.models.cached_predictor, rounding exactly like stock); `stock` vLLM-Omni's own
+re-prefill forward (for A/B measurements). The cached forwards share
+`cached_predictor.predict_codes`, the sampling loop.
 """
 
 from __future__ import annotations
@@ -16,14 +19,19 @@ import torch
 
 from omni_cpu.models import fused_predictor
 from omni_cpu.models.cached_predictor import cached_forward, predict_codes
+from omni_cpu.models.predictor_step import StepRunner
+
+KERNEL_MODES = ("fused", "ops")  # the modes whose linears go through linears.route_linears
 
 
 def install_forward(wrapper: Any, mode: str = "cached") -> str | None:
     """Replace `wrapper.forward` with the KV-cached one; which one, or None where none applies.
 
-    `fused` falls back to `cached` where the dtype or this vLLM build lacks the
-    fused CPU ops (float64 in tests, say). Kernels for the linears are the
-    caller's choice (omni_cpu.models.linears.route_linears), before or after.
+    `fused` is the one-call step ("step") where it applies, else vLLM's fused CPU ops
+    ("fused", as `ops` asks); both fall back to `cached` where the dtype or this vLLM
+    build lacks the fused CPU ops (float64 in tests, say). Kernels for the linears are
+    the caller's choice (omni_cpu.models.linears.route_linears), before: the step
+    takes the packed weights of the linears the GEMV took.
     """
     config = getattr(wrapper, "_wrapper_config", None)
     if mode == "stock" or config is None or config.return_proj_buf:
@@ -31,6 +39,11 @@ def install_forward(wrapper: Any, mode: str = "cached") -> str | None:
     if not hasattr(wrapper, "model"):
         return None
     if mode == "fused":
+        step = StepRunner.build(wrapper)
+        if step is not None:
+            wrapper.forward = types.MethodType(_bound_forward(step), wrapper)
+            return "step"
+    if mode in KERNEL_MODES:
         dtype = next(wrapper.model.parameters()).dtype
         if fused_predictor.fused_supported(dtype):
             runner = fused_predictor.FusedRunner(wrapper.model)

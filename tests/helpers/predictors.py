@@ -20,7 +20,7 @@ VOCAB = 64
 GROUPS = 16
 
 
-def make_predictor(talker_hidden: int, hidden: int = 64) -> CodePredictor:
+def make_predictor(talker_hidden: int, hidden: int = 64, vocab: int = VOCAB) -> CodePredictor:
     """A small code predictor in the real class; talker_hidden != hidden adds the projection."""
     config = Qwen3TTSTalkerCodePredictorConfig(
         hidden_size=hidden,
@@ -29,7 +29,7 @@ def make_predictor(talker_hidden: int, hidden: int = 64) -> CodePredictor:
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=32,
-        vocab_size=VOCAB,
+        vocab_size=vocab,
         num_code_groups=GROUPS,
     )
     talker = Qwen3TTSTalkerConfig(

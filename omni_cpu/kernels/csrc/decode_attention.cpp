@@ -99,3 +99,21 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
   }
   return out;
 }
+
+// The same attention on raw pointers and caller-owned buffers (declared in predictor_step.cpp,
+// which chains them).
+namespace omni_cpu {
+
+template <typename T>
+void attend_positions(const T* q, const T* keys, const T* values, T* out, int64_t B, int64_t H,
+                      int64_t G, int64_t S, int64_t D, int64_t end, float scale) {
+  attend(q, keys, values, out, B, H, G, S, D, end, scale);
+}
+
+template void attend_positions<float>(const float*, const float*, const float*, float*, int64_t,
+                                      int64_t, int64_t, int64_t, int64_t, int64_t, float);
+template void attend_positions<c10::BFloat16>(const c10::BFloat16*, const c10::BFloat16*,
+                                              const c10::BFloat16*, c10::BFloat16*, int64_t,
+                                              int64_t, int64_t, int64_t, int64_t, int64_t, float);
+
+}  // namespace omni_cpu

@@ -637,6 +637,86 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
   return out;
 }
 
+// The same products on raw pointers and caller-owned buffers (declared in predictor_step.cpp,
+// which chains them; this module's build of it).
+namespace omni_cpu {
+
+int64_t product_rows(int64_t M) { return M; }  // no AMX here: no whole tiles to read
+
+template <typename Out>
+void bf16_product_f32(const float* x, const c10::BFloat16* w, int64_t M, int64_t K, int64_t N,
+                      const float* bias, Out* out) {
+  const auto* wp = reinterpret_cast<const uint16_t*>(w);
+  const Store<Out> store{out, bias, N};
+  for_each_tile(M, N, [&](int vectors, int64_t nb, int64_t n0, int64_t m0) {
+    dispatch<Bf16Tile<Out>::template Of>(vectors, x, K, wp + n0 * K, nb, int64_t{0}, n0, m0,
+                                         store);
+  });
+}
+
+template <typename In>
+void quantize_s8_rows(const In* x, int64_t M, int64_t K, int8_t* q, float* scales) {
+  quantize_rows(x, M, K, q, scales);
+}
+
+template <typename Out>
+void w8a8_product_s8(const int8_t* xq, const float* xscale, const int8_t* w, const float* wscale,
+                     int64_t M, int64_t K, int64_t N, const float* bias, Out* out) {
+  const Int8Rows rows{xq, xscale, wscale, K};
+  const Store<Out> store{out, bias, N};
+  const bool vnni = has_avx_vnni();
+  for_each_tile(M, N, [&](int vectors, int64_t nb, int64_t n0, int64_t m0) {
+    if (vnni)
+      dispatch<W8a8Tile<Out, true>::template Of>(vectors, rows, w + n0 * K, nb, int64_t{0}, n0,
+                                                 m0, store);
+    else
+      dispatch<W8a8Tile<Out, false>::template Of>(vectors, rows, w + n0 * K, nb, int64_t{0}, n0,
+                                                  m0, store);
+  });
+}
+
+template <typename In>
+void quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, int32_t* sums) {
+  quantize_groups(x, M, K, q, scales, sums);
+}
+
+template <typename Out>
+void w4a8_product(const int8_t* xq, const float* xscale, const int32_t* xsum, const uint8_t* w,
+                  const c10::BFloat16* scales, int64_t M, int64_t K, int64_t N,
+                  const float* bias, Out* out) {
+  const Int4Rows rows{xq, xscale, xsum, K};
+  const auto* sp = reinterpret_cast<const uint16_t*>(scales);
+  const Store<Out> store{out, bias, N};
+  if (has_avx_vnni())
+    w4a8_all<true>(rows, M, w, sp, N, store);
+  else
+    w4a8_all<false>(rows, M, w, sp, N, store);
+}
+
+template <typename T>
+void attend_positions(const T* q, const T* keys, const T* values, T* out, int64_t B, int64_t H,
+                      int64_t G, int64_t S, int64_t D, int64_t end, float scale) {
+  attend(q, keys, values, out, B, H, G, S, D, end, scale);
+}
+
+#define OMNI_AVX2_ROWS(T)                                                                     \
+  template void bf16_product_f32<T>(const float*, const c10::BFloat16*, int64_t, int64_t,     \
+                                    int64_t, const float*, T*);                              \
+  template void quantize_s8_rows<T>(const T*, int64_t, int64_t, int8_t*, float*);             \
+  template void w8a8_product_s8<T>(const int8_t*, const float*, const int8_t*, const float*,  \
+                                   int64_t, int64_t, int64_t, const float*, T*);             \
+  template void quantize_s8<T>(const T*, int64_t, int64_t, int8_t*, float*, int32_t*);        \
+  template void w4a8_product<T>(const int8_t*, const float*, const int32_t*, const uint8_t*,  \
+                                const c10::BFloat16*, int64_t, int64_t, int64_t,            \
+                                const float*, T*);                                           \
+  template void attend_positions<T>(const T*, const T*, const T*, T*, int64_t, int64_t,       \
+                                    int64_t, int64_t, int64_t, int64_t, float);
+OMNI_AVX2_ROWS(float)
+OMNI_AVX2_ROWS(c10::BFloat16)
+#undef OMNI_AVX2_ROWS
+
+}  // namespace omni_cpu
+
 bool avx_vnni() { return has_avx_vnni(); }
 
 // Allows (the default) or forbids AVX-VNNI in gemv_w8a8 and gemv_w4a8; whether it is used now.
@@ -644,6 +724,9 @@ bool set_avx_vnni(bool allowed) {
   vnni_allowed = allowed;
   return has_avx_vnni();
 }
+
+// predictor_step.cpp (built into this module too)
+void bind_predictor_step(pybind11::module& m);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemv_bf16", &gemv_bf16, "y = x @ w.T (+ bias), bf16 weights, float32 arithmetic (AVX2)");
@@ -653,4 +736,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("avx_vnni", &avx_vnni, "whether gemv_w8a8 uses AVX-VNNI's vpdpbusd on this CPU");
   m.def("set_avx_vnni", &set_avx_vnni,
         "allow (default) or forbid AVX-VNNI in gemv_w8a8/gemv_w4a8; whether it is used");
+  bind_predictor_step(m);
 }

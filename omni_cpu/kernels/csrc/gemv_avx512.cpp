@@ -471,6 +471,57 @@ torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
   });
 }
 
+// The same products on raw pointers and caller-owned buffers (declared in predictor_step.cpp,
+// which chains them).
+namespace omni_cpu {
+
+int64_t product_rows(int64_t M) { return whole_tiles(M); }
+
+template <typename In>
+void quantize_u8(const In* x, int64_t M, int64_t K, uint8_t* q, float* scales) {
+  quantize_rows(x, M, K, q, scales);
+}
+
+template <typename Out>
+void bf16_product(const c10::BFloat16* x, const c10::BFloat16* w, int64_t M, int64_t K,
+                  int64_t N, const float* bias, Out* out, int64_t amx_rows) {
+  const auto* xp = reinterpret_cast<const uint16_t*>(x);
+  const auto* wp = reinterpret_cast<const uint16_t*>(w);
+  const Store<Out> store{out, bias, N};
+  if (use_amx(M, K * 2, amx_rows))
+    amx_bf16_all(xp, wp, M, K, N, store);
+  else
+    bf16_all(xp, wp, M, K, N, store);
+}
+
+template <typename Out>
+void w8a8_product(const uint8_t* xq, const float* xscale, const int8_t* w, const float* wscale,
+                  const int32_t* wsum, int64_t M, int64_t K, int64_t N, const float* bias,
+                  Out* out, int64_t amx_rows) {
+  const Store<Out> store{out, bias, N};
+  if (use_amx(M, K, amx_rows))
+    amx_w8a8_all(xq, w, M, K, N, xscale, wscale, wsum, store);
+  else
+    w8a8_all(xq, w, M, K, N, xscale, wscale, wsum, store);
+}
+
+template void quantize_u8<float>(const float*, int64_t, int64_t, uint8_t*, float*);
+template void quantize_u8<c10::BFloat16>(const c10::BFloat16*, int64_t, int64_t, uint8_t*,
+                                         float*);
+template void bf16_product<float>(const c10::BFloat16*, const c10::BFloat16*, int64_t, int64_t,
+                                  int64_t, const float*, float*, int64_t);
+template void bf16_product<c10::BFloat16>(const c10::BFloat16*, const c10::BFloat16*, int64_t,
+                                          int64_t, int64_t, const float*, c10::BFloat16*,
+                                          int64_t);
+template void w8a8_product<float>(const uint8_t*, const float*, const int8_t*, const float*,
+                                  const int32_t*, int64_t, int64_t, int64_t, const float*,
+                                  float*, int64_t);
+template void w8a8_product<c10::BFloat16>(const uint8_t*, const float*, const int8_t*,
+                                          const float*, const int32_t*, int64_t, int64_t,
+                                          int64_t, const float*, c10::BFloat16*, int64_t);
+
+}  // namespace omni_cpu
+
 bool amx_ready() { return amx_permitted(); }
 
 // How many of the stage's threads one parallel region over `items` reaches (tests).
@@ -490,6 +541,8 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
 // gemv_int4.cpp
 torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
                         c10::optional<torch::Tensor> bias);
+// predictor_step.cpp
+void bind_predictor_step(pybind11::module& m);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemv_bf16", &gemv_bf16, "y = x @ w.T (+ bias), bf16, weights packed by column blocks;"
@@ -499,4 +552,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("amx_ready", &amx_ready, "this process may use AMX tiles (Linux granted the state)");
   m.def("parallel_threads", &parallel_threads, "threads one parallel region reaches");
   m.def("decode_attention", &decode_attention, "one query position over a short KV cache");
+  bind_predictor_step(m);
 }

@@ -1,0 +1,269 @@
+"""The code predictor's step in one C++ call: the default where omni-cpu's GEMV runs.
+
+Written against vllm-omni 0.30.0 (`models/common/qwen3_code_predictor.py`: the
+wrapper's layers, lm heads, codec embeddings, projection, `_setup_compile`'s lists and
+`_sample_codes_gumbel`) and torch 2.13 (the extension, kernels/csrc/predictor_step.cpp).
+
+Why: FusedRunner (omni_cpu.models.fused_predictor) runs a position through the 5
+layers as ~15 torch calls per layer (fused norms, RoPE, SiLU, the GEMV, the
+attention, slicing and copies), and predict_codes samples each of the 15 codes with
+~12 more (lm head, scale, top-k, mask, Gumbel noise, argmax, embedding, projection):
+~1,900 small calls a frame, each paying the dispatcher and Python. On the 2-core Zen 4
+(one talker core, `omni-cpu bench`, quiet) the int4 code predictor took 76 ms of a 116 ms
+talker step while its 757 MB of weights per frame stream in 36 ms at the 21 GB/s that
+core read: the calls cost more than the bytes.
+
+How: `StepRunner` builds one `PredictorStep` (a C++ class in the GEMV module) from the
+wrapper's own modules once, at install: the norms' weights, the RoPE table, and each
+linear's packed weights as omni-cpu's GEMV packed them (gemv.PackedBf16Weights,
+PackedInt8Weights, PackedInt4Weights; the same tensors, no copy). Its `run` is
+FusedRunner's `__call__` in one call; its `frame` runs a whole frame: the first two
+positions, then per code the lm head, per-call sampling (greedy, or temperature,
+top-k and Gumbel-max on the draws predict_codes would make), the code's embedding
+and projection, and the next position. The random numbers are drawn in Python in
+the stock order before the frame (`gumbel_noise`), so a seeded request gives the codes
+it gives on the Python loop. "stored" sampling (top-p; Qwen3-Omni) and anything else
+the frame does not cover run predict_codes' loop over `run`. Both GEMV modules carry
+the class: the AVX-512 one and the AVX2 one (`OMNI_CPU_GEMV=avx2`, or a CPU without
+avx512_bf16/VNNI), each on the weights it packed.
+
+Measured (benchmarks/stage_micro.py --only code-predictor-step: 0.6B shapes, random
+weights, bf16 activations, sampled frames, one thread, FusedRunner and the step
+alternating in one process, best of 20 rounds (the AVX2 build forced by
+OMNI_CPU_GEMV=avx2: 10); 2-core Zen 4 KVM guest,
+2026-12-02 03:00 UTC, other work on the box: load 5.1, a plain read 16.8 GB/s against
+21-25 quiet, so the lead's quiet re-measurement replaces these):
+
+| weights, module | FusedRunner | step per position | step, whole frame | MB/frame | read floor |
+|---|---|---|---|---|---|
+| bf16, AVX-512 | 181.5 ms | 153.2 ms | 147.4 ms | 2422 | 143.8 ms |
+| int8, AVX-512 | 106.9 ms | 90.6 ms | 80.3 ms | 1219 | 72.3 ms |
+| int4, AVX-512 | 78.7 ms | 63.4 ms | 51.4 ms | 757 | 44.9 ms |
+| bf16, AVX2 build | 261.3 ms | 213.3 ms | 201.2 ms | 2422 | 150.0 ms |
+| int8, AVX2 build | 138.1 ms | 102.8 ms | 94.3 ms | 1219 | 75.5 ms |
+| int4, AVX2 build | 86.5 ms | 56.0 ms | 55.7 ms | 757 | 46.9 ms |
+
+The step saves 27-34 ms a frame on AVX-512 whatever the format (the calls, not the
+bytes), about 1,900 x 15 us; sampling in C++ ("whole frame") is 6-12 ms of it.
+
+Trade-off: the same rounding points as FusedRunner (every tensor it stores in the
+model's dtype is rounded here where it is); float32 summation order inside a norm,
+SiLU's exp and the first call's attention (SDPA there, the decode kernel here) can
+differ by an ulp, so hidden states agree with FusedRunner to bf16 rounding, and a
+code can flip where two logits tie within it, as FusedRunner's can against the eager
+path (tests/models/test_predictor_step.py states the bounds). Sampling in C++ is
+exact: the frame's codes equal predict_codes' loop over the same `run`.
+
+Only where every layer's four linears went to one GEMV module (bf16, int8 or int4
+weights): elsewhere (OMNI_CPU_GEMV=off, float32 weights on oneDNN, FBGEMM's int8, no
+AVX2) `build` returns None and the dispatcher (omni_cpu.models.predictor) installs
+FusedRunner, unchanged; `OMNI_CPU_CODE_PREDICTOR=ops` asks for it anyway.
+
+What is left, int4 on AVX-512 (the table's run): a frame streams 757 MB (15 passes
+over the 5 layers' 49.2 MB of packed weights and scales, the 2-position first one
+included, plus each lm head's 1.3 MB once), 44.9 ms at that moment's plain read; the
+frame took 51.4 ms, 87 % of the read's rate. perf of the frame (one thread): 90 % in
+the W4A8 tiles (at M = 1 they stream ~10 % below a plain read: the GEMV's own gap),
+~1.4 % attention, ~3 % norms, RoPE, SiLU, sampling and copies, ~0.3 % Python. On a
+quiet core reading 21-25 GB/s that is ~30-36 ms of streaming plus ~2-3 ms of the rest.
+The talker step's other part is the talker itself: its 28 layers' int4 weights (275 MB,
+13 ms at 21 GB/s) and vLLM's per-step engine work. `omni-cpu bench --concurrency 1,4
+--frames 50 --weights int4` (03:01-03:04 UTC, load 4.5-7.8, main then this branch):
+talker step 103.6 -> 82.7 ms at one stream (code predictor 65.6 -> 40.9 ms), 169.6 ->
+132.1 at four; int8 159.4 -> 111.2 (107.1 -> 62.2); bf16 216.7 -> 211.4 (147.3 -> 128.2).
+The ~42 ms of the int4 step besides the code predictor is the talker's own; issue 19's
+<= 60 ms int4 talker step needs it near 25 ms as well as the code predictor at its
+~35 ms floor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from omni_cpu.kernels import gemv
+from omni_cpu.models.cached_predictor import FrameCache
+from omni_cpu.models.linears import RoutedLinear
+
+STEP_DTYPES = (torch.bfloat16, torch.float32)
+# kernels/csrc/predictor_step.cpp's Format, by the kernel name linears.choose gives, for
+# each GEMV module the step is built into (the one that packed the weights runs them).
+STEP_FORMATS = {
+    "avx512": {"gemv-bf16": 0, "gemv-w8a8": 1, "gemv-w4a8": 2},
+    "avx2": {"gemv-avx2-bf16": 0, "gemv-avx2-w8a8": 1, "gemv-avx2-w4a8": 2},
+}
+UNIFORM_EPS = 1e-20  # vLLM-Omni 0.30.0's _UNIFORM_EPS: uniform_(eps, 1 - eps)
+# Gumbel noise is computed for a whole frame at once; with the vocabulary a multiple
+# of torch's vector width every element goes through the same vectorized log as the
+# per-step call's would (a tail element could take the scalar log, an ulp apart).
+NOISE_VOCAB_MULTIPLE = 16
+
+LinearSpec = tuple[int, torch.Tensor, Any, Any, Any, int]
+
+
+def linear_spec(linear: Any, isa: str = "avx512") -> LinearSpec | None:
+    """(format, packed, scales, sums, bias, amx_rows) of a linear the `isa` GEMV module took."""
+    if not isinstance(linear, RoutedLinear) or linear.kernel not in STEP_FORMATS[isa]:
+        return None
+    product = linear.product
+    bias = None if linear.bias is None else linear.bias.detach()
+    if isinstance(product, gemv.PackedBf16Weights):
+        return (0, product.packed, None, None, bias, product.amx_rows)
+    if isinstance(product, gemv.PackedInt8Weights):
+        return (1, product.packed, product.scales, product.row_sums, bias, product.amx_rows)
+    if isinstance(product, gemv.PackedInt4Weights):
+        return (2, product.packed, product.scales, None, bias, 0)
+    return None
+
+
+def _norms(model: Any) -> list[Any]:
+    norms = [model.norm]
+    for layer in model.layers:
+        attn = layer.self_attn
+        norms += [layer.input_layernorm, layer.post_attention_layernorm, attn.q_norm, attn.k_norm]
+    return norms
+
+
+class StepRunner:
+    """FusedRunner's interface (and a whole frame) on one C++ PredictorStep."""
+
+    def __init__(self, step: Any, frames: bool) -> None:
+        self.step = step
+        self.frames = frames  # lm heads, embeddings and projection are in the step too
+
+    @classmethod
+    def build(cls, wrapper: Any) -> StepRunner | None:
+        """The step for `wrapper`'s code predictor, or None where it does not apply."""
+        model = wrapper.model
+        first = model.layers[0].self_attn.qkv_proj
+        kernel = getattr(first, "kernel", "")
+        isa = next((isa for isa, names in STEP_FORMATS.items() if kernel in names), None)
+        if isa is None:
+            return None
+        module = gemv.kernel() if isa == "avx512" else gemv.avx2_kernel()
+        if module is None or not hasattr(module, "PredictorStep"):
+            return None
+        dtype = model.norm.weight.dtype
+        norms = _norms(model)
+        eps = {float(norm.variance_epsilon) for norm in norms}
+        if dtype not in STEP_DTYPES or len(eps) != 1:
+            return None
+        if any(norm.weight.dtype != dtype for norm in norms):
+            return None
+        layers = []
+        for layer in model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            modules = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+            specs = [linear_spec(m, isa) for m in modules]
+            if any(spec is None for spec in specs):
+                return None
+            layers.append((layer, specs))
+        attn = model.layers[0].self_attn
+        rotary = model.rotary_emb
+        half = attn.head_dim // 2
+        cos_sin = torch.cat((rotary.cos_cached[:, :half], rotary.sin_cached[:, :half]), dim=-1)
+        try:
+            step = module.PredictorStep(
+                int(model.norm.weight.numel()),
+                int(attn.num_heads),
+                int(attn.num_kv_heads),
+                int(attn.head_dim),
+                eps.pop(),
+                float(attn.scaling),
+                cos_sin.to(dtype).contiguous(),
+                model.norm.weight.detach(),
+            )
+            for layer, specs in layers:
+                step.add_layer(
+                    layer.input_layernorm.weight.detach(),
+                    layer.self_attn.q_norm.weight.detach(),
+                    layer.self_attn.k_norm.weight.detach(),
+                    layer.post_attention_layernorm.weight.detach(),
+                    *specs,
+                )
+        except RuntimeError:  # a shape or dtype the step does not take: FusedRunner does
+            return None
+        return cls(step, _add_frame_parts(step, wrapper, dtype, isa))
+
+    def __call__(
+        self, embeds: torch.Tensor, cache: FrameCache, start: int, positions: torch.Tensor
+    ) -> torch.Tensor:
+        return self.step.run(embeds, cache.keys, cache.values, start)
+
+    def frame(
+        self,
+        wrapper: Any,
+        first: torch.Tensor,
+        codes: torch.Tensor,
+        use_sampling: bool,
+        inv_temperature: float,
+        top_k: int,
+        generator: Any,
+        uniforms: torch.Tensor | None,
+    ) -> bool:
+        """A whole frame's codes into `codes[:, 1:]`; False (nothing drawn) where not covered."""
+        vocab = int(wrapper.config.vocab_size)
+        if not self.frames:
+            return False
+        noise = None
+        if use_sampling:
+            if top_k > vocab or vocab % NOISE_VOCAB_MULTIPLE:
+                return False  # top_k past the vocabulary: the loop raises as stock does
+            if uniforms is not None and uniforms.dtype != torch.float32:
+                return False
+            noise = gumbel_noise(wrapper, codes.shape[0], vocab, generator, uniforms)
+        self.step.frame(first, codes, noise, inv_temperature, top_k if use_sampling else 0)
+        return True
+
+
+def _add_frame_parts(step: Any, wrapper: Any, dtype: torch.dtype, isa: str) -> bool:
+    """Give the step the lm heads, embeddings and projection; False where one does not fit."""
+    # The lists predict_codes samples through (cached by the wrapper's first forward).
+    wrapper._setup_compile()
+    projection = wrapper.small_to_mtp_projection
+    embeddings = list(wrapper._codec_embeds_list)
+    heads = [linear_spec(head, isa) for head in wrapper._lm_heads_list]
+    if any(spec is None for spec in heads) or any(type(e) is not nn.Embedding for e in embeddings):
+        return False
+    if any(e.weight.dtype != dtype for e in embeddings) or len(heads) != len(embeddings):
+        return False
+    projection_spec = None
+    if not isinstance(projection, nn.Identity):
+        projection_spec = linear_spec(projection, isa)
+        if projection_spec is None:
+            return False
+    try:
+        for spec, embedding in zip(heads, embeddings, strict=True):
+            step.add_head(spec, embedding.weight.detach())
+        if projection_spec is not None:
+            step.set_projection(projection_spec)
+    except RuntimeError:
+        return False
+    return True
+
+
+def gumbel_noise(
+    wrapper: Any, bsz: int, vocab: int, generator: Any, uniforms: torch.Tensor | None
+) -> torch.Tensor:
+    """log(-log(u)) [groups - 1, B, vocab] float32 for a frame, u drawn as the stock loop draws.
+
+    vLLM-Omni's `_sample_codes_gumbel` draws u [B, vocab] per code (one generator, or
+    one per row in row order), so the draws here go code by code in that order.
+    """
+    steps = int(wrapper._num_groups) - 1
+    if uniforms is not None:
+        u = uniforms.transpose(0, 1)
+    else:
+        u = torch.empty(steps, bsz, vocab, dtype=torch.float32)
+        rows = wrapper._normalize_generators(generator, bsz)
+        for index in range(steps):
+            if isinstance(rows, list):
+                for row, row_generator in enumerate(rows):
+                    u[index, row : row + 1].uniform_(
+                        UNIFORM_EPS, 1.0 - UNIFORM_EPS, generator=row_generator
+                    )
+            else:
+                u[index].uniform_(UNIFORM_EPS, 1.0 - UNIFORM_EPS, generator=rows)
+    return torch.log(-torch.log(u)).contiguous()
