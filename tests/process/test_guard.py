@@ -44,8 +44,16 @@ def gone_within(seconds: float, check) -> bool:
     return check()
 
 
-def test_a_killed_owner_takes_its_children_and_their_shared_memory_along(tmp_path: Path) -> None:
-    owner, child, segment = start_owner("wait", tmp_path)
+# spawn: the child carries the owner's token; fork: only the mark of the driver it was
+# forked from (omni_cpu.platform.fork), and a copy of the owner's socket to its watchdog.
+STARTS = ("", "fork-")
+
+
+@pytest.mark.parametrize("start", STARTS)
+def test_a_killed_owner_takes_its_children_and_their_shared_memory_along(
+    tmp_path: Path, start: str
+) -> None:
+    owner, child, segment = start_owner(f"{start}wait", tmp_path)
     assert (shm.SHM_DIR / segment).exists()
 
     def ledgers_listing_it() -> set[Path]:
@@ -61,8 +69,10 @@ def test_a_killed_owner_takes_its_children_and_their_shared_memory_along(tmp_pat
     assert gone_within(20, lambda: not any(path.exists() for path in ledgers))
 
 
-def test_a_clean_exit_leaves_no_segment_and_no_ledger(tmp_path: Path) -> None:
-    owner, child, segment = start_owner("exit", tmp_path)
+@pytest.mark.parametrize("start", STARTS)
+def test_a_clean_exit_leaves_no_segment_and_no_ledger(tmp_path: Path, start: str) -> None:
+    # A marked owner carries its own mark: its watchdog must not stop the owner itself.
+    owner, child, segment = start_owner(f"{start}exit", tmp_path)
     assert owner.wait(timeout=60) == 0
     assert not proctree.is_running(child)
     assert gone_within(20, lambda: not (shm.SHM_DIR / segment).exists())
