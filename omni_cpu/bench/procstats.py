@@ -1,9 +1,9 @@
 """Per-stage CPU time (psutil) and peak memory (VmHWM), for the processes of each stage.
 
-A process belongs to a stage when its environment carries that stage's
-`VLLM_CPU_OMP_THREADS_BIND` (vLLM-Omni starts each stage with its platform env,
-and the stage's engine core and worker inherit it). Stages that share one CPU
-list cannot be told apart; they are reported together under a joined name.
+A process belongs to a stage by its title (vLLM-Omni names the stage in its engine
+core's), else when its environment carries that stage's `VLLM_CPU_OMP_THREADS_BIND`
+(a spawned stage starts with its platform env; a forked one shows the driver's).
+Stages that share one CPU list are reported together under a joined name.
 """
 
 from __future__ import annotations
@@ -32,14 +32,17 @@ def reset_peak_rss() -> None:
     procfs.reset_peak_rss()
 
 
-def stage_groups(pids: Iterable[int], stage_cpus: Mapping[str, str]) -> dict[str, list[int]]:
-    """Stage name -> its processes, matching each process's bind list to the stages'."""
+def stage_groups(
+    pids: Iterable[int], stage_cpus: Mapping[str, str], stage_ids: Mapping[str, int]
+) -> dict[str, list[int]]:
+    """Stage name -> its processes; `stage_cpus`: name -> bind list, `stage_ids`: name -> id."""
     names_by_cpus: dict[str, list[str]] = {}
     for name, cpus in stage_cpus.items():
         names_by_cpus.setdefault(cpus, []).append(name)
     groups: dict[str, list[int]] = {"+".join(names): [] for names in names_by_cpus.values()}
+    binds = {stage_ids[name]: cpus for name, cpus in stage_cpus.items()}
     for pid in pids:
-        bind = stage_processes.process_env(pid).get("VLLM_CPU_OMP_THREADS_BIND")
+        bind = stage_processes.stage_bind(pid, binds)
         if bind in names_by_cpus:
             groups["+".join(names_by_cpus[bind])].append(pid)
     return groups

@@ -255,7 +255,9 @@ def run_bench(
     with EngineSession(plan, verbose=verbose) as session:
         result.load_s = session.load_s
         result.startup = dict(session.startup)
-        groups = procstats.stage_groups(session.stage_pids, stage_cpus)
+        replica = plan.profile.replicas[plan.replica]
+        stage_ids = {stage.name: stage.stage_id for stage in replica.stages}
+        groups = procstats.stage_groups(session.stage_pids, stage_cpus, stage_ids)
         progress(f"engines up in {sum(session.startup.values()):.1f} s")
         for index in range(warmup):
             progress(f"warm-up request {index + 1}/{warmup}")

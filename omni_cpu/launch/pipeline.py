@@ -372,7 +372,11 @@ class PipelineSession:
                 self.load_s = self.startup["engines_s"] = time.perf_counter() - start
             self._watch.sample()
             self.stage_pids = stage_processes.descendant_pids()
-            self.binding = stage_processes.observed_binding(self.stage_pids)
+            binds = {
+                stage.stage_id: self.plan.stage_env(stage.stage_id)["VLLM_CPU_OMP_THREADS_BIND"]
+                for stage in stages
+            }
+            self.binding = stage_processes.observed_binding(self.stage_pids, binds)
         except BaseException as error:
             failure = error
             if not isinstance(error, (OmniCpuError, KeyboardInterrupt, SystemExit)):

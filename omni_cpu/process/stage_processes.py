@@ -86,8 +86,24 @@ def identify(
     return StageProcess(pid, role, stage[0], stage[1])
 
 
-def observed_binding(pids: list[int]) -> dict[str, list[int]]:
-    """Per `VLLM_CPU_OMP_THREADS_BIND` value: the CPUs its processes' bound threads use.
+def stage_bind(pid: int, binds: dict[int, str]) -> str | None:
+    """The bind list (`binds`: stage id -> VLLM_CPU_OMP_THREADS_BIND) of `pid`'s stage, or None.
+
+    From its title first: a stage forked from the driver (omni_cpu.platform.fork)
+    shows the driver's start environment in /proc, not its stage's.
+    """
+    stage_id = _title_stage(pid)
+    if stage_id is None and "Worker" in proctree.command_line(pid):
+        stage_id = _title_stage(proctree.parent(pid) or 0)
+    if stage_id is not None:
+        return binds.get(stage_id)
+    bind = process_env(pid).get("VLLM_CPU_OMP_THREADS_BIND")
+    return bind if bind in binds.values() else None
+
+
+def observed_binding(pids: list[int], binds: dict[int, str]) -> dict[str, list[int]]:
+    """Per stage bind list (`binds`: stage id -> VLLM_CPU_OMP_THREADS_BIND): the CPUs its
+    processes' bound threads use.
 
     A thread counts as bound when its allowed CPUs are narrower than its process's
     main thread was given at start (vLLM's worker pins each OpenMP thread).
@@ -95,7 +111,7 @@ def observed_binding(pids: list[int]) -> dict[str, list[int]]:
     allowed_all = set(os.sched_getaffinity(0))
     seen: dict[str, set[int]] = {}
     for pid in pids:
-        bind = process_env(pid).get("VLLM_CPU_OMP_THREADS_BIND")
+        bind = stage_bind(pid, binds)
         if bind is None:
             continue
         for cpus in thread_cpus(pid).values():

@@ -165,8 +165,8 @@ def test_each_stage_worker_is_bound_to_its_profile_cpus(
     everything = set(os.sched_getaffinity(0))
     for stage_id, cpus in stage_cpus.items():
         wanted = set(parse_cpu_list(cpus))
-        seen = run.thread_cpus_by_bind.get(cpus)
-        assert seen, f"no process of stage {stage_id} (VLLM_CPU_OMP_THREADS_BIND={cpus}) was seen"
+        seen = run.thread_cpus_by_stage.get(stage_id)
+        assert seen, f"no engine core of stage {stage_id} was seen"
         masks = [set(parse_cpu_list(text)) for text in seen]
         # vLLM's CPU worker pins each OpenMP thread to one listed CPU; other threads
         # keep the process's whole mask. Any other mask is a thread bound elsewhere.
