@@ -232,6 +232,21 @@ _TABLE: tuple[Knob, ...] = (
         "stage",
     ),
     Knob(
+        "OMNI_CPU_DRIVER",
+        "",
+        "set by omni-cpu, not by hand: `PID EPOCH TOKEN` of a driver that re-executed itself "
+        "with its stages' preloads; the stages forked from it carry it",
+        "cli",
+    ),
+    Knob(
+        "OMNI_CPU_STAGE_START",
+        "fork",
+        "how stage engine cores start: fork (from the driver, which has imported torch and "
+        "vLLM; needs Intel OpenMP preloaded, else spawn) or spawn (a fresh interpreter each)",
+        "cli",
+        _lower,
+    ),
+    Knob(
         "VLLM_TARGET_DEVICE",
         "",
         "vLLM's own device choice; cpu activates omni-cpu's platform (run and serve set it)",
@@ -285,6 +300,8 @@ if TYPE_CHECKING:
     OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN: int
     OMNI_CPU_SERVE_TOKENIZER: str
     OMNI_CPU_OWNER: str
+    OMNI_CPU_DRIVER: str
+    OMNI_CPU_STAGE_START: str
     VLLM_TARGET_DEVICE: str
     OMNI_CPU_TORCH_INDEX: str
     OMNI_CPU_PROBE_ONLY: bool

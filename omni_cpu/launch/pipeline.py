@@ -58,7 +58,35 @@ STARTUP_PHASES = {
     "engines_s": "Omni(): both stages' engine-core and worker processes, the two stages at "
     "once (each: spawn + imports, weights, KV cache)",
     "prompt_tokenizer_s": "the driver's text tokenizer and model config (prompt lengths)",
+    "driver_relaunch_s": "the driver re-executing itself with its stages' preloads (the "
+    "interpreter, the CLI and the plan a second time), so the stages can be forked",
 }
+
+
+def record_relaunch(phases: dict[str, float]) -> None:
+    """Add what re-executing the driver cost this start, when it did (launch.relaunch)."""
+    from omni_cpu.launch import relaunch
+
+    seconds = relaunch.relaunch_seconds()
+    if seconds is not None:
+        phases["driver_relaunch_s"] = seconds
+
+
+def choose_stage_start(plan: LaunchPlan) -> str:
+    """Fork the stage engine cores from this process when that is right here, else spawn.
+
+    Call after vLLM-Omni is imported. Why a plan cannot fork is logged (--verbose).
+    """
+    from omni_cpu.launch import relaunch
+    from omni_cpu.platform import fork
+
+    blocker = relaunch.fork_blocker(plan)
+    if blocker is None:
+        fork.install()
+        return "fork"
+    fork.uninstall()
+    logging.getLogger("omni_cpu").info("stage engine cores are spawned: %s", blocker)
+    return "spawn"
 
 
 @dataclass
@@ -72,6 +100,7 @@ class RunResult:
     binding: dict[str, list[int]] = field(default_factory=dict)  # observed OpenMP binding
     stage_pids: list[int] = field(default_factory=list)
     startup: dict[str, float] = field(default_factory=dict)  # STARTUP_PHASES -> seconds
+    stage_start: str = ""  # "fork" or "spawn" (choose_stage_start)
 
     @property
     def audio_s(self) -> float:
@@ -109,6 +138,7 @@ class RunResult:
             ],
             "binding": self.binding,
             "startup": startup_dict(self.startup),
+            "stage_start": self.stage_start,
         }
 
 
@@ -304,6 +334,7 @@ class PipelineSession:
         self.verbose = logs.verbose_requested(verbose)
         self.load_s = 0.0  # Omni(): the engines alone (startup["engines_s"])
         self.startup: dict[str, float] = {}
+        self.stage_start = ""  # "fork" or "spawn" (choose_stage_start)
         self.stage_pids: list[int] = []
         self.binding: dict[str, list[int]] = {}  # observed OpenMP binding per stage env
         self._omni: Any = None
@@ -340,6 +371,8 @@ class PipelineSession:
         except ImportError as error:
             raise RuntimeMissingError.on_import(error) from None
         self.startup["runtime_import_s"] = time.perf_counter() - start
+        record_relaunch(self.startup)
+        self.stage_start = choose_stage_start(self.plan)
         # Prompts too long for the talker are refused before any engine loads.
         tokenizer_start = time.perf_counter()
         self._builder = PromptBuilder(self.plan.model)
@@ -548,6 +581,7 @@ def run_pipeline(
             session.binding,
             session.stage_pids,
             session.startup,
+            session.stage_start,
         )
     except BaseException:
         outputs.abort()

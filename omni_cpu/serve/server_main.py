@@ -15,8 +15,24 @@ import os
 import sys
 
 
+def _fork_stages_if_right() -> None:
+    """Fork the stage engine cores from this process when that is right (launch.relaunch).
+
+    The supervisor starts this process with the profile's environment, its
+    LD_PRELOAD among it, so the stages' preloads are already loaded here.
+    """
+    from omni_cpu.launch.relaunch import preload_blocker, preload_entries
+
+    if preload_blocker(preload_entries(os.environ.get("LD_PRELOAD", ""))) is None:
+        from omni_cpu.platform import fork
+
+        fork.install()
+
+
 def main() -> None:
     from vllm_omni.entrypoints.cli.main import main as vllm_omni_main
+
+    _fork_stages_if_right()
 
     try:
         vllm_omni_main()
