@@ -8,7 +8,7 @@ once, same pid and arguments, with them added, before torch is imported; the
 second start costs the interpreter and the CLI's own imports and plan again
 (`driver_relaunch_s` in the start-up report), against the stages' ~9 s each of
 importing torch, vLLM and vLLM-Omni a second time. It also starts the driver
-with a mark of its own (omni_cpu.process.guard.DRIVER_ENV), which the stages it
+with a mark of its own (omni_cpu.process.guard.DRIVER_MARK_ENV), which the stages it
 forks carry and its watchdog finds them by.
 
 Stages are spawned instead (vLLM-Omni's way) when `OMNI_CPU_STAGE_START=spawn`,
@@ -27,10 +27,9 @@ import time
 from omni_cpu import envs
 from omni_cpu.launch.launch_plan import LaunchPlan
 from omni_cpu.process import procfs
-from omni_cpu.process.guard import DRIVER_ENV, driver_mark, new_driver_mark
+from omni_cpu.process.guard import DRIVER_MARK_ENV, driver_mark, new_driver_mark
 
 INTEL_OPENMP_MARKS = ("libiomp", "libomp.")
-SETPROCTITLE_NOENV = "SPT_NOENV"  # setproctitle's own switch: keep /proc/PID/environ
 START_CHOICES = ("fork", "spawn")
 
 
@@ -108,11 +107,8 @@ def relaunch_if_needed(plan: LaunchPlan) -> None:
     (libraries,) = set(stage_preloads(plan))
     env = dict(os.environ)
     env["LD_PRELOAD"] = ":".join(libraries)
-    # A forked stage's /proc environ is this start environment: setproctitle (vLLM
-    # titles each stage) must not write its title over it.
-    env[SETPROCTITLE_NOENV] = "1"
-    env.pop(DRIVER_ENV, None)
-    env[DRIVER_ENV] = new_driver_mark(os.getpid(), time.time())
+    env.pop(DRIVER_MARK_ENV, None)
+    env[DRIVER_MARK_ENV] = new_driver_mark(os.getpid(), time.time())
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     try:

@@ -16,7 +16,7 @@ too left behind.
 Stage processes forked from the driver (omni_cpu.platform.fork) show the driver's
 start environment in /proc, not the token it set later: a driver that re-executed
 itself to fork its stages (omni_cpu.launch.relaunch) starts with a mark of its own
-(`DRIVER_ENV`, naming its pid), and its watchdog counts processes carrying that
+(`DRIVER_MARK_ENV`, naming its pid), and its watchdog counts processes carrying that
 mark as the owner's too (never the owner itself). Every child the owner forks
 closes the owner's end of the watchdog's socket at once: held open by a child,
 the socket would not close when the owner dies.
@@ -40,7 +40,7 @@ import psutil
 from omni_cpu.process import procfs, shm
 
 OWNER_ENV = "OMNI_CPU_OWNER"  # the token; one per owner session
-DRIVER_ENV = "OMNI_CPU_DRIVER"  # "PID EPOCH TOKEN": a driver that re-executed itself
+DRIVER_MARK_ENV = "OMNI_CPU_DRIVER"  # "PID EPOCH TOKEN": a driver that re-executed itself
 POLL_S = 1.0
 TRACKER_GRACE_S = 3.0  # the resource tracker unlinks what it tracked once its pipe closes
 STOP = b"s"
@@ -48,7 +48,7 @@ STOPPED = b"k"
 
 
 def new_driver_mark(pid: int, epoch: float) -> str:
-    """The `DRIVER_ENV` value a driver re-executing itself as `pid` at `epoch` starts with."""
+    """The `DRIVER_MARK_ENV` value a driver re-executing itself as `pid` at `epoch` starts with."""
     return f"{pid} {epoch:.3f} {uuid.uuid4().hex}"
 
 
@@ -58,7 +58,7 @@ def driver_mark(pid: int, environ: dict[str, str] | None = None) -> str:
     The pid in the mark must be `pid`'s own: a process that merely inherited a
     driver's mark (anything the driver started) is not that driver.
     """
-    value = (procfs.environ(pid) if environ is None else environ).get(DRIVER_ENV, "")
+    value = (procfs.environ(pid) if environ is None else environ).get(DRIVER_MARK_ENV, "")
     parts = value.split()
     return value if len(parts) == 3 and parts[0] == str(pid) else ""
 
@@ -80,7 +80,7 @@ def token_processes(
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue
             environ = procfs.environ(process.pid)
-            if environ.get(OWNER_ENV) == token or (mark and environ.get(DRIVER_ENV) == mark):
+            if environ.get(OWNER_ENV) == token or (mark and environ.get(DRIVER_MARK_ENV) == mark):
                 found.append(process)
         except psutil.Error:
             continue
@@ -220,7 +220,7 @@ class StageGuard:
             sweep_partials(folder)
         ours, theirs = socket.socketpair()
         # The watchdog carries neither the token nor the driver's mark: it is not ours to stop.
-        env = {k: v for k, v in os.environ.items() if k not in (OWNER_ENV, DRIVER_ENV)}
+        env = {k: v for k, v in os.environ.items() if k not in (OWNER_ENV, DRIVER_MARK_ENV)}
         command = [sys.executable, "-m", "omni_cpu.process.guard", self.token, str(os.getpid())]
         launcher = subprocess.Popen(
             [*command, *map(str, self.output_folders)],

@@ -50,7 +50,7 @@ class Ledger:
     watchdog_pid: int
     pids: set[int] = field(default_factory=set)
     names: set[str] = field(default_factory=set)
-    mark: str = ""  # the owner's driver mark (omni_cpu.process.guard.DRIVER_ENV), if any
+    mark: str = ""  # the owner's driver mark (omni_cpu.process.guard.DRIVER_MARK_ENV), if any
 
     @property
     def path(self) -> Path:

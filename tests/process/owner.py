@@ -18,7 +18,7 @@ import time
 from multiprocessing import shared_memory
 from pathlib import Path
 
-from omni_cpu.process.guard import DRIVER_ENV, StageGuard, driver_mark, new_driver_mark
+from omni_cpu.process.guard import DRIVER_MARK_ENV, StageGuard, driver_mark, new_driver_mark
 
 
 def child(ready: multiprocessing.synchronize.Event, names: multiprocessing.Queue) -> None:
@@ -33,7 +33,7 @@ def child(ready: multiprocessing.synchronize.Event, names: multiprocessing.Queue
 def main(mode: str, folder: str) -> None:
     start = "fork" if mode.startswith("fork-") else "spawn"
     if start == "fork" and not driver_mark(os.getpid(), dict(os.environ)):
-        env = {**os.environ, DRIVER_ENV: new_driver_mark(os.getpid(), time.time())}
+        env = {**os.environ, DRIVER_MARK_ENV: new_driver_mark(os.getpid(), time.time())}
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
     context = multiprocessing.get_context(start)
     with StageGuard([Path(folder)]):
