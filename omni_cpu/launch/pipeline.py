@@ -73,13 +73,15 @@ def record_relaunch(phases: dict[str, float]) -> None:
 
 
 def choose_stage_start(plan: LaunchPlan) -> str:
-    """Fork the stage engine cores from this process when that is right here, else spawn.
+    """Fork the stage engine cores from this process when that is right here, else spawn;
+    either way without vLLM-Omni's machine-wide device locks (platform.init_locks).
 
     Call after vLLM-Omni is imported. Why a plan cannot fork is logged (--verbose).
     """
     from omni_cpu.launch import relaunch
-    from omni_cpu.platform import fork
+    from omni_cpu.platform import fork, init_locks
 
+    init_locks.install()  # no machine-wide lock around a CPU stage's start-up
     blocker = relaunch.fork_blocker(plan)
     if blocker is None:
         fork.install()
