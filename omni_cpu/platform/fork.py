@@ -34,6 +34,7 @@ been (omni_cpu.launch.relaunch checks the first two before `install` is called):
 
 from __future__ import annotations
 
+import gc
 import multiprocessing.context
 import signal
 import threading
@@ -53,6 +54,15 @@ def child_defaults() -> None:
 
 class StageForkProcess(multiprocessing.context.ForkProcess):
     """A fork-started process that first resets what it inherited from the driver."""
+
+    def start(self) -> None:
+        # Python's own advice for fork: objects the driver holds now move to a
+        # generation its collector never walks, so no collection in the child
+        # writes to their headers and copies their pages (0.6B, 24 frames, shared
+        # 2-core box: peak PSS of all processes at once 4.99 -> 4.76 GiB). The
+        # trade-off: cycles among them that die later are never freed.
+        gc.freeze()
+        super().start()
 
     def run(self) -> None:
         child_defaults()
