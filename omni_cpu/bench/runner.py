@@ -124,6 +124,7 @@ class BenchResult:
     weights: str = "model"
     load_s: float = 0.0
     startup: dict[str, float] = field(default_factory=dict)  # launch.pipeline.STARTUP_PHASES
+    stage_start: str = ""  # "fork" or "spawn" (launch.pipeline.choose_stage_start)
     levels: list[Level] = field(default_factory=list)
     stage_read: dict[str, Any] | None = None  # bandwidth.stage_read of the talker's CPUs
     # What the predictions assume: omni_cpu.plan.capacity's source, weights, assumptions.
@@ -147,6 +148,7 @@ class BenchResult:
             "weights": self.weights,
             "load_s": round(self.load_s, 3),
             "startup": startup_dict(self.startup),
+            "stage_start": self.stage_start,
             "stage_cpus": self.stage_cpus,
             "memory_bandwidth": self.triad.to_dict(),
             "talker_read_bandwidth": self.stage_read,
@@ -255,6 +257,7 @@ def run_bench(
     with EngineSession(plan, verbose=verbose) as session:
         result.load_s = session.load_s
         result.startup = dict(session.startup)
+        result.stage_start = session.stage_start
         replica = plan.profile.replicas[plan.replica]
         stage_ids = {stage.name: stage.stage_id for stage in replica.stages}
         groups = procstats.stage_groups(session.stage_pids, stage_cpus, stage_ids)

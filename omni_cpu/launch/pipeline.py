@@ -55,8 +55,9 @@ class Utterance:
 # Start-up, phase by phase, in the order they run in the driver (seconds each).
 STARTUP_PHASES = {
     "runtime_import_s": "importing vLLM-Omni (torch, vLLM, transformers) in the driver",
-    "engines_s": "Omni(): both stages' engine-core and worker processes, the two stages at "
-    "once (each: spawn + imports, weights, KV cache)",
+    "engines_s": "Omni(): both stages' engine-core processes (each with its worker inside), "
+    "the two stages at once (each: forked from the driver, or spawned and importing "
+    "vLLM again; weights, KV cache)",
     "prompt_tokenizer_s": "the driver's text tokenizer and model config (prompt lengths)",
     "driver_relaunch_s": "the driver re-executing itself with its stages' preloads (the "
     "interpreter, the CLI and the plan a second time), so the stages can be forked",
