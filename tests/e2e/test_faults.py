@@ -195,9 +195,17 @@ class LiveRun:
         return sorted(left), self.new_shm()
 
     def new_shm(self) -> list[str]:
-        """Entries made since the start, less other live runs' ledgers (a concurrent test's)."""
+        """Entries made since the start, less other live runs' ledgers (a concurrent test's)
+        and the OpenMP files of live processes outside this run (another session's stages)."""
         others = {ledger.path.name for ledger in shm.live_ledgers()}
-        return sorted(set(os.listdir(SHM)) - self.shm_before - others)
+        new = set(os.listdir(SHM)) - self.shm_before - others
+        return sorted(name for name in new if not self._someone_elses_openmp_file(name))
+
+    def _someone_elses_openmp_file(self, name: str) -> bool:
+        if not name.startswith("__KMP_REGISTERED_LIB_"):
+            return False
+        pid = int(name.split("_")[5])
+        return pid not in self.tree and proctree.is_running(pid)
 
 
 @pytest.mark.e2e
