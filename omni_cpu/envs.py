@@ -3,8 +3,14 @@
 Modelled on `vllm/envs.py`: each variable is a module attribute read from the
 environment at the moment it is used (`envs.OMNI_CPU_WEIGHTS`), never cached, since
 the driver sets some of them for its stage processes and tests change them at run
-time. Import-light on purpose (standard library only): `omni-cpu probe` and every
-stage process import it. `python -m omni_cpu.envs` prints the table.
+time. Import-light on purpose (the standard library and omni_cpu.errors only):
+`omni-cpu probe` and every stage process import it. `python -m omni_cpu.envs` prints
+the table (`--markdown`: the README's).
+
+This is the only module that names a variable: other code takes a name from its knob
+(`envs.OWNER.name`) and reads a value through it (`envs.OMNI_CPU_WEIGHTS`), and
+tests/test_envs.py fails on an `OMNI_CPU_*` literal anywhere else in the package.
+A value a knob does not take is refused here, once, in one wording (SettingError).
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from omni_cpu.errors import SettingError
+
 
 def _flag(raw: str) -> bool:
     return raw.strip().lower() in ("1", "true", "yes", "on")
@@ -22,6 +30,12 @@ def _flag(raw: str) -> bool:
 
 def _lower(raw: str) -> str:
     return raw.strip().lower()
+
+
+def _switch(raw: str) -> str:
+    """Lower case, with the usual words for "off" read as `off`."""
+    text = raw.strip().lower()
+    return "off" if text in ("0", "false", "no") else text
 
 
 def _count(raw: str) -> int:
@@ -33,19 +47,14 @@ def _count(raw: str) -> int:
 
 
 def _rows_by_format(raw: str) -> dict[str, int] | None:
-    """`auto` (None), `N` (every format) or `bf16=N,int8=N`; 0 = never. Raises naming the fix."""
+    """`auto` (None), `N` (every format) or `bf16=N,int8=N`; 0 = never. ValueError otherwise."""
     text = raw.strip().lower()
     if text == "auto":
         return None
-    try:
-        if "=" not in text:
-            return {"bf16": int(text), "int8": int(text)}
-        pairs = dict(part.split("=", 1) for part in text.split(",") if part.strip())
-        return {fmt.strip(): int(rows) for fmt, rows in pairs.items()}
-    except ValueError:
-        raise ValueError(
-            f"OMNI_CPU_AMX_ROWS={raw!r}: expected auto, a row count, or bf16=N,int8=N"
-        ) from None
+    if "=" not in text:
+        return {"bf16": int(text), "int8": int(text)}
+    pairs = dict(part.split("=", 1) for part in text.split(",") if part.strip())
+    return {fmt.strip(): int(rows) for fmt, rows in pairs.items()}
 
 
 def _seconds(raw: str) -> float:
@@ -59,89 +68,163 @@ def _seconds(raw: str) -> float:
 
 @dataclass(frozen=True)
 class Knob:
-    """One environment variable: its default (as the text it would be set to) and its doc."""
+    """One environment variable: its default (as the text it would be set to) and its doc.
+
+    `choices` (after `parse`) or `form` (what `parse` accepts, where it can refuse) say
+    which values it takes; `read` refuses any other, in one wording, wherever the value
+    comes from: this process's environment, a stage's, or the command-line option that
+    sets the same thing (`--weights`).
+    """
 
     name: str
     default: str
     doc: str
     read_by: str  # which process reads it: cli, stage, serve, setup (shell scripts)
     parse: Callable[[str], Any] = str
+    choices: tuple[str, ...] = ()
+    form: str = ""  # the values a refusing `parse` takes, in words
+
+    @property
+    def allowed(self) -> str:
+        """The values it takes, in words ("" when it takes any)."""
+        return f"one of: {', '.join(self.choices)}" if self.choices else self.form
+
+    def read(self, raw: str, given_as: str | None = None) -> Any:
+        """`raw` parsed; SettingError naming `given_as` (default: the variable) when refused."""
+        try:
+            value = self.parse(raw.strip())
+        except ValueError:
+            raise self.refusal(raw, given_as) from None
+        if self.choices and value not in self.choices:
+            raise self.refusal(raw, given_as)
+        return value
+
+    def refusal(self, raw: str, given_as: str | None = None) -> SettingError:
+        """The one line for a value this knob does not take."""
+        setting = f"{given_as} {raw.strip()!r}" if given_as else f"{self.name}={raw.strip()!r}"
+        return SettingError(f"{setting} is not allowed", f"use {self.allowed}")
 
     def value(self, environ: Mapping[str, str] | None = None) -> Any:
         """The parsed value in `environ` (default: this process's), the default when unset."""
         env = os.environ if environ is None else environ
         raw = env.get(self.name)
-        return self.parse(self.default if raw is None or not raw.strip() else raw.strip())
+        return self.read(self.default if raw is None or not raw.strip() else raw)
+
+    def text(self, value: Any) -> str:
+        """The text that sets this knob to `value` (the inverse of `parse`)."""
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        if isinstance(value, float):
+            return f"{value:g}"
+        return str(value)
 
 
-_TABLE: tuple[Knob, ...] = (
+KNOBS: dict[str, Knob] = {}
+
+
+def _declare(knob: Knob) -> Knob:
+    KNOBS[knob.name] = knob
+    return knob
+
+
+# Each knob is also a constant here, for code that needs its name (to set it in a
+# child's environment, to name it in a message) or its choices: `envs.WEIGHTS.name`.
+VERBOSE = _declare(
     Knob(
         "OMNI_CPU_VERBOSE",
         "0",
         "1 shows the engines' own logs (vLLM INFO, transformers notices, load bars) in run/bench",
         "cli",
         _flag,
-    ),
+    )
+)
+# The talker stage's weight format (omni_cpu.models.int8). "model" keeps the
+# checkpoint's dtype; "int8" and "int4" quantize the talker's and code predictor's
+# linears (int4: groups of 32 K elements, omni-cpu's GEMV only; omni_cpu.kernels.gemv).
+WEIGHTS = _declare(
     Knob(
         "OMNI_CPU_WEIGHTS",
         "model",
         "talker weights: model (checkpoint dtype), int8 (W8A8 GEMV, else FBGEMM), int4 (GEMV only)",
         "stage",
         _lower,
-    ),
+        choices=("model", "int8", "int4"),
+    )
+)
+CODE_PREDICTOR = _declare(
     Knob(
         "OMNI_CPU_CODE_PREDICTOR",
         "fused",
         "code predictor: fused (vLLM's CPU kernels), cached (eager, stock rounding) or stock",
         "stage",
         _lower,
-    ),
+        choices=("fused", "cached", "stock"),
+    )
+)
+CODE2WAV = _declare(
     Knob(
         "OMNI_CPU_CODE2WAV",
         "stream",
         "code2wav: stream (carried decoder state) or recompute (vLLM-Omni's re-decoding)",
         "stage",
         _lower,
-    ),
+        choices=("stream", "recompute"),
+    )
+)
+GEMV = _declare(
     Knob(
         "OMNI_CPU_GEMV",
         "auto",
-        "GEMV for the linears: auto, avx2 (its AVX2 build even on AVX-512), off/0/false/no",
+        "GEMV for the linears: auto, avx2 (its AVX2 build even on AVX-512), off (0/false/no too)",
         "stage",
-        _lower,
-    ),
+        _switch,
+        choices=("auto", "avx2", "off"),
+    )
+)
+AMX_ROWS = _declare(
     Knob(
         "OMNI_CPU_AMX_ROWS",
         "auto",
         "rows from which a product runs on AMX tiles: auto, N, or bf16=N,int8=N (0: never)",
         "stage",
         _rows_by_format,
-    ),
+        form="auto, a row count, or bf16=N,int8=N",
+    )
+)
+KERNEL_CACHE = _declare(
     Knob(
         "OMNI_CPU_KERNEL_CACHE",
         "",
         "where built kernels are cached (default ~/.cache/omni-cpu/kernels)",
         "stage",
-    ),
+    )
+)
+INDUCTOR = _declare(
     Knob(
         "VLLM_OMNI_CPU_INDUCTOR",
         "0",
         "1 lets vLLM-Omni torch.compile the code predictor (+12 % speed, +45-90 s start-up)",
         "stage",
         _flag,
-    ),
+    )
+)
+STEP_LOG = _declare(
     Knob(
         "OMNI_CPU_STEP_LOG",
         "",
         "a directory: each stage worker appends one JSON line per engine step (bench sets it)",
         "stage",
-    ),
+    )
+)
+TORCH_PROFILE = _declare(
     Knob(
         "OMNI_CPU_TORCH_PROFILE",
         "",
         "a directory: each stage worker writes a torch profiler op table of steps 10-19",
         "stage",
-    ),
+    )
+)
+STAGE_STALL_S = _declare(
     Knob(
         "OMNI_CPU_STAGE_STALL_S",
         "30",
@@ -149,7 +232,9 @@ _TABLE: tuple[Knob, ...] = (
         "(exit 4; /health 503 naming it). 0 = never",
         "cli",
         _seconds,
-    ),
+    )
+)
+SERVE_REQUEST_TIMEOUT_S = _declare(
     Knob(
         "OMNI_CPU_SERVE_REQUEST_TIMEOUT_S",
         "0",
@@ -157,21 +242,27 @@ _TABLE: tuple[Knob, ...] = (
         "field may ask for less); past it: 504, or the stream ends. 0 = none",
         "serve",
         _seconds,
-    ),
+    )
+)
+SERVE_MAX_IN_FLIGHT = _declare(
     Knob(
         "OMNI_CPU_SERVE_MAX_IN_FLIGHT",
         "0",
         "speech requests admitted at once (running + waiting); past it: 429. 0 = no limit",
         "serve",
         _count,
-    ),
+    )
+)
+SERVE_MAX_INPUT_CHARS = _declare(
     Knob(
         "OMNI_CPU_SERVE_MAX_INPUT_CHARS",
         "0",
         "longest `input` text in characters; longer: 400. 0 = no limit",
         "serve",
         _count,
-    ),
+    )
+)
+SERVE_MAX_BODY_BYTES = _declare(
     Knob(
         "OMNI_CPU_SERVE_MAX_BODY_BYTES",
         str(24 << 20),
@@ -179,65 +270,103 @@ _TABLE: tuple[Knob, ...] = (
         "larger: 413. 0 = no limit",
         "serve",
         _count,
-    ),
+    )
+)
+SERVE_REF_AUDIO_DIR = _declare(
     Knob(
         "OMNI_CPU_SERVE_REF_AUDIO_DIR",
         "",
         "the folder file:// `ref_audio` may name (serve --ref-audio-dir); checked like base64",
         "serve",
-    ),
+    )
+)
+SERVE_DRAIN_FILE = _declare(
     Knob(
         "OMNI_CPU_SERVE_DRAIN_FILE",
         "",
         "while this file exists the server is draining: new speech requests and /health get 503",
         "serve",
-    ),
+    )
+)
+SERVE_ALLOW_REF_AUDIO_URLS = _declare(
     Knob(
         "OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS",
         "0",
         "1: the server may fetch an http(s) `ref_audio` URL; 0: such requests get 400",
         "serve",
         _flag,
-    ),
+    )
+)
+SERVE_ACCEPT_FRAME_LIMIT = _declare(
     Knob(
         "OMNI_CPU_SERVE_ACCEPT_FRAME_LIMIT",
         "0",
         "1: a Base request that reaches its frame budget returns its audio; 0: vLLM-Omni's 500",
         "serve",
         _flag,
-    ),
+    )
+)
+SERVE_DOWN_FILE = _declare(
     Knob(
         "OMNI_CPU_SERVE_DOWN_FILE",
         "",
         "while this file exists a stage is down: /health and speech requests get 503 naming it",
         "serve",
-    ),
+    )
+)
+SERVE_TALKER_MAX_MODEL_LEN = _declare(
     Knob(
         "OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN",
         "0",
         "the talker's context; prompts that need more positions get 400. 0 = not checked",
         "serve",
         _count,
-    ),
+    )
+)
+SERVE_TOKENIZER = _declare(
     Knob(
         "OMNI_CPU_SERVE_TOKENIZER",
         "",
         "checkpoint whose tokenizer measures prompts for the context check",
         "serve",
-    ),
+    )
+)
+OWNER = _declare(
     Knob(
         "OMNI_CPU_OWNER",
         "",
         "set by omni-cpu, not by hand: the run's token its watchdog finds stage processes by",
         "stage",
-    ),
+    )
+)
+STAGE_DEVICE = _declare(
+    Knob(
+        "OMNI_CPU_STAGE_DEVICE",
+        "",
+        "set by vLLM-Omni per stage, not by hand: the platform's device variable, a label "
+        "(CPU_VISIBLE_MEMORY_NODES binds the memory)",
+        "stage",
+    )
+)
+ENGINES_BARRED = _declare(
+    Knob(
+        "OMNI_CPU_ENGINES_BARRED",
+        "",
+        "set by the tests, not by hand: a file; while it exists a stage engine that starts "
+        "writes its pid there and fails (engines start only in tests marked e2e)",
+        "stage",
+    )
+)
+DRIVER = _declare(
     Knob(
         "OMNI_CPU_DRIVER",
         "",
         "set by omni-cpu, not by hand: `PID EPOCH TOKEN` of a driver that re-executed itself "
         "with its stages' preloads; the stages forked from it carry it",
         "cli",
-    ),
+    )
+)
+STAGE_START = _declare(
     Knob(
         "OMNI_CPU_STAGE_START",
         "fork",
@@ -245,36 +374,68 @@ _TABLE: tuple[Knob, ...] = (
         "vLLM; needs Intel OpenMP preloaded, else spawn) or spawn (a fresh interpreter each)",
         "cli",
         _lower,
-    ),
+        choices=("fork", "spawn"),
+    )
+)
+TARGET_DEVICE = _declare(
     Knob(
         "VLLM_TARGET_DEVICE",
         "",
         "vLLM's own device choice; cpu activates omni-cpu's platform (run and serve set it)",
         "stage",
         _lower,
-    ),
+    )
+)
+TORCH_INDEX = _declare(
     Knob(
         "OMNI_CPU_TORCH_INDEX",
         "",
         "install-runtime.sh: a PyTorch CPU package index (or mirror) to take torch +cpu from",
         "setup",
-    ),
+    )
+)
+PROBE_ONLY = _declare(
     Knob(
         "OMNI_CPU_PROBE_ONLY",
         "0",
         "setup.sh: 1 installs only the light probe/plan/validate part (no torch, no vLLM)",
         "setup",
         _flag,
-    ),
+    )
 )
 
-KNOBS: dict[str, Knob] = {knob.name: knob for knob in _TABLE}
+# Every knob the API server reads (read_by "serve") is this prefix and the name of the
+# omni_cpu.serve.knobs.AdmissionLimits field it carries, upper-cased.
+SERVE_PREFIX = "OMNI_CPU_SERVE_"
 
-# The talker stage's weight format (omni_cpu.models.int8). "model" keeps the
-# checkpoint's dtype; "int8" and "int4" quantize the talker's and code predictor's
-# linears (int4: groups of 32 K elements, omni-cpu's GEMV only; omni_cpu.kernels.gemv).
-WEIGHTS_ENV = "OMNI_CPU_WEIGHTS"
-WEIGHT_CHOICES = ("model", "int8", "int4")
+# Who reads each knob, for the README's table.
+READERS = {
+    "cli": "omni-cpu's commands",
+    "stage": "each stage process",
+    "serve": "the API server",
+    "setup": "the set-up scripts",
+}
+
+
+def check(environ: Mapping[str, str]) -> None:
+    """Refuse (SettingError) the first knob `environ` sets to a value it does not take.
+
+    The driver asks this of the environment its stages will get before starting any,
+    so a bad value is one line at once, not a stage's traceback a minute later.
+    """
+    for knob in KNOBS.values():
+        knob.value(environ)
+
+
+def markdown_table() -> list[str]:
+    """The README's table of environment variables (`make profiles` writes it there)."""
+    rows = ["| variable | default | read by | what it does |", "|---|---|---|---|"]
+    for knob in KNOBS.values():
+        default = f"`{knob.default}`" if knob.default else "—"
+        doc = knob.doc.replace("|", "\\|")
+        rows.append(f"| `{knob.name}` | {default} | {READERS[knob.read_by]} | {doc} |")
+    return rows
+
 
 if TYPE_CHECKING:
     OMNI_CPU_VERBOSE: bool
@@ -287,6 +448,7 @@ if TYPE_CHECKING:
     VLLM_OMNI_CPU_INDUCTOR: bool
     OMNI_CPU_STEP_LOG: str
     OMNI_CPU_TORCH_PROFILE: str
+    OMNI_CPU_ENGINES_BARRED: str
     OMNI_CPU_STAGE_STALL_S: float
     OMNI_CPU_SERVE_REQUEST_TIMEOUT_S: float
     OMNI_CPU_SERVE_MAX_IN_FLIGHT: int
@@ -302,6 +464,7 @@ if TYPE_CHECKING:
     OMNI_CPU_OWNER: str
     OMNI_CPU_DRIVER: str
     OMNI_CPU_STAGE_START: str
+    OMNI_CPU_STAGE_DEVICE: str
     VLLM_TARGET_DEVICE: str
     OMNI_CPU_TORCH_INDEX: str
     OMNI_CPU_PROBE_ONLY: bool
@@ -315,12 +478,15 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*KNOBS, "KNOBS", "Knob"])
+    return sorted({*globals(), *KNOBS})
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Print the table: name, default, who reads it, what it does, and the value set here."""
-    for knob in _TABLE:
+    if "--markdown" in (sys.argv[1:] if argv is None else argv):
+        sys.stdout.write("\n".join(markdown_table()) + "\n")
+        return
+    for knob in KNOBS.values():
         now = os.environ.get(knob.name)
         shown = f" (set: {now})" if now is not None else ""
         sys.stdout.write(f"{knob.name}={knob.default!s:<8} [{knob.read_by}] {knob.doc}{shown}\n")

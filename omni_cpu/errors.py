@@ -18,6 +18,18 @@ class CpuListError(OmniCpuError, ValueError):
     """A CPU list that does not parse (kernel list syntax, e.g. `0-5,48-53`)."""
 
 
+class SettingError(OmniCpuError, ValueError):
+    """An environment variable, or the option that sets the same thing, with a value it does
+    not take (omni_cpu.envs refuses it, naming the setting, the value and the allowed ones)."""
+
+    def __str__(self) -> str:
+        # A stage process shows str(error) in its traceback: the same line as the CLI's.
+        return f"{self.args[0]} ({self.fix})"
+
+    def one_line(self) -> str:
+        return str(self)
+
+
 class SysrootError(OmniCpuError):
     """The machine (or its dump) cannot be read at all: `probe` exits 6."""
 

@@ -1,8 +1,9 @@
 """Regenerate profiles/ from real machines' dumps in ../shared/sysroots (`make profiles`),
-and the README's table of their predicted capacity.
+the README's table of their predicted capacity and its table of environment variables.
 
-tests/plan/test_dumps.py fails while the checked-in files (or the README's table) differ
-from what this writes, so a planner change always shows up in review as a profile diff.
+tests/plan/test_dumps.py fails while the checked-in files (or the README's capacity table)
+differ from what this writes, so a planner change always shows up in review as a profile
+diff; tests/test_envs.py fails while the README's variables differ from omni_cpu/envs.py.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from omni_cpu import envs  # noqa: E402
 from omni_cpu.hardware.probe import read_facts  # noqa: E402
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile  # noqa: E402
 from omni_cpu.profile import dump_profile  # noqa: E402
-from tests import sysroots  # noqa: E402
+from tests.helpers import sysroots  # noqa: E402
 
 PROFILES_DIR = REPO_ROOT / "profiles"
 # Dump id -> profile file: a 2-socket 8-node EPYC, the sparse-node 64-CPU Xeon,
@@ -33,6 +35,9 @@ README = REPO_ROOT / "README.md"
 # The README's capacity table sits between these lines.
 TABLE_START = "<!-- capacity table: make profiles writes it -->"
 TABLE_END = "<!-- end of capacity table -->"
+# The README's table of environment variables (omni_cpu.envs.markdown_table) sits between these.
+ENV_TABLE_START = "<!-- environment variables: make profiles writes it from omni_cpu/envs.py -->"
+ENV_TABLE_END = "<!-- end of environment variables -->"
 # int8 is an x86 weight format with AVX2 at least (FBGEMM or omni-cpu's W8A8 GEMV).
 INT8_ISA = ("avx2",)
 
@@ -68,14 +73,23 @@ def capacity_rows(roots: dict[str, Path]) -> list[str]:
     return rows
 
 
-def readme_with_table(readme: str, rows: list[str]) -> str:
-    """The README with its capacity table replaced by `rows`."""
-    head, rest = readme.split(TABLE_START, 1)
-    _, tail = rest.split(TABLE_END, 1)
-    return head + TABLE_START + "\n" + "\n".join(rows) + "\n" + TABLE_END + tail
+def readme_with_table(
+    readme: str, rows: list[str], start: str = TABLE_START, end: str = TABLE_END
+) -> str:
+    """The README with the table between `start` and `end` (the capacity table's) as `rows`."""
+    head, rest = readme.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return head + start + "\n" + "\n".join(rows) + "\n" + end + tail
+
+
+def readme_with_env_table(readme: str) -> str:
+    """The README with its table of environment variables as omni_cpu.envs declares them."""
+    return readme_with_table(readme, envs.markdown_table(), ENV_TABLE_START, ENV_TABLE_END)
 
 
 def main() -> None:
+    README.write_text(readme_with_env_table(README.read_text()))
+    print("wrote README.md's table of environment variables")
     if not sysroots.available():
         sys.exit(f"error: {sysroots.MISSING_REASON}")
     dumps = {dump.id: dump for dump in sysroots.load_dumps()}

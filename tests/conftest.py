@@ -1,15 +1,82 @@
-"""Shared fixtures: the real-machine dumps, unpacked once per test session."""
+"""Shared across folders: the real-machine dumps (unpacked once per session), the tiny
+checkpoints, and the rule that only tests marked e2e start stage engines.
+
+Builders and clients live in tests/helpers; fixtures more than one folder takes
+are registered here.
+"""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
 
-try:  # tests/ as a package or as a plain folder on sys.path
-    from tests import sysroots
-except ImportError:  # pragma: no cover - depends on pytest's import mode
-    import sysroots  # type: ignore[no-redef]
+from omni_cpu import envs
+from tests.helpers import sysroots
+
+_BAR = pytest.StashKey[tuple[pytest.MonkeyPatch, Path]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Name the bar's file in the environment for the whole session.
+
+    For the session, not per test: a module may copy os.environ at import for its
+    subprocesses (tests/examples does). The file exists only while a test without
+    the e2e marker runs, and a stage worker refuses only while it exists.
+    """
+    bar = Path(tempfile.gettempdir()) / f"omni-cpu-engines-barred-{os.getpid()}"
+    patch = pytest.MonkeyPatch()
+    patch.setenv(envs.ENGINES_BARRED.name, str(bar))  # omni_cpu.platform.workers
+    config.stash[_BAR] = (patch, bar)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    patch, bar = config.stash[_BAR]
+    patch.undo()
+    bar.unlink(missing_ok=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Raise the bar for a test not marked e2e, lower it for one that is, before its fixtures.
+
+    A hook, not a fixture: a module-scoped fixture the test requests is set up
+    before any function-scoped one, and it may be what starts the engines.
+    """
+    _, bar = item.config.stash[_BAR]
+    if item.get_closest_marker("e2e") is None:
+        bar.write_text("")
+    else:
+        bar.unlink(missing_ok=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    """Fail a test not marked e2e whose run started a stage engine (however the test ended)."""
+    try:
+        return (yield)
+    finally:
+        _, bar = item.config.stash[_BAR]
+        pids = bar.read_text().split() if bar.exists() else []
+        bar.unlink(missing_ok=True)
+        if pids:
+            pytest.fail(
+                f"{item.nodeid} started stage engines (pid {', '.join(pids)}) without the "
+                "e2e marker: mark it @pytest.mark.e2e (`make test-fast` must start none)",
+                pytrace=False,
+            )
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-weight tiny Qwen3-TTS checkpoint in the real layout (seconds to make)."""
+    pytest.importorskip("numpy", reason="making a checkpoint needs numpy (the runtime)")
+    from omni_cpu.checkpoint.writer import make_checkpoint
+
+    return Path(make_checkpoint("tiny", tmp_path_factory.mktemp("tiny") / "ckpt", seed=0))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

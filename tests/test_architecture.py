@@ -22,8 +22,9 @@ ROOT = Path(omni_cpu.__file__).parent
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("omni_cpu", "omni_cpu.errors"),
     ("omni_cpu.cpulist", "omni_cpu.envs", "omni_cpu.pins"),
-    ("omni_cpu.hardware", "omni_cpu.checkpoint", "omni_cpu.profile", "omni_cpu.speech"),
-    ("omni_cpu.plan", "omni_cpu.process"),
+    ("omni_cpu.hardware", "omni_cpu.checkpoint", "omni_cpu.profile"),
+    ("omni_cpu.plan", "omni_cpu.speech"),
+    ("omni_cpu.process",),
     ("omni_cpu.kernels",),
     ("omni_cpu.models",),
     ("omni_cpu.platform",),

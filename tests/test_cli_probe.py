@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import sysroots
+from tests.helpers import sysroots
 
 OMNI_CPU = [sys.executable, "-m", "omni_cpu.cli"]
 REPO = Path(__file__).resolve().parent.parent

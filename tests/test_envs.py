@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import importlib.util
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from omni_cpu import envs
+from omni_cpu.errors import SettingError
+from omni_cpu.hardware.probe import read_facts
+from omni_cpu.launch.launch_plan import make_launch_plan
+from omni_cpu.plan import footprint_for_model, plan_profile
+from omni_cpu.profile import dump_profile, save_profile
+from omni_cpu.serve.knobs import AdmissionLimits
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILES_SCRIPT = REPO / "scripts" / "make_example_profiles.py"
 
 
 def test_every_knob_has_a_default_a_doc_and_a_reader() -> None:
@@ -41,12 +56,180 @@ def test_an_undeclared_variable_is_an_error() -> None:
         _ = envs.OMNI_CPU_NOT_A_KNOB
 
 
-def test_the_table_prints_without_importing_torch_or_vllm() -> None:
-    code = (
-        "import runpy, sys; runpy.run_module('omni_cpu.envs', run_name='__main__'); "
-        "assert not {'torch', 'vllm', 'transformers'} & set(sys.modules), sys.modules.keys()"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+def test_the_table_prints_every_knob() -> None:
+    # Printing it imports no runtime either: tests/test_import_light.py.
+    done = subprocess.run([sys.executable, "-m", "omni_cpu.envs"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     printed = {line.split("=", 1)[0] for line in done.stdout.splitlines()}
     assert printed == set(envs.KNOBS)
+
+
+CHOICE_KNOBS = [knob for knob in envs.KNOBS.values() if knob.choices]
+
+
+@pytest.mark.parametrize("knob", CHOICE_KNOBS, ids=lambda knob: knob.name)
+def test_a_choice_is_read_in_any_case(knob: envs.Knob, monkeypatch: pytest.MonkeyPatch) -> None:
+    for choice in knob.choices:
+        monkeypatch.setenv(knob.name, f" {choice.upper()} ")
+        assert getattr(envs, knob.name) == choice
+
+
+@pytest.mark.parametrize("knob", CHOICE_KNOBS, ids=lambda knob: knob.name)
+def test_a_value_outside_the_choices_is_refused_naming_variable_value_and_choices(
+    knob: envs.Knob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(knob.name, "bogus")
+    with pytest.raises(SettingError) as refused:
+        getattr(envs, knob.name)
+    line = refused.value.one_line()
+    assert line.startswith(f"{knob.name}='bogus' is not allowed (use one of: ")
+    assert all(choice in line for choice in knob.choices) and "\n" not in line
+
+
+def test_a_stage_shows_the_same_line_as_the_cli() -> None:
+    # A stage process prints str(error) in its traceback; the CLI prints one_line().
+    refused = envs.CODE2WAV.refusal("fast")
+    assert str(refused) == refused.one_line()
+    assert str(refused) == "OMNI_CPU_CODE2WAV='fast' is not allowed (use one of: stream, recompute)"
+
+
+def test_an_unreadable_value_is_refused_with_the_form_it_takes() -> None:
+    with pytest.raises(SettingError, match=r"OMNI_CPU_AMX_ROWS='bf16=x' is not allowed \(use auto"):
+        envs.AMX_ROWS.value({"OMNI_CPU_AMX_ROWS": "bf16=x"})
+
+
+def test_the_option_that_sets_a_knob_is_refused_in_the_same_words() -> None:
+    assert envs.WEIGHTS.read("INT8", "--weights") == "int8"
+    with pytest.raises(SettingError) as refused:
+        envs.WEIGHTS.read("fp4", "--weights")
+    assert str(refused.value) == "--weights 'fp4' is not allowed (use one of: model, int8, int4)"
+
+
+def test_the_gemv_reads_the_usual_words_for_off_as_off() -> None:
+    for word in ("off", "0", "false", "NO"):
+        assert envs.GEMV.value({"OMNI_CPU_GEMV": word}) == "off"
+    with pytest.raises(SettingError):
+        envs.GEMV.value({"OMNI_CPU_GEMV": "on"})
+
+
+def test_check_refuses_the_first_bad_value_and_passes_forgiving_ones() -> None:
+    envs.check({"OMNI_CPU_SERVE_MAX_IN_FLIGHT": "many", "OMNI_CPU_VERBOSE": "maybe"})
+    with pytest.raises(SettingError, match="OMNI_CPU_CODE_PREDICTOR='compiled'"):
+        envs.check({"OMNI_CPU_CODE_PREDICTOR": "compiled"})
+
+
+def test_a_value_is_written_back_as_the_text_that_reads_as_it() -> None:
+    for knob, value in (
+        (envs.VERBOSE, True),
+        (envs.STAGE_STALL_S, 2.5),
+        (envs.SERVE_MAX_IN_FLIGHT, 12),
+        (envs.WEIGHTS, "int8"),
+    ):
+        assert knob.value({knob.name: knob.text(value)}) == value
+
+
+def test_a_launch_refuses_a_bad_value_its_stages_would_get(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"))
+    bad = dataclasses.replace(profile, env={envs.CODE2WAV.name: "fast"})
+    save_profile(bad, tmp_path / "p.yaml")
+    with pytest.raises(SettingError, match="OMNI_CPU_CODE2WAV='fast'"):
+        make_launch_plan("ckpt", str(tmp_path / "p.yaml"))
+    save_profile(profile, tmp_path / "p.yaml")
+    monkeypatch.setenv(envs.GEMV.name, "fastest")  # from the shell that starts it, likewise
+    with pytest.raises(SettingError, match="OMNI_CPU_GEMV='fastest'"):
+        make_launch_plan("ckpt", str(tmp_path / "p.yaml"))
+
+
+def test_serve_refuses_a_bad_value_in_one_line_before_anything_starts() -> None:
+    env = {**os.environ, envs.WEIGHTS.name: "int9"}
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", "ckpt", "--dry-run"],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "error: OMNI_CPU_WEIGHTS='int9' is not allowed (use one of: model, int8, int4)"
+    )
+
+
+def test_every_serve_knob_is_a_field_the_api_server_gets() -> None:
+    served = {knob.name for knob in envs.KNOBS.values() if knob.read_by == "serve"}
+    assert set(AdmissionLimits().to_env()) == served
+    assert all(name.startswith(envs.SERVE_PREFIX) for name in served)
+    limits = AdmissionLimits(max_in_flight=7, allow_ref_audio_urls=True, request_timeout_s=1.5)
+    assert AdmissionLimits.from_env(limits.to_env()) == limits
+    assert AdmissionLimits.from_env({}) == AdmissionLimits()
+
+
+def test_a_stage_variable_in_a_profile_carries_its_doc_as_the_comment() -> None:
+    profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"))
+    profile = dataclasses.replace(profile, env={**profile.env, envs.CODE2WAV.name: "recompute"})
+    lines = [line for line in dump_profile(profile).splitlines() if "OMNI_CPU_CODE2WAV" in line]
+    assert len(lines) == 3  # omni_cpu.env, then each stage's env in the deploy config
+    assert all(line.endswith(f"# {envs.CODE2WAV.doc}") for line in lines)
+
+
+def test_the_readme_lists_every_variable_as_the_table_declares_it() -> None:
+    spec = importlib.util.spec_from_file_location("make_example_profiles", PROFILES_SCRIPT)
+    examples = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(examples)
+    readme = examples.README.read_text()
+    assert readme == examples.readme_with_env_table(readme), "stale: run `make profiles`"
+
+
+# --- Only omni_cpu/envs.py names a variable ------------------------------------------
+
+# A whole string that is a variable's name: any OMNI_CPU_* one, and every declared one.
+VARIABLE_NAME = re.compile(r"(VLLM_)?OMNI_CPU_[A-Z0-9_]+")
+
+
+def named_variables(source: str) -> list[tuple[int, str]]:
+    """(line, name) of each string literal in `source` that names a variable.
+
+    Reading one (`os.environ["X"]`, `os.environ.get("X")`, `os.getenv("X")`), setting
+    one or declaring one again (`X_ENV = "X"`) all need the name as a literal; prose
+    that mentions it (a docstring, a message) is a longer string and is not counted.
+    """
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+            continue
+        if VARIABLE_NAME.fullmatch(node.value) or node.value in envs.KNOBS:
+            found.append((node.lineno, node.value))
+    return found
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        'os.environ["OMNI_CPU_WEIGHTS"]',
+        'os.environ.get("OMNI_CPU_NEW_THING", "1")',
+        'os.getenv("OMNI_CPU_STEP_LOG")',
+        'environ.get("VLLM_OMNI_CPU_INDUCTOR")',
+        'CODE2WAV_ENV = "OMNI_CPU_CODE2WAV"',
+        'env = {"VLLM_TARGET_DEVICE": "cpu"}',
+    ],
+)
+def test_the_check_finds_a_variable_read_or_named_in_code(snippet: str) -> None:
+    assert named_variables(snippet)
+
+
+def test_the_check_passes_prose_and_names_taken_from_a_knob() -> None:
+    source = (
+        '"""Set OMNI_CPU_WEIGHTS=int8 to quantize."""\n'
+        'os.environ.get(envs.WEIGHTS.name)\nmessage = f"{envs.GEMV.name}=off"\n'
+    )
+    assert named_variables(source) == []
+
+
+def test_no_module_but_envs_reads_or_names_a_variable() -> None:
+    package = REPO / "omni_cpu"
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {name}"
+        for path in sorted(package.rglob("*.py"))
+        if path != package / "envs.py"
+        for line, name in named_variables(path.read_text())
+    ]
+    assert found == [], "take the name from its knob in omni_cpu/envs.py"

@@ -21,6 +21,8 @@ from omni_cpu.launch.launch_plan import LaunchPlan
 from omni_cpu.launch.pipeline import startup_dict
 from omni_cpu.plan import capacity
 from omni_cpu.platform import steplog
+from omni_cpu.process import procfs
+from omni_cpu.process.stage_processes import stage_binds
 from omni_cpu.speech.codec import FRAME_SAMPLES
 from omni_cpu.speech.request import SpeechRequest
 
@@ -192,7 +194,7 @@ def _level(
         if name == "code2wav" and frames:
             code2wav_ms = round(seconds * 1000 / frames / cores, 1)
     rss = procstats.group_peak_rss_bytes(groups)
-    rss["driver"] = procstats.peak_rss_bytes(os.getpid())
+    rss["driver"] = procfs.peak_rss_bytes(os.getpid())
     level = Level(concurrency, summarize_streams(traces, wall_s), code2wav_ms, busy, cpu_s, rss)
     if step_dir is not None:
         time.sleep(0.2)  # the workers' last lines of the level
@@ -219,23 +221,23 @@ def run_bench(
     verbose: bool = False,
 ) -> BenchResult:
     """Measure the triad, start the engines once, run warm-up then every level."""
-    from omni_cpu.envs import WEIGHTS_ENV
     from omni_cpu.plan.footprint import footprint_for_model
-    from omni_cpu.platform.steplog import STEP_LOG_ENV
 
     stage_cpus = stage_cpus_of(plan)
-    weights = plan.profile.env.get(WEIGHTS_ENV, "model")
+    weights = plan.profile.env.get(envs.WEIGHTS.name, "model")
     talker_dtype = plan.profile.replicas[plan.replica].stage(0).dtype
     footprint = footprint_for_model(plan.model)
     weight_bytes = footprint.streamed_bytes_per_frame(talker_dtype, weights)
     speed = capacity.profile_speed_inputs(
-        plan.profile, plan.replica, footprint, envs.OMNI_CPU_CODE2WAV or "stream"
+        plan.profile, plan.replica, footprint, envs.OMNI_CPU_CODE2WAV
     )
     progress("measuring memory bandwidth (triad) before the engines start")
     triad = triad_bandwidth(triad_bytes) if triad_bytes else triad_bandwidth()
     progress("measuring the read bandwidth of the talker's own cores")
     talker_read = stage_read(parse_cpu_list(stage_cpus["talker"]))
-    procstats.reset_peak_rss()
+    # The triad's arrays are freed before the engines start; without this the driver's
+    # peak would report them instead of what serving costs.
+    procfs.reset_peak_rss()
     result = BenchResult(
         plan.model,
         plan.profile_source,
@@ -251,16 +253,14 @@ def run_bench(
     )
     # Stage workers inherit this and log each step's wall time (read per level).
     if not envs.OMNI_CPU_STEP_LOG:
-        os.environ[STEP_LOG_ENV] = tempfile.mkdtemp(prefix="omni-cpu-steps-")
+        os.environ[envs.STEP_LOG.name] = tempfile.mkdtemp(prefix="omni-cpu-steps-")
     step_dir = Path(envs.OMNI_CPU_STEP_LOG)
     progress("loading the talker and code2wav engines")
     with EngineSession(plan, verbose=verbose) as session:
         result.load_s = session.load_s
         result.startup = dict(session.startup)
         result.stage_start = session.stage_start
-        replica = plan.profile.replicas[plan.replica]
-        stage_ids = {stage.name: stage.stage_id for stage in replica.stages}
-        groups = procstats.stage_groups(session.stage_pids, stage_cpus, stage_ids)
+        groups = procstats.stage_groups(session.stage_pids, stage_binds(plan.deploy_config))
         progress(f"engines up in {sum(session.startup.values()):.1f} s")
         for index in range(warmup):
             progress(f"warm-up request {index + 1}/{warmup}")

@@ -38,20 +38,17 @@ import copy
 from typing import Any
 
 SIZES: tuple[str, ...] = ("tiny", "0.6b", "1.7b")
-KINDS: tuple[str, ...] = ("custom-voice", "voice-design", "base")
+# Each published kind: `make-checkpoint --kind`, config.json's `tts_model_type`, and the
+# task type vLLM-Omni serves for it. The one table: omni_cpu.speech.request reads it
+# the other way round (a config's model type to its task, a task to the kind to make).
+KIND_TABLE: tuple[tuple[str, str, str], ...] = (
+    ("custom-voice", "custom_voice", "CustomVoice"),
+    ("voice-design", "voice_design", "VoiceDesign"),
+    ("base", "base", "Base"),
+)
+KINDS: tuple[str, ...] = tuple(kind for kind, _, _ in KIND_TABLE)
 DEFAULT_KIND = "custom-voice"
-
-# kind -> the config.json `tts_model_type` and the task type vLLM-Omni serves for it.
-TTS_MODEL_TYPES: dict[str, str] = {
-    "custom-voice": "custom_voice",
-    "voice-design": "voice_design",
-    "base": "base",
-}
-TASK_TYPES: dict[str, str] = {
-    "custom-voice": "CustomVoice",
-    "voice-design": "VoiceDesign",
-    "base": "Base",
-}
+TTS_MODEL_TYPES: dict[str, str] = {kind: model_type for kind, model_type, _ in KIND_TABLE}
 
 # (kind, size) pairs Qwen publishes; tiny is ours, for every kind.
 PUBLISHED: frozenset[tuple[str, str]] = frozenset(

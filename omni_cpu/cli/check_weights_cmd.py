@@ -9,12 +9,12 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from omni_cpu import envs
 from omni_cpu.cli.common import VERBOSE_HELP, console, err_console, print_json
 from omni_cpu.cli.voice import BENCH_TEXT, BENCH_VOICE, Voice, voice_options
-from omni_cpu.envs import WEIGHT_CHOICES
 from omni_cpu.errors import InputError, RuntimeMissingError
 
-QUANTIZED = tuple(choice for choice in WEIGHT_CHOICES if choice != "model")
+QUANTIZED = tuple(choice for choice in envs.WEIGHTS.choices if choice != "model")
 DEFAULT_FRAMES = 100
 
 _HELP = f"""\
@@ -62,13 +62,10 @@ def parse_formats(value: str | None) -> list[str]:
     if value is None:
         return list(QUANTIZED)
     chosen: list[str] = []
-    for item in (part.strip() for part in value.split(",")):
-        if item not in WEIGHT_CHOICES:
-            raise InputError(f"--weights {item!r}", f"use one of: {', '.join(WEIGHT_CHOICES)}")
-        if item not in chosen:
-            chosen.append(item)
-    if not chosen:
-        raise InputError("--weights is empty", f"use one of: {', '.join(WEIGHT_CHOICES)}")
+    for item in value.split(","):  # an empty item is refused like any other unknown one
+        weights = envs.WEIGHTS.read(item, "--weights")
+        if weights not in chosen:
+            chosen.append(weights)
     return chosen
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from omni_cpu import __version__
+from omni_cpu import __version__, envs
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.export.image import DEFAULT_PORT, HEALTH_PATH, IMAGE, IMAGE_USER_ID, SERVE_COMMAND
 from omni_cpu.plan.footprint import ModelFootprint
@@ -87,7 +87,7 @@ def k8s_manifests(
     size = pod_size(profile, footprint, replica)
     resources = {"cpu": str(size.cpus), "memory": f"{size.memory_bytes // MIB}Mi"}
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "omni-cpu"}
-    env = [{"name": "VLLM_TARGET_DEVICE", "value": "cpu"}]
+    env = [{"name": envs.TARGET_DEVICE.name, "value": "cpu"}]
     env += [
         {"name": key, "value": value}
         for key, value in sorted(profile.env.items())

@@ -99,8 +99,6 @@ from typing import Any
 
 import torch
 
-GEMV_ENV = "OMNI_CPU_GEMV"
-KERNEL_CACHE_ENV = "OMNI_CPU_KERNEL_CACHE"
 SOURCE = Path(__file__).with_name("csrc") / "gemv_avx512.cpp"  # holds the module's bindings
 EXTRA_SOURCES = ("decode_attention.cpp", "gemv_int4.cpp")  # beside SOURCE, in the same module
 # -fopenmp: at::parallel_for splits column blocks over the stage's OpenMP team only
@@ -177,7 +175,7 @@ def avx2_cpu_supports() -> bool:
 def wanted() -> bool:
     from omni_cpu import envs
 
-    return envs.OMNI_CPU_GEMV not in ("off", "0", "false", "no")
+    return envs.OMNI_CPU_GEMV != "off"
 
 
 def forced_avx2() -> bool:

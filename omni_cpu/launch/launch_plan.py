@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from omni_cpu.envs import WEIGHT_CHOICES, WEIGHTS_ENV
-from omni_cpu.errors import InputError, ProfileMismatchError
+from omni_cpu import envs
+from omni_cpu.errors import ProfileMismatchError
 from omni_cpu.launch.logs import engine_log_env
 from omni_cpu.platform import DRIVER_ENV
 from omni_cpu.profile import Profile, deploy_config_dict, stage_env
@@ -76,16 +77,15 @@ class LaunchPlan:
 
 
 def with_weights(profile: Profile, weights: str) -> Profile:
-    """`profile` whose stages load the talker's weights as `weights` (WEIGHT_CHOICES).
+    """`profile` whose stages load the talker's weights as `weights` (`envs.WEIGHTS`' choices).
 
     The choice travels as an environment variable in the profile's `env`, so a
     profile file can carry it too (`env: {OMNI_CPU_WEIGHTS: int8}`).
     """
-    if weights not in WEIGHT_CHOICES:
-        raise InputError(f"--weights {weights}", f"use one of: {', '.join(WEIGHT_CHOICES)}")
+    weights = envs.WEIGHTS.read(weights, "--weights")
     if weights == "model":
         return profile
-    return dataclasses.replace(profile, env={**profile.env, WEIGHTS_ENV: weights})
+    return dataclasses.replace(profile, env={**profile.env, envs.WEIGHTS.name: weights})
 
 
 def make_launch_plan(
@@ -97,10 +97,10 @@ def make_launch_plan(
 ) -> LaunchPlan:
     """Resolve the profile and build the deploy config for one replica.
 
-    A profile whose memory does not fit this machine is refused unless `force`.
+    A profile whose memory does not fit this machine is refused unless `force`; so is
+    a knob that the stages would get (from here or from the profile) set to a value
+    it does not take, before any engine starts.
     """
-    if weights not in WEIGHT_CHOICES:
-        raise InputError(f"--weights {weights}", f"use one of: {', '.join(WEIGHT_CHOICES)}")
     from omni_cpu.plan.resolve import FATAL_TO_START, FORCED, resolve
 
     resolved = resolve(deploy_profile, model, weights, fatal=FORCED if force else FATAL_TO_START)
@@ -110,6 +110,7 @@ def make_launch_plan(
             f"the profile has {len(profile.replicas)} replica(s), not {replica + 1}",
             "use --replica 0",
         )
+    envs.check({**os.environ, **profile.env})
     return LaunchPlan(
         model=model,
         profile=profile,

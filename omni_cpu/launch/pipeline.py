@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omni_cpu import envs
 from omni_cpu.errors import OmniCpuError, RuntimeMissingError, StageError
 from omni_cpu.launch import logs, startup
 from omni_cpu.launch.launch_plan import DRIVER_ENV_DEFAULTS, LaunchPlan
-from omni_cpu.process import procfs, proctree, stage_processes
+from omni_cpu.process import proctree, stage_processes
 from omni_cpu.process.guard import StageGuard
-from omni_cpu.process.watch import STALL_ENV, ProgressWatch, stall_seconds
+from omni_cpu.process.watch import StageWatch, stall_seconds
 from omni_cpu.speech.codec import SAMPLE_RATE
 from omni_cpu.speech.prompts import PromptBuilder, check_prompt_lengths, request_index
 from omni_cpu.speech.request import SpeechRequest
@@ -223,24 +224,17 @@ def _quiet_thread_errors(previous: Callable[[Any], None]) -> Callable[[Any], Non
 TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
 
 
-class _StageWatch:
-    """Remembers every stage process seen during a session, to name the ones that died.
+class _StallAlarm:
+    """`run`'s eye on its stages while they start and generate.
 
-    A thread samples the driver's descendants while the engines start and run:
-    an error from vLLM-Omni rarely says which process went, and a process that
-    is gone can no longer be asked which stage it was.
+    A thread samples the stage watch (`omni_cpu.process.watch.StageWatch`) twice a
+    second; once work stops moving it remembers the stall and interrupts the main
+    thread where it waits in `generate`, which raises the stall as a StageError.
     """
 
-    def __init__(
-        self, stage_binds: dict[str, tuple[int, str]], stage_names: dict[int, str] | None = None
-    ) -> None:
-        self.stage_binds = stage_binds
-        # Stages that share their CPUs share a bind list: names come from the profile.
-        self.stage_names = stage_names or {}
-        self.seen: dict[int, stage_processes.StageProcess] = {}
-        self.oom_kills_before = procfs.oom_kills()
-        self.progress = ProgressWatch(stall_seconds())
-        self.stalled: str | None = None  # set once work stopped moving (omni_cpu.process.watch)
+    def __init__(self, watch: StageWatch) -> None:
+        self.watch = watch
+        self.stalled: str | None = None  # set once work stopped moving
         self._working: int | None = None  # the thread generating, while it does
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="omni-cpu-stages")
@@ -251,16 +245,9 @@ class _StageWatch:
     def stop(self) -> None:
         self._stop.set()
 
-    def sample(self) -> None:
-        for pid in stage_processes.descendant_pids():
-            known = self.seen.get(pid)
-            # A spawned process takes its title (engine core, worker) only once it runs.
-            if known is None or known.role == "process" or known.stage_id is None:
-                self.seen[pid] = stage_processes.identify(pid, self.stage_binds, self.stage_names)
-
     def _run(self) -> None:
         while not self._stop.wait(0.5):
-            self.sample()
+            self.watch.sample()
             self.look()
 
     def working(self, on: bool) -> None:
@@ -270,8 +257,7 @@ class _StageWatch:
     def look(self) -> None:
         """Note progress; on a stall, remember it and interrupt the generating main thread."""
         working = self._working
-        live = [p for p in self.seen.values() if proctree.is_running(p.pid)]
-        stalled = self.progress.look(live, busy=working is not None)
+        stalled = self.watch.stalled(busy=working is not None)
         if stalled is None or self.stalled is not None:
             return
         self.stalled = stalled
@@ -280,26 +266,14 @@ class _StageWatch:
             # KeyboardInterrupt into the stall's StageError.
             signal.pthread_kill(working, signal.SIGINT)
 
-    def dead(self) -> list[stage_processes.StageProcess]:
-        """Stage processes (engine cores, workers) seen before and gone now."""
-        return [
-            process
-            for pid, process in self.seen.items()
-            if process.role in ("engine core", "worker") and not proctree.is_running(pid)
-        ]
 
-    def oom_killed(self) -> bool:
-        now = procfs.oom_kills()
-        return None not in (now, self.oom_kills_before) and now > self.oom_kills_before
-
-
-def stage_error(phase: str, error: BaseException, watch: _StageWatch | None) -> StageError:
+def stage_error(phase: str, error: BaseException, watch: StageWatch | None) -> StageError:
     """One line: what failed, which stage process died, and a memory hint only for memory."""
     reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    dead = watch.dead() if watch is not None else []
+    deaths = watch.deaths() if watch is not None else None
     message = f"{phase} failed: {reason}"
-    if dead:
-        message = f"{phase} failed: " + ", ".join(p.describe() for p in dead) + " died"
+    if deaths:
+        message = f"{phase} failed: {deaths}"
         message += f" ({reason})" if reason else ""
     memory = isinstance(error, MemoryError) or MEMORY_WORDS.search(reason) is not None
     if watch is not None and watch.oom_killed():
@@ -345,19 +319,12 @@ class PipelineSession:
         self._check = check or []
         self._output_folders = output_folders
         self._guard: StageGuard | None = None
-        self._watch: _StageWatch | None = None
+        self._watch: StageWatch | None = None
+        self._alarm: _StallAlarm | None = None
 
     @property
     def talker_max_model_len(self) -> int:
         return self.plan.profile.replicas[self.plan.replica].stage(0).max_model_len
-
-    def _stage_binds(self) -> dict[str, tuple[int, str]]:
-        binds: dict[str, tuple[int, str]] = {}
-        for stage in self.plan.profile.replicas[self.plan.replica].stages:
-            bind = self.plan.stage_env(stage.stage_id).get("VLLM_CPU_OMP_THREADS_BIND")
-            if bind is not None:
-                binds.setdefault(bind, (stage.stage_id, stage.name))
-        return binds
 
     def __enter__(self) -> PipelineSession:
         for key, value in DRIVER_ENV_DEFAULTS.items():
@@ -387,10 +354,10 @@ class PipelineSession:
         try:
             ENGINES_STARTED.set()
             self._guard = StageGuard(self._output_folders).__enter__()
-            stages = self.plan.profile.replicas[self.plan.replica].stages
-            names = {stage.stage_id: stage.name for stage in stages}
-            self._watch = _StageWatch(self._stage_binds(), names)
-            self._watch.start()
+            binds = stage_processes.stage_binds(self.plan.deploy_config)
+            self._watch = StageWatch(os.getpid(), binds, stall_seconds())
+            self._alarm = _StallAlarm(self._watch)
+            self._alarm.start()
             register_qwen3_tts_config()
             launched = dataclasses.replace(
                 self.plan,
@@ -407,11 +374,7 @@ class PipelineSession:
                 )
                 self.load_s = self.startup["engines_s"] = time.perf_counter() - start
             self._watch.sample()
-            self.stage_pids = stage_processes.descendant_pids()
-            binds = {
-                stage.stage_id: self.plan.stage_env(stage.stage_id)["VLLM_CPU_OMP_THREADS_BIND"]
-                for stage in stages
-            }
+            self.stage_pids = proctree.descendants(os.getpid())
             self.binding = stage_processes.observed_binding(self.stage_pids, binds)
         except BaseException as error:
             failure = error
@@ -435,14 +398,14 @@ class PipelineSession:
         close() then finds nothing to wait for.
         """
         STOPPING.set()
-        if self._watch is not None:
-            self._watch.stop()
+        if self._alarm is not None:
+            self._alarm.stop()
         spare = StageGuard.watchdog_pids
         # The resource tracker ignores SIGTERM and ends by itself once this process
         # does, unlinking what it tracked: leave it to that (and to the watchdog).
         stages = [
             pid
-            for pid in stage_processes.descendant_pids()
+            for pid in proctree.descendants(os.getpid())
             if pid not in spare
             and stage_processes.RESOURCE_TRACKER_MARK not in proctree.command_line(pid)
         ]
@@ -482,9 +445,9 @@ class PipelineSession:
         prompts = [self._builder.prompt(request.additional_information()) for request in requests]
         params = _sampling_params(self._omni, requests, stream)
         start = time.perf_counter()
-        watch = self._watch
-        if watch is not None:
-            watch.working(True)
+        alarm = self._alarm
+        if alarm is not None:
+            alarm.working(True)
         try:
             for output in self._omni.generate(prompts, params, py_generator=True, use_tqdm=False):
                 if getattr(output, "error", None):
@@ -502,11 +465,11 @@ class PipelineSession:
                 if output.finished and on_done is not None:
                     on_done(request_index(output.request_id))
         except KeyboardInterrupt:
-            if watch is not None and watch.stalled is not None:
+            if alarm is not None and alarm.stalled is not None:
                 raise StageError(
-                    f"synthesis failed: {watch.stalled}",
-                    f"the stage is hung, not dead: its log above may say why ({STALL_ENV} "
-                    "sets how long work may go without progress)",
+                    f"synthesis failed: {alarm.stalled}",
+                    "the stage is hung, not dead: its log above may say why "
+                    f"({envs.STAGE_STALL_S.name} sets how long work may go without progress)",
                 ) from None
             raise
         except (OmniCpuError, SystemExit):
@@ -514,8 +477,8 @@ class PipelineSession:
         except Exception as error:
             raise stage_error("synthesis", error, self._watch) from error
         finally:
-            if watch is not None:
-                watch.working(False)
+            if alarm is not None:
+                alarm.working(False)
         return time.perf_counter() - start
 
 

@@ -8,7 +8,7 @@ once, same pid and arguments, with them added, before torch is imported; the
 second start costs the interpreter and the CLI's own imports and plan again
 (`driver_relaunch_s` in the start-up report), against the stages' ~9 s each of
 importing torch, vLLM and vLLM-Omni a second time. It also starts the driver
-with a mark of its own (omni_cpu.process.guard.DRIVER_MARK_ENV), which the stages it
+with a mark of its own (`envs.DRIVER`, omni_cpu.process.guard), which the stages it
 forks carry and its watchdog finds them by.
 
 Stages are spawned instead (vLLM-Omni's way) when `OMNI_CPU_STAGE_START=spawn`,
@@ -27,10 +27,9 @@ import time
 from omni_cpu import envs
 from omni_cpu.launch.launch_plan import LaunchPlan
 from omni_cpu.process import procfs
-from omni_cpu.process.guard import DRIVER_MARK_ENV, driver_mark, new_driver_mark
+from omni_cpu.process.guard import driver_mark, new_driver_mark
 
 INTEL_OPENMP_MARKS = ("libiomp", "libomp.")
-START_CHOICES = ("fork", "spawn")
 
 
 def preload_entries(text: str) -> tuple[str, ...]:
@@ -58,11 +57,8 @@ def preload_blocker(libraries: tuple[str, ...], *, this_process: bool = True) ->
     `this_process=False` leaves out whether this process already runs with them
     (what a re-execution would change).
     """
-    choice = envs.OMNI_CPU_STAGE_START
-    if choice not in START_CHOICES:
-        return f"OMNI_CPU_STAGE_START={choice} is none of {', '.join(START_CHOICES)}"
-    if choice == "spawn":
-        return "OMNI_CPU_STAGE_START=spawn"
+    if envs.OMNI_CPU_STAGE_START == "spawn":  # a value it does not take is refused there
+        return f"{envs.STAGE_START.name}=spawn"
     if not any(mark in os.path.basename(lib) for lib in libraries for mark in INTEL_OPENMP_MARKS):
         return "the stages do not preload Intel OpenMP (GNU OpenMP binds only when it loads)"
     if this_process and not _loaded(libraries):
@@ -107,8 +103,8 @@ def relaunch_if_needed(plan: LaunchPlan) -> None:
     (libraries,) = set(stage_preloads(plan))
     env = dict(os.environ)
     env["LD_PRELOAD"] = ":".join(libraries)
-    env.pop(DRIVER_MARK_ENV, None)
-    env[DRIVER_MARK_ENV] = new_driver_mark(os.getpid(), time.time())
+    env.pop(envs.DRIVER.name, None)
+    env[envs.DRIVER.name] = new_driver_mark(os.getpid(), time.time())
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     try:

@@ -39,7 +39,7 @@ of it the 8 layers' keys and values.
 The state lives in the per-request dict vLLM-Omni's `Qwen3TTSCode2Wav` already
 keeps (`_decoder_state_cache`) and frees when a request finishes or is aborted
 (`on_requests_finished`), so nothing here needs its own cleanup.
-`OMNI_CPU_CODE2WAV=recompute` keeps vLLM-Omni's path.
+`OMNI_CPU_CODE2WAV=recompute` (omni_cpu.envs) keeps vLLM-Omni's path.
 """
 
 from __future__ import annotations
@@ -50,21 +50,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-# "stream" (default): this module; "recompute": vLLM-Omni's re-decoding path.
-CODE2WAV_ENV = "OMNI_CPU_CODE2WAV"
-CODE2WAV_CHOICES = ("stream", "recompute")
 # Key of this module's state in vLLM-Omni's per-request decoder cache dict.
 STATE_KEY = "omni_cpu_stream"
-
-
-def requested_mode() -> str:
-    """The code2wav decode the environment asks for; raises on an unknown value."""
-    from omni_cpu import envs
-
-    mode = envs.OMNI_CPU_CODE2WAV or "stream"
-    if mode not in CODE2WAV_CHOICES:
-        raise ValueError(f"{CODE2WAV_ENV}={mode!r}: use one of {', '.join(CODE2WAV_CHOICES)}")
-    return mode
 
 
 def install_streaming_decode(model: Any) -> bool:

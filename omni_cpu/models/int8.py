@@ -33,22 +33,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from omni_cpu.envs import WEIGHT_CHOICES, WEIGHTS_ENV
 from omni_cpu.kernels.fbgemm import Int8Weights
 
 # Smaller matrices (routers, gates) gain nothing and lose precision; 128 keeps
 # the tiny test checkpoint's layers in, so the tests exercise this path.
 MIN_QUANTIZED_DIM = 128
-
-
-def requested_weights() -> str:
-    """`model` (the checkpoint dtype, default) or `int8`; raises on anything else."""
-    from omni_cpu import envs
-
-    value = envs.OMNI_CPU_WEIGHTS
-    if value not in WEIGHT_CHOICES:
-        raise ValueError(f"{WEIGHTS_ENV}={value!r}: expected one of {', '.join(WEIGHT_CHOICES)}")
-    return value
 
 
 class Int8Linear(nn.Module):

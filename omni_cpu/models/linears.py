@@ -47,7 +47,7 @@ Product = Callable[..., torch.Tensor]  # (x, bias) -> y
 
 
 def choose(weight: torch.Tensor, weights: str) -> tuple[str, Product] | None:
-    """(kernel name, product) for a [N, K] weight under `weights` (WEIGHT_CHOICES), or None.
+    """(kernel name, product) for a [N, K] weight under `weights` (envs.WEIGHTS), or None.
 
     None leaves the layer to its default path. int4 has only omni-cpu's kernels (AVX-512
     VNNI or AVX2; the runner refuses `int4` elsewhere before loading, see `int4_available`).

@@ -1,6 +1,6 @@
 """Which code-predictor forward a stage runs: the one dispatcher between the predictors.
 
-`OMNI_CPU_CODE_PREDICTOR` picks it: the KV-cached forward on vLLM's fused CPU
+`OMNI_CPU_CODE_PREDICTOR` (omni_cpu.envs) picks it: the KV-cached forward on vLLM's fused CPU
 kernels (omni_cpu.models.fused_predictor, the default), the same cached forward on
 the wrapper's own eager modules (omni_cpu.models.cached_predictor, rounding exactly
 like stock), or vLLM-Omni's own re-prefill forward (for A/B measurements). Both
@@ -16,24 +16,6 @@ import torch
 
 from omni_cpu.models import fused_predictor
 from omni_cpu.models.cached_predictor import cached_forward, predict_codes
-
-# "fused" (default): the cached forward on vLLM's fused CPU kernels
-# (omni_cpu.models.fused_predictor); "cached": the cached forward on the
-# wrapper's own eager modules, rounding exactly like stock; "stock": vLLM-Omni's
-# re-prefill forward (for A/B measurements).
-CODE_PREDICTOR_ENV = "OMNI_CPU_CODE_PREDICTOR"
-PREDICTOR_MODES = ("fused", "cached", "stock")
-
-
-def predictor_mode() -> str:
-    """The code-predictor forward the environment asks for; raises on an unknown one."""
-    from omni_cpu import envs
-
-    value = envs.OMNI_CPU_CODE_PREDICTOR or "fused"
-    if value not in PREDICTOR_MODES:
-        choices = ", ".join(PREDICTOR_MODES)
-        raise ValueError(f"{CODE_PREDICTOR_ENV}={value!r}: expected one of {choices}")
-    return value
 
 
 def install_forward(wrapper: Any, mode: str = "cached") -> str | None:

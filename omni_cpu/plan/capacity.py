@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from omni_cpu import envs
 from omni_cpu.cpulist import parse_cpu_list
-from omni_cpu.envs import WEIGHTS_ENV
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.speed import (
@@ -210,7 +210,8 @@ def assumptions(speed: SpeedInputs, isa: str, talker_cores: int = 1) -> tuple[st
         )
     streamed = speed.footprint.streamed_bytes_per_frame(speed.talker_dtype, speed.weights)
     overhead = (
-        f"{talker_overhead_ms(speed):.0f} ms per talker step besides its "
+        f"{talker_overhead_ms(speed, talker_cores):.0f} ms per talker step on "
+        f"{talker_cores} core(s) besides its "
         f"{streamed / 1e9:.2f} GB of {speed.weight_format} weights per frame"
     )
     if calibration is not None and calibration.small_op_us:
@@ -250,7 +251,7 @@ def profile_speed_inputs(
         footprint=footprint,
         talker_dtype=replica.stage(0).dtype,
         code2wav_dtype=replica.stage(1).dtype,
-        weights=profile.env.get(WEIGHTS_ENV, "model"),
+        weights=profile.env.get(envs.WEIGHTS.name, "model"),
         calibration=None if calibration is None else Calibration.from_dict(calibration),
         code2wav_decode=code2wav_decode,
     )

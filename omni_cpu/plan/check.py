@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from omni_cpu import envs
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
-from omni_cpu.envs import WEIGHTS_ENV
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import choose_dtype, node_memory_bytes, replica_fixed_memory_bytes
@@ -158,7 +158,7 @@ def _memory_problems(
     problems = []
     memory = {node.id: node_memory_bytes(facts, node.memory_bytes, []) for node in facts.numa_nodes}
     limit = facts.limits.memory_max_bytes
-    weights = profile.env.get(WEIGHTS_ENV, "model")
+    weights = profile.env.get(envs.WEIGHTS.name, "model")
     for replica in profile.replicas:
         need = sum(stage.kv_cache_memory_bytes for stage in replica.stages)
         if footprint is not None:
@@ -180,7 +180,7 @@ def _memory_problems(
     return problems
 
 
-KERNEL_ENV = ("OMNI_CPU_AMX_ROWS", "OMNI_CPU_GEMV")  # what `probe --calibrate` chose
+KERNEL_ENV = (envs.AMX_ROWS.name, envs.GEMV.name)  # what `probe --calibrate` chose
 KERNEL_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
 
 

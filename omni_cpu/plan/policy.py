@@ -11,9 +11,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from omni_cpu import __version__
+from omni_cpu import __version__, envs
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
-from omni_cpu.envs import WEIGHT_CHOICES, WEIGHTS_ENV
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
 from omni_cpu.plan.capacity import isa_class, machine_capacity, replica_capacity, stage_cores
@@ -325,10 +324,7 @@ def plan_profile(
             raise PlanError(f"{flag} must be bfloat16 or float32, not {value}")
     if options.chunk_frames is not None and options.chunk_frames < 1:
         raise PlanError(f"a codec chunk must be at least 1 frame, not {options.chunk_frames}")
-    if options.weights not in WEIGHT_CHOICES:
-        raise PlanError(
-            f"--weights must be one of {', '.join(WEIGHT_CHOICES)}, not {options.weights}"
-        )
+    options = dataclasses.replace(options, weights=envs.WEIGHTS.read(options.weights, "--weights"))
     if options.weights == "int4" and not all(flag in facts.isa for flag in INT4_ISA):
         raise PlanError(
             "--weights int4 needs AVX2 and FMA (omni-cpu's int4 GEMV); this CPU lacks them",
@@ -384,11 +380,11 @@ def plan_profile(
     )
     env = {
         # The code predictor's torch.compile costs 45-90 s of start-up for ~12 %.
-        "VLLM_OMNI_CPU_INDUCTOR": "0",
+        envs.INDUCTOR.name: "0",
         **preload_env(tuple(facts.preload_libraries)),
     }
     if options.weights != "model":
-        env[WEIGHTS_ENV] = options.weights
+        env[envs.WEIGHTS.name] = options.weights
     if options.calibration is not None:  # the kernels measured here, at each row count
         env.update(kernel_env(options.calibration.kernels))
         notes.extend(describe_kernels(options.calibration.kernels))

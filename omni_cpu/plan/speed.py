@@ -1,7 +1,8 @@
 """The cost model: a stream's time per frame for a core split, from constants or a calibration.
 
 Pure. The talker's step is its weights' bytes per frame over the bandwidth of the
-stage's cores plus a per-step overhead that is not weight streaming; code2wav's
+stage's cores plus a per-step overhead that is not weight streaming (part of it
+divides over the stage's cores, the rest runs on one); code2wav's
 time per new frame is its decoder's per frame plus each chunk's fixed cost, spread
 over the chunk. Without a calibration every number is a constant of
 omni_cpu.plan.costs, stated with where it was measured; with one (`omni-cpu probe
@@ -49,18 +50,21 @@ def talker_bandwidth_gb_s(cores: int, inputs: SpeedInputs) -> float:
     return min(max(cores, 1) * costs.GEMV_GB_S_PER_CORE, costs.NODE_READ_GB_S)
 
 
-def talker_overhead_ms(inputs: SpeedInputs) -> float:
-    """The step's time that is not weight streaming, at one stream."""
+def talker_overhead_ms(inputs: SpeedInputs, cores: int = 1) -> float:
+    """The step's time that is not weight streaming, at one stream, on `cores` cores."""
     overhead = costs.WEIGHT_FORMATS[inputs.weights].step_overhead_ms
     measured = inputs.calibration.small_op_us if inputs.calibration else 0.0
-    return overhead * measured / costs.REFERENCE_SMALL_OP_US if measured else overhead
+    if measured:
+        overhead *= measured / costs.REFERENCE_SMALL_OP_US
+    parallel = costs.TALKER_OVERHEAD_PARALLEL_FRACTION
+    return overhead * (1 - parallel + parallel / max(cores, 1))
 
 
 def talker_step_ms(cores: int, inputs: SpeedInputs, streams: int = 1) -> float:
     """One talker step (a frame for each of `streams` streams) on `cores` cores."""
     streamed = inputs.footprint.streamed_bytes_per_frame(inputs.talker_dtype, inputs.weights)
     one = streamed / (talker_bandwidth_gb_s(cores, inputs) * 1e9) * 1e3
-    one += talker_overhead_ms(inputs)
+    one += talker_overhead_ms(inputs, cores)
     return one * (1 + (max(streams, 1) - 1) * costs.TALKER_STEP_GROWTH_PER_STREAM)
 
 

@@ -39,17 +39,7 @@ GENERATION_WORKER_QUALNAME = "omni_cpu.platform.workers.CPUGenerationWorker"
 # imports torch, vLLM and vLLM-Omni (~0.7 GB resident and ~10 s of start-up
 # each), and no shared-memory queue between engine core and worker polling on
 # the stage's own core every step. Set it to 1 for vLLM's process-per-worker.
-# `SPT_NOENV=1` is setproctitle's switch to leave /proc/PID/environ alone when vLLM
-# titles a stage process: by default it writes the title over the start of that
-# block, where the guard's token may sit (omni_cpu.process.guard), and a stage
-# forked from the driver (omni_cpu.platform.fork) shows the driver's block there,
-# the token among it. The title then fits in the process's command line, which is
-# longer than vLLM's titles.
-DRIVER_ENV = {
-    "VLLM_TARGET_DEVICE": "cpu",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "SPT_NOENV": "1",
-}
+DRIVER_ENV = {envs.TARGET_DEVICE.name: "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 def should_activate() -> bool:

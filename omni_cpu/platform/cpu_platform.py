@@ -23,10 +23,6 @@ from vllm_omni.platforms.interface import OmniPlatform, OmniPlatformEnum
 from omni_cpu import envs
 from omni_cpu.platform import AR_WORKER_QUALNAME, GENERATION_WORKER_QUALNAME
 
-# `1` turns torch.compile (inductor) back on for the code predictor: about +12 %
-# decode speed for 45-90 s more start-up on CPU (DESIGN.md), so it is opt-in.
-INDUCTOR_ENV = "VLLM_OMNI_CPU_INDUCTOR"
-
 
 def _node_memory() -> tuple[int, int]:
     """(available, total) bytes of the NUMA node this process's first allowed CPU sits on."""
@@ -45,7 +41,7 @@ class CPUOmniPlatform(OmniPlatform, CpuPlatform):
     # and starts stages with distinct devices in parallel (omni_cpu.launch.startup).
     # vLLM's CPU backend reads CPU_VISIBLE_MEMORY_NODES itself, from the stage env the
     # profile gives it, so the "device" here is a label that binds nothing.
-    device_control_env_var = "OMNI_CPU_STAGE_DEVICE"
+    device_control_env_var = envs.STAGE_DEVICE.name
 
     # --- what vLLM-Omni asks of a platform -----------------------------------------------
 
@@ -65,7 +61,8 @@ class CPUOmniPlatform(OmniPlatform, CpuPlatform):
     @classmethod
     def supports_torch_inductor(cls) -> bool:
         # Read by the Qwen3 code predictor (vllm_omni common/qwen3_code_predictor.py):
-        # False keeps it eager.
+        # False keeps it eager. `VLLM_OMNI_CPU_INDUCTOR=1` turns torch.compile back on:
+        # about +12 % decode speed for 45-90 s more start-up on CPU, so it is opt-in.
         return envs.VLLM_OMNI_CPU_INDUCTOR
 
     @classmethod

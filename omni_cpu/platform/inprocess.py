@@ -31,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from omni_cpu import envs
 from omni_cpu.models import linears, norms
-from omni_cpu.models.predictor import install_forward, predictor_mode
+from omni_cpu.models.predictor import install_forward
 from omni_cpu.platform import DRIVER_ENV
 
 TALKER_ARCHITECTURE = "Qwen3TTSTalkerForConditionalGeneration"
@@ -236,7 +237,7 @@ def load_talker(checkpoint: Path, weights: str, dtype: str = "auto") -> Talker:
         model.eval()
         match_embedding_dtype(model, model_config.dtype)
         norms.install(model)
-        mode = predictor_mode()
+        mode = envs.OMNI_CPU_CODE_PREDICTOR
         if weights != "model" or mode == "fused":
             kernels.update(linears.route_linears(model.code_predictor, weights))
         install_forward(model.code_predictor, mode)

@@ -28,9 +28,10 @@ from vllm.v1.worker.cpu_model_runner import (
 from vllm_omni.worker.gpu_ar_model_runner import GPUARModelRunner
 from vllm_omni.worker.gpu_generation_model_runner import GPUGenerationModelRunner
 
+from omni_cpu import envs
 from omni_cpu.kernels import fbgemm, gemv
-from omni_cpu.models import code2wav, int8, linears, norms
-from omni_cpu.models.predictor import install_forward, predictor_mode
+from omni_cpu.models import code2wav, linears, norms
+from omni_cpu.models.predictor import install_forward
 from omni_cpu.platform.steplog import (
     scheduled_tokens,
     step_log_from_env,
@@ -76,20 +77,20 @@ class _CPUOmniRunnerMixin:
         if self.step_kind != "talker":
             super().load_model(*args, **kwargs)  # type: ignore[misc]
             match_embedding_dtype(self.model, self.model_config.dtype)  # type: ignore[attr-defined]
-            streaming = code2wav.requested_mode() == "stream"
+            streaming = envs.OMNI_CPU_CODE2WAV == "stream"
             if streaming and code2wav.install_streaming_decode(self.model):  # type: ignore[attr-defined]
                 logger.info("code2wav: streaming decode (omni_cpu.models.code2wav)")
             return
-        weights = int8.requested_weights()
+        weights = envs.OMNI_CPU_WEIGHTS
         if weights == "int8" and gemv.kernel() is None and not fbgemm.int8_supported():
             raise RuntimeError(
-                f"{int8.WEIGHTS_ENV}=int8 needs AVX-512 VNNI or PyTorch's x86 (FBGEMM) "
+                f"{envs.WEIGHTS.name}=int8 needs AVX-512 VNNI or PyTorch's x86 (FBGEMM) "
                 "quantized engine, and this CPU or torch build has neither; unset it"
             )
         if weights == "int4" and not linears.int4_available():
             raise RuntimeError(
-                f"{int8.WEIGHTS_ENV}=int4 needs omni-cpu's GEMV (AVX-512 VNNI or AVX2): this CPU "
-                "lacks both, the build failed, or OMNI_CPU_GEMV=off; use int8"
+                f"{envs.WEIGHTS.name}=int4 needs omni-cpu's GEMV (AVX-512 VNNI or AVX2): this CPU "
+                f"lacks both, the build failed, or {envs.GEMV.name}=off; use int8"
             )
         talker_kernels: Counter[str] = Counter()
         with linears.vllm_linears(weights, talker_kernels):
@@ -100,7 +101,7 @@ class _CPUOmniRunnerMixin:
         code_predictor = getattr(self.model, "code_predictor", None)  # type: ignore[attr-defined]
         if code_predictor is None:
             return
-        mode = predictor_mode()
+        mode = envs.OMNI_CPU_CODE_PREDICTOR
         predictor_kernels: Counter[str] = Counter()
         if weights in ("int8", "int4") or mode == "fused":
             predictor_kernels = linears.route_linears(code_predictor, weights)

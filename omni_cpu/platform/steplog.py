@@ -24,8 +24,6 @@ from typing import Any
 
 from omni_cpu import envs
 
-STEP_LOG_ENV = "OMNI_CPU_STEP_LOG"
-
 
 class StepLog:
     """Accumulates one step's timings and writes them as a JSON line."""
@@ -84,7 +82,6 @@ def scheduled_tokens(scheduler_output: Any) -> int:
     return int(getattr(scheduler_output, "total_num_scheduled_tokens", 0) or 0)
 
 
-PROFILE_ENV = "OMNI_CPU_TORCH_PROFILE"
 PROFILE_FIRST_STEP = 10  # after prefill and the first decode steps' one-time costs
 PROFILE_STEPS = 10
 

@@ -9,6 +9,7 @@ its place, the way vLLM-Omni's XPU workers do.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm_omni.diffusion.data import OmniACK, OmniSleepTask, OmniWakeTask
 from vllm_omni.worker.mixins import OmniWorkerMixin
 
+from omni_cpu import envs
 from omni_cpu.models import sampler
 from omni_cpu.platform import lean_load
 from omni_cpu.platform.runners import CPUARModelRunner, CPUGenerationModelRunner
@@ -26,12 +28,33 @@ logger = init_logger(__name__)
 SLEEP_UNSUPPORTED = "sleep mode is not supported on CPU (vLLM's CPU worker keeps weights in RAM)"
 
 
+def refuse_where_engines_are_barred() -> None:
+    """Fail a stage engine that starts under a test not marked e2e, and leave word of it.
+
+    The suite names a file in OMNI_CPU_ENGINES_BARRED and keeps it in place while a
+    test without the e2e marker runs (tests/conftest.py), so `make test-fast`
+    starts no engine. The pid written there fails that test whatever it asserts,
+    even one that expects the run to fail; every stage engine on this platform
+    starts through this worker.
+    """
+    bar = envs.OMNI_CPU_ENGINES_BARRED
+    if not bar or not os.path.exists(bar):
+        return
+    with open(bar, "a") as sink:
+        sink.write(f"{os.getpid()}\n")
+    raise RuntimeError(
+        f"a stage engine started while {envs.ENGINES_BARRED.name} is up: the test that started it "
+        "must be marked e2e"
+    )
+
+
 class _CPUOmniWorker(OmniWorkerMixin, CPUWorker):
     """Shared by both stage workers."""
 
     model_runner_cls: type
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        refuse_where_engines_are_barred()
         # Random-weight checkpoints push fp32 activations into denormals, which are
         # many times slower on x86; real weights lose nothing from flushing them.
         torch.set_flush_denormal(True)

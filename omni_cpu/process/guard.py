@@ -16,7 +16,7 @@ too left behind.
 Stage processes forked from the driver (omni_cpu.platform.fork) show the driver's
 start environment in /proc, not the token it set later: a driver that re-executed
 itself to fork its stages (omni_cpu.launch.relaunch) starts with a mark of its own
-(`DRIVER_MARK_ENV`, naming its pid), and its watchdog counts processes carrying that
+(`envs.DRIVER`, naming its pid), and its watchdog counts processes carrying that
 mark as the owner's too (never the owner itself). Every child the owner forks
 closes the owner's end of the watchdog's socket at once: held open by a child,
 the socket would not close when the owner dies.
@@ -37,10 +37,17 @@ from pathlib import Path
 
 import psutil
 
+from omni_cpu import envs
 from omni_cpu.process import procfs, shm
 
-OWNER_ENV = "OMNI_CPU_OWNER"  # the token; one per owner session
-DRIVER_MARK_ENV = "OMNI_CPU_DRIVER"  # "PID EPOCH TOKEN": a driver that re-executed itself
+# setproctitle's own switch: vLLM titles every stage process (VLLM::StageEngineCoreProc_...),
+# and setproctitle 1.3 writes the title over the environment block unless this is set, so
+# the token (and every variable) would no longer be readable in the stages it must find.
+# The title is then as long as the command line had room for: a stage's spawn line has
+# more than enough, and so has the `omni-cpu` command line a forked stage inherits.
+# A forked stage's environment block is the driver's start environment (omni_cpu.platform.fork),
+# where the driver's mark sits: the same switch keeps it readable.
+KEEP_ENVIRON_ENV = "SPT_NOENV"
 POLL_S = 1.0
 TRACKER_GRACE_S = 3.0  # the resource tracker unlinks what it tracked once its pipe closes
 STOP = b"s"
@@ -48,7 +55,7 @@ STOPPED = b"k"
 
 
 def new_driver_mark(pid: int, epoch: float) -> str:
-    """The `DRIVER_MARK_ENV` value a driver re-executing itself as `pid` at `epoch` starts with."""
+    """The `envs.DRIVER` value a driver re-executing itself as `pid` at `epoch` starts with."""
     return f"{pid} {epoch:.3f} {uuid.uuid4().hex}"
 
 
@@ -58,7 +65,7 @@ def driver_mark(pid: int, environ: dict[str, str] | None = None) -> str:
     The pid in the mark must be `pid`'s own: a process that merely inherited a
     driver's mark (anything the driver started) is not that driver.
     """
-    value = (procfs.environ(pid) if environ is None else environ).get(DRIVER_MARK_ENV, "")
+    value = (procfs.environ(pid) if environ is None else environ).get(envs.DRIVER.name, "")
     parts = value.split()
     return value if len(parts) == 3 and parts[0] == str(pid) else ""
 
@@ -80,7 +87,9 @@ def token_processes(
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue
             environ = procfs.environ(process.pid)
-            if environ.get(OWNER_ENV) == token or (mark and environ.get(DRIVER_MARK_ENV) == mark):
+            if environ.get(envs.OWNER.name) == token or (
+                mark and environ.get(envs.DRIVER.name) == mark
+            ):
                 found.append(process)
         except psutil.Error:
             continue
@@ -159,7 +168,7 @@ class Watchdog:
             _, alive = psutil.wait_procs(trackers, timeout=TRACKER_GRACE_S)
             kill_all(alive)
         self.ledger.save()
-        shm.remove(shm.leftovers(self.ledger, shm.procfs.shm_names_in_use()))
+        shm.remove(shm.leftovers(self.ledger, procfs.shm_names_in_use()))
 
     def finish(self) -> None:
         self.stop(owner_alive=False)
@@ -208,7 +217,7 @@ class StageGuard:
         self.output_folders = [Path(folder) for folder in output_folders]
         self.token = uuid.uuid4().hex
         self._channel: socket.socket | None = None
-        self._previous: str | None = None
+        self._previous: dict[str, str | None] = {}
         self.watchdog_pid: int | None = None
 
     def __enter__(self) -> StageGuard:
@@ -220,7 +229,8 @@ class StageGuard:
             sweep_partials(folder)
         ours, theirs = socket.socketpair()
         # The watchdog carries neither the token nor the driver's mark: it is not ours to stop.
-        env = {k: v for k, v in os.environ.items() if k not in (OWNER_ENV, DRIVER_MARK_ENV)}
+        ours_only = (envs.OWNER.name, envs.DRIVER.name)
+        env = {key: value for key, value in os.environ.items() if key not in ours_only}
         command = [sys.executable, "-m", "omni_cpu.process.guard", self.token, str(os.getpid())]
         launcher = subprocess.Popen(
             [*command, *map(str, self.output_folders)],
@@ -242,8 +252,9 @@ class StageGuard:
             StageGuard.watchdog_pids.add(self.watchdog_pid)
         self._channel = ours
         StageGuard._held.append(ours)
-        self._previous = os.environ.get(OWNER_ENV)
-        os.environ[OWNER_ENV] = self.token
+        self._previous = {key: os.environ.get(key) for key in (envs.OWNER.name, KEEP_ENVIRON_ENV)}
+        os.environ[envs.OWNER.name] = self.token
+        os.environ[KEEP_ENVIRON_ENV] = "1"
         return self
 
     def stop_stages(self, timeout_s: float = 10.0) -> bool:
@@ -259,10 +270,11 @@ class StageGuard:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop_stages()
-        if self._previous is None:
-            os.environ.pop(OWNER_ENV, None)
-        else:
-            os.environ[OWNER_ENV] = self._previous
+        for key, value in self._previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _close_channels_in_child() -> None:

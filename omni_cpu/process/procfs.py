@@ -1,11 +1,11 @@
 """What psutil does not give, read from /proc by hand: the one place that parses it.
 
-psutil covers process trees, CPU times, RSS, environments and waiting for exit
+psutil covers process trees, CPU times, RSS, liveness and waiting for exit
 (`omni_cpu.process.proctree`). It has no resident-memory high-water mark, no
 per-thread affinity list, no view of which /dev/shm entries a process holds, no
 OOM-kill counter, and it reads no environment of a process that rewrote its
-title; those few reads live here, each tolerant of a process that
-vanishes mid-read.
+title (every stage process does); those few reads live here, each tolerant of a
+process that vanishes mid-read.
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ import contextlib
 import os
 from pathlib import Path
 
-import psutil
-
 from omni_cpu.cpulist import parse_cpu_list
 
 PROC = Path("/proc")
-SHM = "/dev/shm/"
+SHM = "/dev/shm/"  # as the kernel shows it in maps and fd links
 
 
 def peak_rss_bytes(pid: int) -> int:
@@ -52,20 +50,40 @@ def thread_cpus(pid: int) -> dict[int, tuple[int, ...]]:
     return result
 
 
-def shm_names_held(pid: int) -> set[str]:
-    """Names of the /dev/shm entries `pid` maps or has open (empty when it is gone)."""
-    names: set[str] = set()
-    with contextlib.suppress(OSError):
-        for line in (PROC / str(pid) / "maps").read_text().splitlines():
-            at = line.find(SHM)
-            if at >= 0:
-                names.add(line[at + len(SHM) :].removesuffix(" (deleted)").strip())
-    with contextlib.suppress(OSError):
-        for fd in os.scandir(PROC / str(pid) / "fd"):
+def shm_inodes() -> dict[int, str]:
+    """Each /dev/shm entry's inode -> its name: what a process's mappings are matched against."""
+    found: dict[int, str] = {}
+    with contextlib.suppress(OSError), os.scandir(SHM) as entries:
+        for entry in entries:
             with contextlib.suppress(OSError):
-                target = os.readlink(fd.path)
-                if target.startswith(SHM):
-                    names.add(target[len(SHM) :].removesuffix(" (deleted)"))
+                found[entry.inode()] = entry.name
+    return found
+
+
+def shm_names_held(pid: int, inodes: dict[int, str] | None = None) -> set[str]:
+    """Names of the /dev/shm entries `pid` maps or has open (empty when it is gone).
+
+    Matched by inode (`inodes`, default: `shm_inodes()` now), not by the path the
+    kernel shows: glibc's sem_open creates a semaphore as a temporary file that it
+    links to the semaphore's name and unlinks, so the creator's map shows
+    `/dev/shm/sem.XXXXXX (deleted)` where the entry is `sem.mp-...` (multiprocessing's
+    locks and queues; a stage killed before it unlinks its own leaves one behind).
+    """
+    inodes = shm_inodes() if inodes is None else inodes
+    names: set[str] = set()
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in (PROC / str(pid) / "maps").read_text().splitlines():
+            if SHM in line:
+                name = inodes.get(int(line.split(maxsplit=5)[4]))
+                if name is not None:
+                    names.add(name)
+    with contextlib.suppress(OSError), os.scandir(PROC / str(pid) / "fd") as fds:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(fd.path).startswith(SHM):
+                    name = inodes.get(os.stat(fd.path).st_ino)
+                    if name is not None:
+                        names.add(name)
     return names
 
 
@@ -82,19 +100,21 @@ def mapped_files(pid: int | str = "self") -> set[str]:
 
 def shm_names_in_use() -> set[str]:
     """Every /dev/shm name some live process (that we may inspect) maps or holds open."""
+    inodes = shm_inodes()
     names: set[str] = set()
     for entry in os.scandir(PROC):
         if entry.name.isdigit():
-            names |= shm_names_held(int(entry.name))
+            names |= shm_names_held(int(entry.name), inodes)
     return names
 
 
 def environ(pid: int) -> dict[str, str]:
     """The environment `pid` was started with (empty when unreadable or gone).
 
-    Read by hand: vLLM's stage processes set their title with setproctitle, which
-    overwrites the start of the block, and psutil's parser then returns nothing;
-    the variables after the overwritten part are intact and still count.
+    Read by hand: a process that wrote its title over the block (setproctitle,
+    unless SPT_NOENV is set, which `omni_cpu.process.guard` sets for every process
+    it owns) leaves NULs at its start, where psutil's parser stops and returns
+    nothing; the variables after the overwritten part, if any, still count.
     """
     try:
         raw = (PROC / str(pid) / "environ").read_bytes()
@@ -113,20 +133,3 @@ def oom_kills() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def pid_running(pid: int, proc: str = "/proc") -> bool:
-    """Whether `pid` exists and is not a zombie (a zombie runs no code and holds no file).
-
-    A killed stage under a subreaper (`serve`) stays a zombie until it is reaped.
-    """
-    try:
-        with open(f"{proc}/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    except OSError:
-        return psutil.pid_exists(pid)
-    # The state follows the command name, which may itself hold ") ".
-    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
-    return state not in (b"Z", b"X")

@@ -4,8 +4,8 @@ vLLM-Omni's driver (or API server) spawns an engine-core process per stage, whic
 spawn workers; Python adds a resource tracker. If a parent dies first, its
 children are re-parented; as a child subreaper the supervisor becomes their
 parent instead of init, so it can still see them, stop them and reap them.
-What psutil lacks (peak RSS, per-thread affinity, /dev/shm use) is in
-`omni_cpu.process.procfs`.
+What psutil lacks (peak RSS, per-thread affinity, /dev/shm use, the
+environment of a process that rewrote its title) is in `omni_cpu.process.procfs`.
 """
 
 from __future__ import annotations
@@ -73,31 +73,22 @@ def signal_all(pids: list[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
-def reap(pids: list[int]) -> None:
-    """Collect the exit status of any of `pids` that are finished children of this process."""
+def wait_gone(pids: list[int], timeout_s: float) -> list[int]:
+    """Wait (psutil.wait_procs, which reaps our own children) until none of `pids` runs;
+    the ones still running after.
+
+    A zombie counts as gone: it runs no code and holds no memory or file. One whose
+    parent is another process is not ours to reap, and wait_procs would wait out
+    the timeout for it, so it is not waited for.
+    """
+    waiting = []
     for pid in pids:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-
-
-def wait_gone(pids: list[int], timeout_s: float, poll_s: float = 0.05) -> list[int]:
-    """Wait until none of `pids` runs (reaping our own); the ones still running after."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        reap(pids)
-        alive = [pid for pid in pids if is_running(pid)]
-        if not alive or time.monotonic() >= deadline:
-            return alive
-        time.sleep(poll_s)
-
-
-def terminate(pids: list[int], timeout_s: float = 10.0) -> list[int]:
-    """SIGTERM, wait, then SIGKILL what is left; returns the pids that had to be killed."""
-    signal_all(pids, signal.SIGTERM)
-    stubborn = wait_gone(pids, timeout_s)
-    signal_all(stubborn, signal.SIGKILL)
-    wait_gone(stubborn, 5.0)
-    return stubborn
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            if _alive(process) or process.ppid() == os.getpid():
+                waiting.append(process)
+    _, alive = psutil.wait_procs(waiting, timeout=timeout_s)
+    return sorted(process.pid for process in alive if _alive(process))
 
 
 def stop_tree(
@@ -146,13 +137,6 @@ def parent(pid: int) -> int | None:
         return psutil.Process(pid).ppid()
     except psutil.Error:
         return None
-
-
-def environ(pid: int) -> dict[str, str]:
-    """The environment `pid` was started with (empty when unreadable or gone)."""
-    from omni_cpu.process import procfs
-
-    return procfs.environ(pid)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psutil
 
-from omni_cpu.process import procfs
+from omni_cpu.process import procfs, proctree
 
 SHM_DIR = Path("/dev/shm")
 LEDGER_PREFIX = "omni-cpu-run-"
@@ -50,7 +50,7 @@ class Ledger:
     watchdog_pid: int
     pids: set[int] = field(default_factory=set)
     names: set[str] = field(default_factory=set)
-    mark: str = ""  # the owner's driver mark (omni_cpu.process.guard.DRIVER_MARK_ENV), if any
+    mark: str = ""  # the owner's driver mark (envs.DRIVER, omni_cpu.process.guard), if any
 
     @property
     def path(self) -> Path:
@@ -88,8 +88,9 @@ class Ledger:
         """Add what `pids` hold now (and their OpenMP files); True when something was new."""
         before = (len(self.pids), len(self.names))
         self.pids.update(pids)
+        inodes = procfs.shm_inodes()
         for pid in pids:
-            self.names |= {name for name in procfs.shm_names_held(pid) if "/" not in name}
+            self.names |= procfs.shm_names_held(pid, inodes)
         return before != (len(self.pids), len(self.names))
 
     def record_new(self, baseline: set[str]) -> None:
@@ -133,14 +134,14 @@ def leftovers(ledger: Ledger, in_use: set[str]) -> list[Entry]:
     for name in sorted(ledger.names):
         path = SHM_DIR / name
         kmp = _KMP.match(name)
-        if kmp and procfs.pid_running(int(kmp["pid"])):
+        if kmp and proctree.is_running(int(kmp["pid"])):
             continue  # an OpenMP file is held by nobody: only a dead pid makes it stale
         if name not in in_use and path.exists():
             found.append(Entry(name, _held(path)))
     for path in SHM_DIR.glob("__KMP_REGISTERED_LIB_*"):
         match = _KMP.match(path.name)
         pid = int(match["pid"]) if match else 0
-        if pid in ledger.pids and path.name not in ledger.names and not procfs.pid_running(pid):
+        if pid in ledger.pids and path.name not in ledger.names and not proctree.is_running(pid):
             found.append(Entry(path.name, _held(path)))
     return found
 
@@ -155,7 +156,7 @@ def orphan_openmp_files() -> list[Entry]:
             mine = path.stat().st_uid == uid
         except OSError:
             continue
-        if match and mine and not procfs.pid_running(int(match["pid"])):
+        if match and mine and not proctree.is_running(int(match["pid"])):
             found.append(Entry(path.name, _held(path)))
     return found
 

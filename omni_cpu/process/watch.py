@@ -1,7 +1,12 @@
-"""The stage progress watch: a pipeline that holds work and makes no progress is hung.
+"""The stage watch: which stage processes died, and whether a pipeline holding work is hung.
 
-A stage process that stops (SIGSTOP, a debugger, a deadlock, a swap storm) does
-not die, so nothing fails: requests wait forever and `/health` keeps saying 200.
+`StageWatch` is the one watcher `run` and `serve` both use: it remembers every
+stage process it has seen, since an error from vLLM-Omni rarely says which process
+went and a process that is gone can no longer be asked which stage it was.
+
+Hung (`ProgressWatch`): a stage process that stops (SIGSTOP, a debugger, a
+deadlock, a swap storm) does not die, so nothing fails: requests wait forever and
+`/health` keeps saying 200.
 Progress here is CPU time: while work is held (a `run` is generating, or a server
 has speech requests in flight), every working stage burns CPU. When no stage
 process has gained any for `stall_s` (OMNI_CPU_STAGE_STALL_S), the pipeline is
@@ -18,10 +23,9 @@ from collections.abc import Callable, Iterable
 import psutil
 
 from omni_cpu import envs
-from omni_cpu.process import proctree
-from omni_cpu.process.stage_processes import StageProcess
+from omni_cpu.process import procfs, proctree
+from omni_cpu.process.stage_processes import STAGE_ROLES, StageBinds, StageProcess, identify
 
-STALL_ENV = "OMNI_CPU_STAGE_STALL_S"
 # Below this much CPU gained between two looks a process made no progress (clock ticks
 # are 10 ms; an idle engine core's poll loop takes less than this in a second).
 PROGRESS_CPU_S = 0.02
@@ -29,7 +33,7 @@ PROGRESS_CPU_S = 0.02
 
 def stall_seconds() -> float:
     """How long work may go without progress before the pipeline counts as hung (0 = never)."""
-    return float(envs.KNOBS[STALL_ENV].value())
+    return float(envs.OMNI_CPU_STAGE_STALL_S)
 
 
 def is_stopped(pid: int) -> bool:
@@ -61,7 +65,7 @@ class ProgressWatch:
         """Record CPU times; while `busy`, the stall in one line once it lasts `stall_s`."""
         now = self._clock()
         moved = False
-        stages = [stage for stage in stages if stage.role in ("engine core", "worker")]
+        stages = [stage for stage in stages if stage.role in STAGE_ROLES]
         for stage in stages:
             cpu = self._cpu_seconds(stage.pid)
             before = self._cpu.get(stage.pid)
@@ -90,3 +94,47 @@ class ProgressWatch:
         what = ", ".join(stage.describe() for stage in hung) or "the stages"
         why = " (stopped)" if stopped else ""
         return f"{what} made no progress for {now - self._since:.0f} s with work in flight{why}"
+
+
+class StageWatch:
+    """Every stage process seen under `root`: the ones that died, and a stall while busy.
+
+    `sample` often (a spawned process shows its stage only once it runs); `dead`
+    and `deaths` name what is gone, `stalled` feeds the `ProgressWatch`. Sampled
+    from one thread and asked from another (`run`): reads copy `seen` first.
+    """
+
+    def __init__(self, root: int, binds: StageBinds, stall_s: float) -> None:
+        self.root = root
+        self.binds = binds
+        self.seen: dict[int, StageProcess] = {}
+        self.progress = ProgressWatch(stall_s)
+        self.oom_kills_before = procfs.oom_kills()
+
+    def sample(self) -> None:
+        """Remember the processes under `root` now, as the stage each one is."""
+        for pid in proctree.descendants(self.root):
+            known = self.seen.get(pid)
+            # A spawned process takes its title (engine core, worker) only once it runs.
+            if known is None or known.role == "process" or known.stage_id is None:
+                self.seen[pid] = identify(pid, self.binds)
+
+    def dead(self) -> list[StageProcess]:
+        """Stage processes (engine cores, workers) seen before and gone now."""
+        seen = list(self.seen.values())
+        return [p for p in seen if p.role in STAGE_ROLES and not proctree.is_running(p.pid)]
+
+    def deaths(self) -> str | None:
+        """The dead stage processes in one line ("stage 0 (talker) engine core pid 7 died")."""
+        dead = self.dead()
+        return ", ".join(process.describe() for process in dead) + " died" if dead else None
+
+    def stalled(self, busy: bool) -> str | None:
+        """Look at the live stage processes' progress; the stall in one line once it lasts."""
+        live = [p for p in list(self.seen.values()) if proctree.is_running(p.pid)]
+        return self.progress.look(live, busy=busy)
+
+    def oom_killed(self) -> bool:
+        """True when the kernel's OOM killer ran since the watch began (any process)."""
+        now = procfs.oom_kills()
+        return None not in (now, self.oom_kills_before) and now > self.oom_kills_before

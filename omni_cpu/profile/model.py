@@ -15,6 +15,13 @@ from typing import Any
 PROFILE_SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
 STAGE_NAMES = {0: "talker", 1: "code2wav"}
+
+
+def stage_name(stage_id: int) -> str:
+    """What a stage is called in plans and errors (a stage past the two Qwen3-TTS ones: stageN)."""
+    return STAGE_NAMES.get(stage_id, f"stage{stage_id}")
+
+
 DTYPES = ("bfloat16", "float32")
 
 
@@ -41,7 +48,7 @@ class StagePlan:
 
     @property
     def name(self) -> str:
-        return STAGE_NAMES.get(self.stage_id, f"stage{self.stage_id}")
+        return stage_name(self.stage_id)
 
     def memory_node_ids(self) -> tuple[int, ...]:
         from omni_cpu.cpulist import parse_cpu_list

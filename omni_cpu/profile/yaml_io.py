@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from omni_cpu import envs
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import CpuListError, ProfileError
 from omni_cpu.profile.deploy import (
@@ -64,12 +65,7 @@ COMMENTS = {
     "omni_cpu.replicas[].capacity.talker_step_ms_at_max_seqs": "one step, max_num_seqs streams",
     "omni_cpu.replicas[].capacity.max_num_seqs": "the streams of the step above",
     "omni_cpu.env": "environment of every stage process",
-    "omni_cpu.env.VLLM_OMNI_CPU_INDUCTOR": "code predictor torch.compile (1 = on)",
-    "omni_cpu.env.OMNI_CPU_WEIGHTS": "talker weights: model (checkpoint dtype), int8 or int4",
-    "omni_cpu.env.OMNI_CPU_CODE2WAV": "code2wav decode: stream (default) or recompute",
     "omni_cpu.env.LD_PRELOAD": "Intel OpenMP / tcmalloc found on this machine",
-    "omni_cpu.env.OMNI_CPU_AMX_ROWS": "rows from which linears use AMX (measured here)",
-    "omni_cpu.env.OMNI_CPU_GEMV": "off: the library kernels beat the GEMV here (measured)",
     "omni_cpu.notes": "why the planner chose what it chose",
     "omni_cpu.replicas": "one pipeline per NUMA node (omni-cpu serve --replica N)",
     "omni_cpu.replicas[].numa_node": "its home: the first node its memory is on",
@@ -101,6 +97,13 @@ COMMENTS = {
     "stages[].enforce_eager": "engine arg --enforce-eager (no CUDA graphs on CPU)",
     "stages[].async_scheduling": "engine arg --async-scheduling (off on CPU)",
     "platforms.cpu.stages[].env": "per-stage process environment (replica 0)",
+    # Every variable a stage reads says what it does, in the words of omni_cpu.envs.
+    **{
+        f"{block}.{knob.name}": knob.doc
+        for knob in envs.KNOBS.values()
+        if knob.read_by == "stage"
+        for block in ("omni_cpu.env", "platforms.cpu.stages[].env")
+    },
 }
 
 
@@ -152,15 +155,9 @@ def _replica_stage(stage: StagePlan) -> dict[str, Any]:
     }
 
 
-# Per-stage sizes every replica carries (schema 2) beside its binding.
-_SIZE_KEYS = (
-    "dtype",
-    "kv_cache_memory_bytes",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "max_model_len",
-    "enforce_eager",
-)
+# Per-stage sizes every replica carries (schema 2) beside its binding: what the profile
+# plans for a stage, but async_scheduling, which is always false on CPU.
+_SIZE_KEYS = tuple(key for key in PLANNED_STAGE_KEYS if key != "async_scheduling")
 
 
 def dump_profile(profile: Profile) -> str:
@@ -396,15 +393,7 @@ def _stage_sizes(root: _Reader) -> dict[int, dict[str, Any]]:
             if key in stage.data:
                 expected = type(STAGE_DEFAULTS[stage_id][key])
                 settings[key] = stage.get(key, expected)
-        sizes[stage_id] = {
-            "dtype": dtype,
-            "kv_cache_memory_bytes": stage.non_negative("kv_cache_memory_bytes"),
-            "max_num_seqs": stage.positive("max_num_seqs"),
-            "max_num_batched_tokens": stage.positive("max_num_batched_tokens"),
-            "max_model_len": stage.positive("max_model_len"),
-            "enforce_eager": stage.get("enforce_eager", bool),
-            "settings": settings,
-        }
+        sizes[stage_id] = {**_sizes(stage, dtype), "settings": settings}
     if sorted(sizes) != [0, 1]:
         raise ProfileError(f"stages must list stage_id 0 and 1, found {sorted(sizes)}")
     return sizes
@@ -561,13 +550,20 @@ def _replica_stage_sizes(stage: _Reader, settings: dict[str, Any]) -> dict[str, 
     return {
         "numa_node": stage.non_negative("numa_node"),
         "memory_nodes": memory_nodes,
+        **_sizes(stage, dtype),
+        "settings": settings,
+    }
+
+
+def _sizes(stage: _Reader, dtype: str) -> dict[str, Any]:
+    """A stage's planned sizes (_SIZE_KEYS), read and checked the same in either schema."""
+    return {
         "dtype": dtype,
         "kv_cache_memory_bytes": stage.non_negative("kv_cache_memory_bytes"),
         "max_num_seqs": stage.positive("max_num_seqs"),
         "max_num_batched_tokens": stage.positive("max_num_batched_tokens"),
         "max_model_len": stage.positive("max_model_len"),
         "enforce_eager": stage.get("enforce_eager", bool),
-        "settings": settings,
     }
 
 

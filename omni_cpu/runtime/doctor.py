@@ -14,7 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from omni_cpu import pins
+from omni_cpu import envs, pins
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.hardware.preload import INTEL_OPENMP, TCMALLOC, find_library
 
@@ -115,7 +115,7 @@ print(json.dumps(out))
 
 def runtime_imports(timeout_s: float = 300.0) -> dict[str, object]:
     """Import torch, vLLM and vLLM-Omni in a child process and report what they say."""
-    env = {**os.environ, "VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cpu")}
+    env = {**os.environ, envs.TARGET_DEVICE.name: envs.VLLM_TARGET_DEVICE or "cpu"}
     try:
         done = subprocess.run(
             [sys.executable, "-c", _PROBE_RUNTIME],

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from omni_cpu import envs
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
 from omni_cpu.launch import logs, startup
@@ -170,7 +171,7 @@ def build_serve_plan(
     if stall:
         notes.append(
             f"a stage that holds work with no progress for {stall:g} s stops the server (exit 4; "
-            "OMNI_CPU_STAGE_STALL_S)"
+            f"{envs.STAGE_STALL_S.name})"
         )
     notes.append(
         f"at most {limits.max_in_flight} speech requests at once "
@@ -187,6 +188,7 @@ def build_serve_plan(
         **profile.env,
         **limits.to_env(),
     }
+    envs.check({**os.environ, **env})  # a bad value: one line now, not the server's traceback
     argv = [
         python,
         "-m",

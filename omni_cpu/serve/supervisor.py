@@ -40,10 +40,10 @@ import psutil
 
 from omni_cpu.errors import InputError, PortInUseError, StageError
 from omni_cpu.launch import logs
-from omni_cpu.process import proctree, stage_processes
+from omni_cpu.process import proctree
 from omni_cpu.process.guard import StageGuard
-from omni_cpu.process.watch import ProgressWatch
-from omni_cpu.profile.model import STAGE_NAMES
+from omni_cpu.process.stage_processes import stage_binds
+from omni_cpu.process.watch import StageWatch
 from omni_cpu.serve.knobs import IN_FLIGHT_METRIC
 from omni_cpu.serve.serve_plan import WORKDIR_PREFIX, ServePlan
 
@@ -240,9 +240,8 @@ class Supervisor:
         assert self.child is not None
         ready = False
         last_probe = 0.0
-        stages: dict[int, stage_processes.StageProcess] = {}
+        watch = StageWatch(self.child.pid, stage_binds(self.plan.deploy_config), self.plan.stall_s)
         last_census = 0.0
-        progress = ProgressWatch(self.plan.stall_s)
         last_look = 0.0
         while self.stop_requests == 0:
             code = self.child.poll()
@@ -254,17 +253,14 @@ class Supervisor:
             now = time.monotonic()
             if now - last_census >= 1.0:  # stage processes appear while the server starts
                 last_census = now
-                for stage in self._stage_processes():
-                    known = stages.get(stage.pid)
-                    if known is None or known.stage_id is None:
-                        stages[stage.pid] = stage
-            dead = [stage for stage in stages.values() if not proctree.is_running(stage.pid)]
-            if dead:
-                self._stage_down(", ".join(process.describe() for process in dead) + " died")
+                watch.sample()
+            deaths = watch.deaths()
+            if deaths is not None:
+                self._stage_down(deaths)
             if ready and self.plan.stall_s and now - last_look >= 1.0:
                 last_look = now
                 held = in_flight(self.plan.host, self.plan.port)
-                stalled = progress.look(stages.values(), busy=bool(held))
+                stalled = watch.stalled(busy=bool(held))
                 if stalled is not None:
                     self._stage_down(stalled)
             if not ready and now - last_probe >= 2.0:
@@ -285,20 +281,6 @@ class Supervisor:
         else:
             self.say("stopped while starting; stopping the stage processes")
         return 0
-
-    def _stage_processes(self) -> list[stage_processes.StageProcess]:
-        """The engine cores and workers of the ready server, each with its stage."""
-        assert self.child is not None
-        binds: dict[str, tuple[int, str]] = {}
-        platform = self.plan.deploy_config.get("platforms", {}).get("cpu", {})
-        for stage in platform.get("stages", []):
-            bind = stage.get("env", {}).get("VLLM_CPU_OMP_THREADS_BIND")
-            if bind is not None:
-                stage_id = int(stage["stage_id"])
-                binds.setdefault(bind, (stage_id, STAGE_NAMES.get(stage_id, f"stage{stage_id}")))
-        descendants = proctree.descendants(self.child.pid)
-        found = [stage_processes.identify(pid, binds, STAGE_NAMES) for pid in descendants]
-        return [p for p in found if p.role in ("engine core", "worker")]
 
     def _stage_down(self, what: str) -> None:
         """Say which stage died or hung, let /health report it briefly, then fail (exit 4)."""

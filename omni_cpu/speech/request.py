@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from omni_cpu.checkpoint.configs import KIND_TABLE
 from omni_cpu.errors import InputError, ModelError
 from omni_cpu.speech.codec import SAMPLE_RATE
 
@@ -24,19 +25,11 @@ if TYPE_CHECKING:
 DEFAULT_MAX_FRAMES = 2048  # vLLM-Omni's own default max_new_tokens for Qwen3-TTS
 DEFAULT_SPEAKER = "ryan"
 
-TASK_TYPES: tuple[str, ...] = ("CustomVoice", "VoiceDesign", "Base")
+TASK_TYPES: tuple[str, ...] = tuple(task for _, _, task in KIND_TABLE)
 # config.json `tts_model_type` -> the task type vLLM-Omni serves for it.
-TASK_OF_MODEL_TYPE: dict[str, str] = {
-    "custom_voice": "CustomVoice",
-    "voice_design": "VoiceDesign",
-    "base": "Base",
-}
+TASK_OF_MODEL_TYPE: dict[str, str] = {model_type: task for _, model_type, task in KIND_TABLE}
 # The matching `omni-cpu make-checkpoint --kind`.
-KIND_OF_TASK: dict[str, str] = {
-    "CustomVoice": "custom-voice",
-    "VoiceDesign": "voice-design",
-    "Base": "base",
-}
+KIND_OF_TASK: dict[str, str] = {task: kind for kind, _, task in KIND_TABLE}
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import needs_runtime, run_omni_cpu, tiny_checkpoint  # noqa: F401
+from tests.helpers.engines import needs_runtime, run_omni_cpu
 
 pytestmark = [pytest.mark.e2e, needs_runtime]
 
@@ -39,7 +39,7 @@ def plot_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def bench(tiny_checkpoint: Path, plot_path: Path) -> dict:  # noqa: F811 - the imported fixture
+def bench(tiny_checkpoint: Path, plot_path: Path) -> dict:
     run = run_omni_cpu(
         "bench",
         "--model",

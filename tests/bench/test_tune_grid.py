@@ -13,7 +13,7 @@ from omni_cpu.bench.tune import (
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.plan.placement import reserved_kv_bytes
 from omni_cpu.profile import Profile, dump_profile, parse_profile
-from tests.plan.machines import machine
+from tests.helpers.machines import machine
 
 FOOTPRINT = footprint_for_model("0.6b")
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from omni_cpu.process import proctree, shm
-from tests.e2e.conftest import OMNI_CPU, live_pids_with_token, needs_runtime
+from omni_cpu.process import proctree
+from tests.helpers.engines import OMNI_CPU, live_pids_with_token, needs_runtime
+from tests.helpers.leftovers import SHM, eventually, new_shm_entries
 
-SHM = Path("/dev/shm")
 LONG_FRAMES = "400"  # far longer than any test waits: the run is always cut short
 
 
@@ -45,13 +45,6 @@ def refused(*args: str, timeout_s: float = 120) -> tuple[int, str]:
         [OMNI_CPU, "run", *args], capture_output=True, text=True, timeout=timeout_s
     )
     return done.returncode, error_line(done.stderr)
-
-
-def eventually(check, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not check() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return check()
 
 
 # ---- mistakes found before any engine starts -------------------------------------------
@@ -163,8 +156,7 @@ class LiveRun:
     def wait_synthesizing(self, timeout_s: float = 600) -> None:
         assert self.synthesizing.wait(timeout_s), "".join(self.lines)[-3000:]
         time.sleep(3)  # first chunks are out
-        # Stage processes overwrite their environment with their title (setproctitle),
-        # so the token does not find them all: remember the whole tree instead.
+        # A process that has ended shows no token: remember the whole tree while it runs.
         self.tree = [self.process.pid, *proctree.descendants(self.process.pid)]
 
     def stage_process(self, stage_id: int, role: str) -> int:
@@ -195,11 +187,10 @@ class LiveRun:
         return sorted(left), self.new_shm()
 
     def new_shm(self) -> list[str]:
-        """Entries made since the start, less other live runs' ledgers (a concurrent test's)
-        and the OpenMP files of live processes outside this run (another session's stages)."""
-        others = {ledger.path.name for ledger in shm.live_ledgers()}
-        new = set(os.listdir(SHM)) - self.shm_before - others
-        return sorted(name for name in new if not self._someone_elses_openmp_file(name))
+        """Entries made since the start, less what runs still going own and the OpenMP
+        files of live processes outside this run (another session's stages)."""
+        new = new_shm_entries(self.shm_before)
+        return [name for name in new if not self._someone_elses_openmp_file(name)]
 
     def _someone_elses_openmp_file(self, name: str) -> bool:
         if not name.startswith("__KMP_REGISTERED_LIB_"):

@@ -19,14 +19,14 @@ import os
 import re
 import signal
 import time
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
-from tests.e2e.conftest import (
+from tests.helpers.audio import FRAME, read_wav
+from tests.helpers.engines import (
     Run,
     interrupt_omni_cpu,
     live_pids_with_token,
@@ -34,7 +34,6 @@ from tests.e2e.conftest import (
     run_omni_cpu,
 )
 
-FRAME = 1920  # samples per 12.5 Hz codec frame at 24 kHz
 MAX_FRAMES = "12"
 
 
@@ -44,15 +43,6 @@ def none_left(token: str, within_s: float = 5.0) -> bool:
     while live_pids_with_token(token) and time.monotonic() < deadline:
         time.sleep(0.2)
     return live_pids_with_token(token) == []
-
-
-def read_wav(path: Path) -> tuple[int, int, np.ndarray]:
-    """(sample rate, channels, float samples) of a 16-bit PCM WAV."""
-    with wave.open(str(path), "rb") as handle:
-        assert handle.getsampwidth() == 2
-        data = handle.readframes(handle.getnframes())
-        rate, channels = handle.getframerate(), handle.getnchannels()
-    return rate, channels, np.frombuffer(data, dtype="<i2").astype(np.float32) / 32767.0
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from omni_cpu.process import proctree
-from tests.e2e.conftest import OMNI_CPU, needs_runtime
-from tests.serve.test_serve_e2e import REPO, free_port
+from tests.helpers.engines import OMNI_CPU, needs_runtime
+from tests.helpers.serving import REPO, free_port
 
 pytestmark = [pytest.mark.e2e, needs_runtime]
 SHM = Path("/dev/shm")

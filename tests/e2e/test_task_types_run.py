@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.e2e.conftest import Run, needs_runtime, run_omni_cpu
-from tests.e2e.test_run import FRAME, read_wav
+from tests.helpers.audio import FRAME, read_wav
+from tests.helpers.engines import Run, needs_runtime, run_omni_cpu
 
 MAX_FRAMES = "12"
 

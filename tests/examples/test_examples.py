@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.e2e.conftest import needs_runtime
+from tests.helpers.engines import needs_runtime
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -120,6 +120,7 @@ def test_k8s_example_writes_a_deployment_for_a_checked_in_profile():
     assert kinds == ["Deployment", "Service"]
 
 
+@pytest.mark.e2e
 @needs_runtime
 def test_offline_example_clones_a_voice_with_real_engines(checkpoints, voice_wav, tmp_path):
     out = tmp_path / "clone.wav"

@@ -6,8 +6,7 @@ import pytest
 
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.profile import save_profile
-
-from ..plan.machines import machine
+from tests.helpers.machines import machine
 
 
 @pytest.fixture(scope="session")

@@ -9,16 +9,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
-import sys
 from urllib.parse import urlparse
 
 import pytest
 import yaml
 
 from omni_cpu import __version__
-
-from .test_k8s import REPO, export
+from tests.helpers.cli import REPO, omni_cpu
 
 RECIPE = REPO / "Containerfile"
 
@@ -73,7 +70,7 @@ def recipe() -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def container(profile_file) -> dict:
-    done = export("--profile", str(profile_file[0]))  # every default
+    done = omni_cpu("export", "k8s", "--profile", str(profile_file[0]))  # every default
     assert done.returncode == 0, done.stderr
     deployment = next(doc for doc in yaml.safe_load_all(done.stdout) if doc)
     return deployment["spec"]["template"]["spec"]["containers"][0]
@@ -88,10 +85,7 @@ def test_the_exports_default_image_is_the_one_the_recipe_builds(recipe, containe
     named = labels(recipe)
     assert named["org.opencontainers.image.version"] == __version__
     assert container["image"] == f"{named['org.opencontainers.image.title']}:{__version__}"
-    help_text = subprocess.run(
-        [sys.executable, "-m", "omni_cpu.cli", "export", "k8s", "--help"],
-        capture_output=True, text=True, cwd=REPO, timeout=60, env={**os.environ, "COLUMNS": "200"},
-    ).stdout  # fmt: skip
+    help_text = omni_cpu("export", "k8s", "--help", env={**os.environ, "COLUMNS": "200"}).stdout
     assert f"podman build -t {container['image']} -f Containerfile ." in help_text
 
 

@@ -3,27 +3,19 @@
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
 
 from omni_cpu.cpulist import parse_cpu_list
+from tests.helpers.cli import omni_cpu
 
-REPO = Path(__file__).resolve().parents[2]
 K8S_VERSION = "1.30.0"
 
 
 def export(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "omni_cpu.cli", "export", "k8s", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    return omni_cpu("export", "k8s", *args)
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,10 @@ import pytest
 pytest.importorskip("vllm", reason="the inference runtime is not installed")
 
 import torch
-import torch.nn.functional as F
 
 from omni_cpu.kernels import gemv
+from tests.helpers.attention import one_position_case
+from tests.helpers.tensors import relative
 
 pytestmark = [
     pytest.mark.core_model,
@@ -27,33 +28,14 @@ pytestmark = [
 ]
 
 
-def reference(q, keys, values, end, scale, heads):
-    bsz, groups, _, dim = keys.shape
-    out = F.scaled_dot_product_attention(
-        q.float().view(bsz, 1, heads, dim).transpose(1, 2),
-        keys[:, :, :end].float(),
-        values[:, :, :end].float(),
-        scale=scale,
-        enable_gqa=heads != groups,
-    )
-    return out.transpose(1, 2).reshape(bsz, heads * dim)
-
-
 @pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 0.01)])
 @pytest.mark.parametrize("bsz,heads,groups", [(1, 16, 8), (3, 4, 4), (2, 6, 2)])
 @pytest.mark.parametrize("end", [1, 2, 9, 17])
 def test_one_position_attention_matches_sdpa(dtype, tolerance, bsz, heads, groups, end):
-    generator = torch.Generator().manual_seed(end * 31 + heads)
-    dim, cached = 128 if heads == 16 else 32, 17
-    q = torch.randn(bsz, heads * dim, generator=generator).to(dtype)
-    keys = torch.randn(bsz, groups, cached, dim, generator=generator).to(dtype)
-    values = torch.randn(bsz, groups, cached, dim, generator=generator).to(dtype)
-    keys[:, :, end:] = 1e4  # positions past `end` are stale: they must not count
-    scale = dim**-0.5
-    got = gemv.decode_attention(q, keys, values, end, scale)
-    want = reference(q, keys, values, end, scale, heads)
-    assert got.dtype == dtype and got.shape == (bsz, heads * dim)
-    assert float((got.float() - want).norm() / want.norm()) < tolerance
+    case = one_position_case(dtype, bsz, heads, groups, end)
+    got = gemv.decode_attention(case.q, case.keys, case.values, end, case.scale)
+    assert got.dtype == dtype and got.shape == case.q.shape
+    assert relative(got, case.want()) < tolerance
 
 
 def test_head_sizes_the_kernel_cannot_take_fall_back_to_the_caller():

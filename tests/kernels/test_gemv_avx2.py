@@ -19,21 +19,15 @@ pytest.importorskip("vllm", reason="the inference runtime is not installed")
 import torch
 from torch import nn
 
+from omni_cpu import envs
 from omni_cpu.kernels import gemv
 from omni_cpu.models import linears
+from tests.helpers.attention import one_position_case
+from tests.helpers.tensors import relative, weight
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 needs_avx2 = pytest.mark.skipif(not gemv.avx2_cpu_supports(), reason="this CPU lacks AVX2")
 REAL_SHAPES = [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (1024, 1024)]
-
-
-def relative(got: torch.Tensor, want: torch.Tensor) -> float:
-    return float((got.float() - want.float()).norm() / want.float().norm())
-
-
-def weight(out_features: int, in_features: int, seed: int = 0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(out_features, in_features, generator=generator) * 0.02
 
 
 @functools.cache
@@ -133,7 +127,7 @@ def test_each_avx2_output_column_lands_in_its_own_place() -> None:
 
 @needs_avx2
 def test_forcing_avx2_routes_bf16_and_int8_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(gemv.GEMV_ENV, "avx2")
+    monkeypatch.setenv(envs.GEMV.name, "avx2")
     assert gemv.kernel() is None  # the AVX-512 build and its attention step aside
     assert linears.choose(weight(384, 256).to(torch.bfloat16), "model")[0] == "gemv-avx2-bf16"
     assert linears.choose(weight(384, 256), "int8")[0] == "gemv-avx2-w8a8"
@@ -159,16 +153,8 @@ def test_the_avx2_one_position_attention_matches_sdpa(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The bounds of test_decode_attention.py, on the AVX2 module's copy of the kernel."""
-    from tests.kernels.test_decode_attention import reference
-
-    monkeypatch.setenv(gemv.GEMV_ENV, "avx2")
-    generator = torch.Generator().manual_seed(end * 31 + heads)
-    dim, cached = 128 if heads == 16 else 32, 17
-    q = torch.randn(bsz, heads * dim, generator=generator).to(dtype)
-    keys = torch.randn(bsz, groups, cached, dim, generator=generator).to(dtype)
-    values = torch.randn(bsz, groups, cached, dim, generator=generator).to(dtype)
-    keys[:, :, end:] = 1e4  # positions past `end` are stale: they must not count
-    got = gemv.decode_attention(q, keys, values, end, dim**-0.5)
-    want = reference(q, keys, values, end, dim**-0.5, heads)
-    assert got.dtype == dtype and got.shape == (bsz, heads * dim)
-    assert float((got.float() - want).norm() / want.norm()) < tolerance
+    monkeypatch.setenv(envs.GEMV.name, "avx2")
+    case = one_position_case(dtype, bsz, heads, groups, end)
+    got = gemv.decode_attention(case.q, case.keys, case.values, end, case.scale)
+    assert got.dtype == dtype and got.shape == case.q.shape
+    assert relative(got, case.want()) < tolerance

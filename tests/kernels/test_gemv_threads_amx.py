@@ -19,6 +19,8 @@ import torch
 
 from omni_cpu import envs
 from omni_cpu.kernels import gemv
+from tests.helpers import tensors
+from tests.helpers.tensors import relative
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 needs_gemv = pytest.mark.skipif(
@@ -38,13 +40,8 @@ def two_threads() -> Iterator[None]:
     torch.set_num_threads(saved)
 
 
-def relative(got: torch.Tensor, want: torch.Tensor) -> float:
-    return float((got.float() - want.float()).norm() / want.float().norm())
-
-
 def weight(out_features: int, in_features: int, seed: int = 0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(out_features, in_features, generator=generator) * 0.05
+    return tensors.weight(out_features, in_features, seed, std=0.05)
 
 
 def packed(w: torch.Tensor, weights: str) -> gemv.PackedBf16Weights | gemv.PackedInt8Weights:
@@ -151,5 +148,5 @@ def test_an_unreadable_amx_rows_value_names_what_it_takes(
     raw: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OMNI_CPU_AMX_ROWS", raw)
-    with pytest.raises(ValueError, match="expected auto, a row count, or bf16=N,int8=N"):
+    with pytest.raises(ValueError, match="use auto, a row count, or bf16=N,int8=N"):
         envs.OMNI_CPU_AMX_ROWS  # noqa: B018

@@ -18,8 +18,10 @@ pytest.importorskip("vllm", reason="the inference runtime is not installed")
 
 import torch
 
+from omni_cpu import envs
 from omni_cpu.kernels import gemv
 from omni_cpu.models import linears
+from tests.helpers.tensors import relative, weight
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 needs_gemv = pytest.mark.skipif(
@@ -30,15 +32,6 @@ needs_gemv = pytest.mark.skipif(
 REAL_SHAPES = [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (1024, 1024)]
 INT4_BOUND = 0.08
 KERNEL_BOUND = 0.015
-
-
-def relative(got: torch.Tensor, want: torch.Tensor) -> float:
-    return float((got.float() - want.float()).norm() / want.float().norm())
-
-
-def weight(out_features: int, in_features: int, seed: int = 0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(out_features, in_features, generator=generator) * 0.02
 
 
 def dequantized(w: torch.Tensor) -> torch.Tensor:
@@ -122,7 +115,7 @@ def test_choose_picks_int4_for_large_layers_only() -> None:
 def test_the_avx2_int4_gemv_matches_the_dequantized_product(
     shape: tuple[int, int], rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(gemv.GEMV_ENV, "avx2")  # as on an AVX2-only CPU
+    monkeypatch.setenv(envs.GEMV.name, "avx2")  # as on an AVX2-only CPU
     assert linears.int4_available()
     w, bias = weight(*shape), torch.randn(shape[0]) * 0.1
     kernel, product = linears.choose(w, "int4")
@@ -135,6 +128,6 @@ def test_the_avx2_int4_gemv_matches_the_dequantized_product(
 
 
 def test_int4_is_refused_where_its_kernel_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(gemv.GEMV_ENV, "off")  # as on a CPU without AVX2
+    monkeypatch.setenv(envs.GEMV.name, "off")  # as on a CPU without AVX2
     assert not linears.int4_available()
     assert linears.choose(weight(384, 256), "int4") is None

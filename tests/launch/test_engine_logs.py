@@ -9,7 +9,6 @@ import pytest
 
 from omni_cpu.launch import logs
 from omni_cpu.launch.launch_plan import make_launch_plan
-from tests.e2e.conftest import tiny_checkpoint  # noqa: F401 - the fixture
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +61,7 @@ def test_quiet_filter_drops_only_the_deprecated_rope_check() -> None:
     assert [str(w.message) for w in seen] == ["something else is deprecated"]
 
 
-def test_quiet_stages_load_weights_without_progress_bars(tiny_checkpoint) -> None:  # noqa: F811
+def test_quiet_stages_load_weights_without_progress_bars(tiny_checkpoint) -> None:
     plan = make_launch_plan(str(tiny_checkpoint))
     quiet = logs.quiet_deploy_config(plan.deploy_config, verbose=False)
     assert [stage["use_tqdm_on_load"] for stage in quiet["stages"]] == [False, False]
@@ -70,7 +69,7 @@ def test_quiet_stages_load_weights_without_progress_bars(tiny_checkpoint) -> Non
     assert logs.quiet_deploy_config(plan.deploy_config, verbose=True) == plan.deploy_config
 
 
-def test_each_stage_names_its_own_device_so_the_stages_start_together(tiny_checkpoint) -> None:  # noqa: F811
+def test_each_stage_names_its_own_device_so_the_stages_start_together(tiny_checkpoint) -> None:
     from omni_cpu.launch.startup import parallel_stages
 
     plan = make_launch_plan(str(tiny_checkpoint))

@@ -30,10 +30,11 @@ def test_a_swallowed_interrupt_is_raised_again_at_the_next_check(signum: int) ->
 
 
 def test_a_stage_error_names_the_dead_process_and_hints_memory_only_for_memory() -> None:
-    from omni_cpu.launch.pipeline import _StageWatch, stage_error
+    from omni_cpu.launch.pipeline import stage_error
     from omni_cpu.process.stage_processes import StageProcess
+    from omni_cpu.process.watch import StageWatch
 
-    watch = _StageWatch({})
+    watch = StageWatch(os.getpid(), {}, stall_s=0)
     watch.seen = {2**22 + 7: StageProcess(2**22 + 7, "worker", 0, "talker")}  # no such pid
     error = stage_error("synthesis", RuntimeError("Stage-0 replica-0 is dead"), watch)
     assert "stage 0 (talker) worker pid 4194311 died" in str(error)

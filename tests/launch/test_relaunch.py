@@ -67,13 +67,13 @@ import dataclasses, json, os, sys
 sys.path.insert(0, {repo!r})
 from tests.launch.test_relaunch import plan_preloading
 from omni_cpu.launch import relaunch
-from omni_cpu.process.guard import DRIVER_MARK_ENV
+from omni_cpu import envs
 relaunch.relaunch_if_needed(plan_preloading({iomp!r}))
 print(json.dumps({{
     "pid": os.getpid(),
     "preloaded": os.path.realpath({iomp!r}) in open("/proc/self/maps").read(),
     "relaunch_s": relaunch.relaunch_seconds(),
-    "mark": os.environ.get(DRIVER_MARK_ENV, ""),
+    "mark": os.environ.get(envs.DRIVER.name, ""),
     "blocker": relaunch.fork_blocker(plan_preloading({iomp!r})),
 }}))
 """

@@ -6,62 +6,17 @@ where rounding cannot flip a sampled code, so the codes must be identical.
 
 from __future__ import annotations
 
-import types
-
 import pytest
 
 pytest.importorskip("vllm_omni", reason="the inference runtime is not installed")
 
 import torch
-from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
-    Qwen3TTSTalkerCodePredictorConfig,
-    Qwen3TTSTalkerConfig,
-)
-from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm import (
-    Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM as CodePredictor,
-)
 
 from omni_cpu.models import cached_predictor as cached
 from omni_cpu.models import predictor as dispatcher
+from tests.helpers.predictors import GROUPS, VOCAB, inputs, make_predictor
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
-
-VOCAB = 64
-GROUPS = 16
-
-
-def make_predictor(talker_hidden: int, hidden: int = 64) -> CodePredictor:
-    """A small code predictor in the real class; talker_hidden != hidden adds the projection."""
-    config = Qwen3TTSTalkerCodePredictorConfig(
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        vocab_size=VOCAB,
-        num_code_groups=GROUPS,
-    )
-    talker = Qwen3TTSTalkerConfig(
-        hidden_size=talker_hidden, num_code_groups=GROUPS, code_predictor_config=config.to_dict()
-    )
-    predictor = CodePredictor(
-        vllm_config=types.SimpleNamespace(model_config=None), config=config, talker_config=talker
-    )
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in predictor.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.2)
-    return predictor.double().eval()
-
-
-def inputs(bsz: int, talker_hidden: int) -> dict[str, torch.Tensor]:
-    generator = torch.Generator().manual_seed(bsz)
-    return {
-        "layer0_code": torch.randint(0, VOCAB, (bsz, 1), generator=generator),
-        "layer0_embed": torch.randn(bsz, 1, talker_hidden, generator=generator).double(),
-        "last_talker_hidden": torch.randn(bsz, 1, talker_hidden, generator=generator).double(),
-    }
 
 
 @pytest.mark.parametrize("talker_hidden", [64, 96], ids=["same-width", "projected"])
@@ -113,13 +68,3 @@ def test_installs_on_the_tts_predictor_and_not_where_buffers_are_returned() -> N
 def test_fused_falls_back_to_cached_where_its_kernels_do_not_run() -> None:
     # float64 has no vLLM CPU kernel: the exact cached forward takes over.
     assert dispatcher.install_forward(make_predictor(64), "fused") == "cached"
-
-
-def test_environment_chooses_the_forward(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(dispatcher.CODE_PREDICTOR_ENV, raising=False)
-    assert dispatcher.predictor_mode() == "fused"
-    monkeypatch.setenv(dispatcher.CODE_PREDICTOR_ENV, "Stock")
-    assert dispatcher.predictor_mode() == "stock"
-    monkeypatch.setenv(dispatcher.CODE_PREDICTOR_ENV, "compiled")
-    with pytest.raises(ValueError, match="fused, cached, stock"):
-        dispatcher.predictor_mode()

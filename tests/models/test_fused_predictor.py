@@ -23,13 +23,10 @@ import torch
 from omni_cpu.models import cached_predictor as code_predictor
 from omni_cpu.models import fused_predictor, linears
 from omni_cpu.models import predictor as dispatcher
-from tests.models.test_code_predictor import GROUPS, VOCAB, inputs, make_predictor
+from tests.helpers.predictors import GROUPS, VOCAB, inputs, make_predictor
+from tests.helpers.tensors import relative
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
-
-
-def relative(got: torch.Tensor, want: torch.Tensor) -> float:
-    return float((got.float() - want.float()).norm() / want.float().norm())
 
 
 def hidden_states(dtype: torch.dtype, route: str | None) -> tuple[torch.Tensor, torch.Tensor]:

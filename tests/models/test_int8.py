@@ -44,15 +44,3 @@ def test_quantize_linears_swaps_large_layers_and_leaves_small_ones() -> None:
     assert isinstance(model[0], int8.Int8Linear)
     assert isinstance(model[2][0], nn.Linear)  # 16 outputs: below MIN_QUANTIZED_DIM
     assert relative_error(model[0](x), big_before) < 0.04
-
-
-def test_weights_choice_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(int8.WEIGHTS_ENV, raising=False)
-    assert int8.requested_weights() == "model"
-    monkeypatch.setenv(int8.WEIGHTS_ENV, "INT8")
-    assert int8.requested_weights() == "int8"
-    monkeypatch.setenv(int8.WEIGHTS_ENV, "INT4")
-    assert int8.requested_weights() == "int4"
-    monkeypatch.setenv(int8.WEIGHTS_ENV, "int3")
-    with pytest.raises(ValueError, match="model, int8, int4"):
-        int8.requested_weights()

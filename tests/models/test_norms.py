@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from omni_cpu.models import norms
+from tests.helpers.tensors import relative
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 0.01}
@@ -31,10 +32,6 @@ def vllm_config():
 
     with set_current_vllm_config(VllmConfig()):
         yield
-
-
-def relative(got: torch.Tensor, want: torch.Tensor) -> float:
-    return float((got.float() - want.float()).norm() / want.float().norm())
 
 
 def norm(width: int, dtype: torch.dtype) -> nn.Module:

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
-from pathlib import Path
 
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.profile import dump_profile, parse_profile
 from omni_cpu.profile.calibration import Calibration
-
-from .machines import machine
+from tests.helpers.machines import machine
 
 FOOTPRINT = footprint_for_model("0.6b")
-REPO = Path(__file__).resolve().parents[2]
 
 
 def plan(calibration: Calibration | None):
@@ -35,8 +30,9 @@ def test_bandwidth_that_does_not_grow_with_cores_splits_the_stages():
 
 
 def test_bandwidth_that_doubles_with_cores_shares_them():
-    # Slow enough that streaming, not the step's fixed overhead, is most of the step.
-    scaling = Calibration(bandwidth_gb_s={1: 5.0, 2: 10.0}, code2wav_ms_per_frame={"bfloat16": 46})
+    # Slow enough that streaming, not the step's fixed overhead, is nearly all of the step:
+    # only then does a second core's bandwidth outweigh what sharing loses to spinning.
+    scaling = Calibration(bandwidth_gb_s={1: 0.5, 2: 1.0}, code2wav_ms_per_frame={"bfloat16": 46})
     profile = plan(scaling)
     assert profile.stages[0].cpus == profile.stages[1].cpus == "0-1"
     assert any("calibrated" in note for note in profile.notes)
@@ -50,20 +46,6 @@ def test_the_calibration_is_kept_in_the_profiles_machine_block():
     loaded = parse_profile(text)
     assert loaded == profile
     assert Calibration.from_dict(loaded.machine.calibration) == measured
-
-
-def test_probe_without_calibrate_imports_no_torch():
-    code = (
-        "import sys\nfrom omni_cpu.cli import app\n"
-        "app(['probe', '--json'], standalone_mode=False)\n"
-        "heavy = [m for m in ('torch', 'vllm') if m in sys.modules]\n"
-        "print('HEAVY=' + ','.join(heavy), file=sys.stderr)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    assert "HEAVY=\n" in done.stderr
 
 
 def test_a_calibration_written_before_small_ops_and_calls_reads_back_the_same():

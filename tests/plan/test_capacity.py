@@ -20,8 +20,7 @@ from omni_cpu.plan.capacity import predict_request, profile_speed_inputs, stage_
 from omni_cpu.plan.speed import SpeedInputs, code2wav_core_ms
 from omni_cpu.profile import dump_profile, load_profile, parse_profile
 from omni_cpu.profile.calibration import Calibration
-
-from .machines import GIB, machine
+from tests.helpers.machines import GIB, machine
 
 FOOTPRINT = footprint_for_model("0.6b")
 BF16 = ("avx2", "avx512f", "avx512_bf16")

@@ -18,7 +18,7 @@ from omni_cpu.plan import (
 )
 from omni_cpu.plan.check import check_profile
 from omni_cpu.profile import parse_profile
-from tests import sysroots
+from tests.helpers import sysroots
 
 FOOTPRINT = footprint_for_model("0.6b")
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_example_profiles.py"

@@ -7,8 +7,7 @@ from omni_cpu.plan.kernels import amx_rows, kernel_env
 from omni_cpu.profile import dump_profile, parse_profile
 from omni_cpu.profile.calibration import Calibration
 from omni_cpu.profile.deploy import stage_env
-
-from .machines import machine
+from tests.helpers.machines import machine
 
 # ms per layer on the 2-core Xeon (AMX), the shape of what kernel_timing measures.
 XEON = {

@@ -14,7 +14,7 @@ from omni_cpu.plan import MachineTooSmallError, footprint_for_model, plan_profil
 from omni_cpu.plan.check import check_profile
 from omni_cpu.profile import dump_profile, parse_profile
 from omni_cpu.profile.deploy import stage_env
-from tests.hardware.conftest import FakeMachine
+from tests.helpers.machines import FakeMachine
 
 FOOTPRINT = footprint_for_model("0.6b")
 GIB_KIB = 1024 * 1024

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.errors import SettingError
 from omni_cpu.hardware.facts import Limits
 from omni_cpu.plan import PlanError, PlanOptions, costs, footprint_for_model, plan_profile
 from omni_cpu.plan.policy import split_cores
 from omni_cpu.plan.speed import SpeedInputs
-
-from .machines import GIB, machine
+from tests.helpers.machines import GIB, machine
 
 FOOTPRINT = footprint_for_model("0.6b")
 
@@ -44,8 +44,8 @@ def test_int8_weights_travel_in_the_profile_env():
     assert cpus_of(profile, stage=0) == {0} and cpus_of(profile, stage=1) == {1}
 
 
-def test_unknown_weights_are_a_plan_error():
-    with pytest.raises(PlanError, match="--weights"):
+def test_unknown_weights_are_refused_naming_the_option_and_the_choices():
+    with pytest.raises(SettingError, match=r"--weights 'int3' .* model, int8, int4"):
         plan_profile(machine({0: [0, 1]}), FOOTPRINT, PlanOptions(weights="int3"))
 
 

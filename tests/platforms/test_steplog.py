@@ -8,18 +8,19 @@ from pathlib import Path
 
 import pytest
 
+from omni_cpu import envs
 from omni_cpu.platform import steplog
 
 
 def test_no_log_unless_the_environment_names_a_directory(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(steplog.STEP_LOG_ENV, raising=False)
+    monkeypatch.delenv(envs.STEP_LOG.name, raising=False)
     assert steplog.step_log_from_env("talker") is None
 
 
 def test_one_json_line_per_step_with_the_predictor_share(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv(steplog.STEP_LOG_ENV, str(tmp_path / "steps"))
+    monkeypatch.setenv(envs.STEP_LOG.name, str(tmp_path / "steps"))
     log = steplog.step_log_from_env("talker")
     assert log is not None
     log.add_step(12.5, tokens=28)
@@ -58,7 +59,7 @@ def test_profiler_writes_an_op_table_after_its_window(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     torch = pytest.importorskip("torch")
-    monkeypatch.setenv(steplog.PROFILE_ENV, str(tmp_path))
+    monkeypatch.setenv(envs.TORCH_PROFILE.name, str(tmp_path))
     profiler = steplog.step_profiler_from_env("talker")
     assert profiler is not None
     x = torch.ones(64, 64)

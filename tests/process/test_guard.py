@@ -10,12 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from omni_cpu.process import proctree, shm
+from tests.helpers.leftovers import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not shm.SHM_DIR.is_dir(), reason="no /dev/shm")
@@ -35,47 +35,66 @@ def start_owner(mode: str, folder: Path) -> tuple[subprocess.Popen[str], int, st
     return owner, int(pid), name
 
 
-def gone_within(seconds: float, check) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
+def ledgers_listing(name: str) -> set[Path]:
+    """The watchdogs' ledgers that recorded `name`."""
+    paths = set(shm.SHM_DIR.glob(f"{shm.LEDGER_PREFIX}*{shm.LEDGER_SUFFIX}"))
+    return {path for path in paths if (ledger := shm.Ledger.load(path)) and name in ledger.names}
 
 
-# spawn: the child carries the owner's token; fork: only the mark of the driver it was
-# forked from (omni_cpu.platform.fork), and a copy of the owner's socket to its watchdog.
-STARTS = ("", "fork-")
-
-
-@pytest.mark.parametrize("start", STARTS)
+# spawned children carry the owner's token; forked ones ("fork-") only the mark of the
+# driver they were forked from (omni_cpu.platform.fork), and a copy of the owner's
+# socket to its watchdog.
+@pytest.mark.parametrize(
+    "mode",
+    ["wait", "titled", "fork-wait", "fork-titled"],
+    ids=[
+        "a segment",
+        "a titled stage's lost semaphore",
+        "a forked child's segment",
+        "a forked titled stage's lost semaphore",
+    ],
+)
 def test_a_killed_owner_takes_its_children_and_their_shared_memory_along(
-    tmp_path: Path, start: str
+    mode: str, tmp_path: Path
 ) -> None:
-    owner, child, segment = start_owner(f"{start}wait", tmp_path)
-    assert (shm.SHM_DIR / segment).exists()
+    owner, child, name = start_owner(mode, tmp_path)
+    try:
+        assert (shm.SHM_DIR / name).exists()
+        assert eventually(lambda: bool(ledgers_listing(name)), 20)  # the watchdog recorded it
+        ledgers = ledgers_listing(name)
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait()
+        assert eventually(lambda: not proctree.is_running(child), 20)
+        assert eventually(lambda: not (shm.SHM_DIR / name).exists(), 20)
+        assert eventually(lambda: not any(path.exists() for path in ledgers), 20)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        (shm.SHM_DIR / name).unlink(missing_ok=True)
 
-    def ledgers_listing_it() -> set[Path]:
-        paths = set(shm.SHM_DIR.glob(f"{shm.LEDGER_PREFIX}*{shm.LEDGER_SUFFIX}"))
-        return {p for p in paths if (ledger := shm.Ledger.load(p)) and segment in ledger.names}
 
-    assert gone_within(20, lambda: bool(ledgers_listing_it()))  # the watchdog recorded it
-    ledgers = ledgers_listing_it()
-    os.kill(owner.pid, signal.SIGKILL)
-    owner.wait()
-    assert gone_within(20, lambda: not proctree.is_running(child))
-    assert gone_within(20, lambda: not (shm.SHM_DIR / segment).exists())
-    assert gone_within(20, lambda: not any(path.exists() for path in ledgers))
+def test_a_titled_stage_keeps_the_token_in_its_environment(tmp_path: Path) -> None:
+    from omni_cpu import envs
+    from omni_cpu.process import procfs
+
+    owner, child, name = start_owner("titled", tmp_path)
+    try:
+        assert proctree.command_line(child).startswith("VLLM::StageEngineCoreProc_stage0_")
+        assert procfs.environ(child).get(envs.OWNER.name)
+    finally:
+        owner.kill()
+        owner.wait()
+        eventually(lambda: not proctree.is_running(child), 20)
+        (shm.SHM_DIR / name).unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("start", STARTS)
+@pytest.mark.parametrize("start", ["", "fork-"], ids=["spawned", "forked"])
 def test_a_clean_exit_leaves_no_segment_and_no_ledger(tmp_path: Path, start: str) -> None:
     # A marked owner carries its own mark: its watchdog must not stop the owner itself.
     owner, child, segment = start_owner(f"{start}exit", tmp_path)
     assert owner.wait(timeout=60) == 0
     assert not proctree.is_running(child)
-    assert gone_within(20, lambda: not (shm.SHM_DIR / segment).exists())
+    assert eventually(lambda: not (shm.SHM_DIR / segment).exists(), 20)
 
 
 def test_a_partial_file_of_a_dead_writer_is_swept_at_the_next_start(tmp_path: Path) -> None:
@@ -116,7 +135,7 @@ def test_doctor_reports_what_a_finished_run_left_and_how_much_it_holds(tmp_path:
 def _zombie() -> subprocess.Popen[bytes]:
     """A child that has exited and is not reaped yet, as killed stages are under a subreaper."""
     child = subprocess.Popen(["true"])
-    assert gone_within(10, lambda: psutil_status(child.pid) == "zombie")
+    assert eventually(lambda: psutil_status(child.pid) == "zombie", 10)
     return child
 
 

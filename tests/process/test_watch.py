@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from omni_cpu.process.stage_processes import StageProcess
-from omni_cpu.process.watch import ProgressWatch
+from omni_cpu.process.watch import ProgressWatch, StageWatch
 
 BUSY = "while True: pass"
 IDLE = "import time; time.sleep(60)"
@@ -73,19 +73,16 @@ def test_a_stall_time_of_zero_never_reports(spinning: int):
     assert _looks(ProgressWatch(stall_s=0), talker, 0.5, busy=True) is None
 
 
-def test_runs_watch_interrupts_the_generating_main_thread_on_a_stall(
-    spinning: int, monkeypatch: pytest.MonkeyPatch
-):
-    from omni_cpu.launch.pipeline import _StageWatch
+def test_runs_alarm_interrupts_the_generating_main_thread_on_a_stall(spinning: int):
+    from omni_cpu.launch.pipeline import _StallAlarm
 
-    monkeypatch.setenv("OMNI_CPU_STAGE_STALL_S", "0.6")
-    watch = _StageWatch({})
-    watch.seen = {spinning: StageProcess(spinning, "engine core", 0, "talker")}
-    watch.working(True)  # this (main) thread is generating
+    alarm = _StallAlarm(StageWatch(os.getpid(), {}, stall_s=0.6))
+    alarm.watch.seen = {spinning: StageProcess(spinning, "engine core", 0, "talker")}
+    alarm.working(True)  # this (main) thread is generating
     os.kill(spinning, signal.SIGSTOP)
     deadline = time.monotonic() + 5
     with pytest.raises(KeyboardInterrupt):
         while time.monotonic() < deadline:
-            watch.look()
+            alarm.look()
             time.sleep(0.1)
-    assert watch.stalled is not None and "stage 0 (talker)" in watch.stalled
+    assert alarm.stalled is not None and "stage 0 (talker)" in alarm.stalled

@@ -8,8 +8,7 @@ from omni_cpu.hardware.facts import Limits
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.plan.check import check_profile
 from omni_cpu.profile.diff import diff_profiles
-
-from ..plan.machines import GIB, machine
+from tests.helpers.machines import GIB, machine
 
 FOOTPRINT = footprint_for_model("0.6b")
 BIG = machine({0: list(range(8)), 1: list(range(8, 16))})

@@ -15,8 +15,7 @@ from omni_cpu.errors import ProfileError
 from omni_cpu.plan import footprint_for_model, plan_profile
 from omni_cpu.profile import deploy_config_dict, dump_profile, parse_profile
 from omni_cpu.profile.deploy import OPENMP_BINDING_KEYS, openmp_binding_env
-
-from ..plan.machines import machine
+from tests.helpers.machines import machine
 
 PROFILE = plan_profile(machine({0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}), footprint_for_model("0.6b"))
 TEXT = dump_profile(PROFILE)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.e2e.conftest import needs_runtime
+from tests.helpers.engines import needs_runtime
 
 pytestmark = [pytest.mark.cpu, needs_runtime]
 

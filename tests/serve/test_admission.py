@@ -14,7 +14,6 @@ from omni_cpu.serve.knobs import AdmissionLimits
 # The middleware runs inside vLLM's server and uses its Prometheus client.
 pytest.importorskip("prometheus_client")
 from omni_cpu.serve.admission import SpeechAdmission
-from tests.e2e.conftest import tiny_checkpoint  # noqa: F401 - the fixture, shared
 
 SPEECH = {"model": "m", "input": "Hello there.", "voice": "ryan"}
 
@@ -223,7 +222,7 @@ def test_a_down_stage_fails_health_and_speech_with_its_name(tmp_path: Path):
 
 
 def test_a_prompt_over_the_talkers_context_gets_400_with_the_limit(
-    tiny_checkpoint: Path,  # noqa: F811 - pytest's fixture
+    tiny_checkpoint: Path,
 ):
     pytest.importorskip("vllm_omni", reason="the prompt estimate is vLLM-Omni's")
     inner = SlowApp()

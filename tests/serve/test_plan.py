@@ -4,26 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from omni_cpu import envs
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.profile import load_profile, save_profile
 from omni_cpu.serve import build_serve_plan
-from omni_cpu.serve.knobs import (
-    DRAIN_FILE_ENV,
-    MAX_IN_FLIGHT_ENV,
-    MAX_INPUT_CHARS_ENV,
-    MIDDLEWARE_PATH,
-)
-
-from ..plan.machines import machine
+from omni_cpu.serve.knobs import MIDDLEWARE_PATH
+from tests.helpers.cli import omni_cpu
+from tests.helpers.machines import machine
 
 REPO = Path(__file__).resolve().parents[2]
 EIGHT_NODES = REPO / "profiles" / "epyc-7451-2s-8node.yaml"
@@ -75,18 +69,19 @@ def test_queue_limit_is_max_num_seqs_plus_the_waiting_cap():
     seqs = profile.replicas[0].stage(0).max_num_seqs
     assert build_serve_plan("m", profile).limits.max_in_flight == 2 * seqs
     plan = build_serve_plan("m", profile, max_waiting=3)
-    assert plan.env[MAX_IN_FLIGHT_ENV] == str(seqs + 3)
+    assert plan.env[envs.SERVE_MAX_IN_FLIGHT.name] == str(seqs + 3)
 
 
 def test_input_limit_defaults_to_half_the_talker_context():
     profile = load_profile(EIGHT_NODES)
     plan = build_serve_plan("m", profile)
-    assert plan.env[MAX_INPUT_CHARS_ENV] == str(profile.replicas[0].stage(0).max_model_len // 2)
+    half_context = profile.replicas[0].stage(0).max_model_len // 2
+    assert plan.env[envs.SERVE_MAX_INPUT_CHARS.name] == str(half_context)
 
 
 def test_drain_flag_lives_in_the_per_port_workdir():
     plan = build_serve_plan("m", load_profile(EIGHT_NODES), port=8077)
-    assert plan.env[DRAIN_FILE_ENV] == str(Path(plan.workdir) / "draining")
+    assert plan.env[envs.SERVE_DRAIN_FILE.name] == str(Path(plan.workdir) / "draining")
     assert Path(plan.deploy_config_path).parent == Path(plan.workdir)
     # Per port and per process: a second server never touches the first one's files.
     assert plan.workdir.endswith(f"omni-cpu-serve-8077-{os.getpid()}")
@@ -121,31 +116,15 @@ def test_replica_past_the_profile_is_a_user_error():
         build_serve_plan("m", load_profile(EIGHT_NODES), replica=8)
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI in a fresh interpreter that reports whether torch or vLLM got imported."""
-    code = (
-        "import sys\n"
-        "from omni_cpu.cli import app\n"
-        "try:\n"
-        f"    app({list(args)!r}, standalone_mode=False)\n"
-        "finally:\n"
-        "    heavy = sorted(m for m in ('torch', 'vllm', 'vllm_omni') if m in sys.modules)\n"
-        "    print('HEAVY=' + ','.join(heavy), file=sys.stderr)\n"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
-    )
-
-
-def test_dry_run_prints_command_env_and_config_without_importing_torch_or_vllm(tmp_path):
+def test_dry_run_prints_command_env_and_config(tmp_path):
+    # Without importing the runtime: tests/test_import_light.py.
     profile = plan_profile(machine({0: [0, 1]}), footprint_for_model("tiny"), PlanOptions())
     save_profile(profile, tmp_path / "deploy.yaml")
-    done = run_cli(
+    done = omni_cpu(
         "serve", "--model", "ckpt", "--deploy-profile", str(tmp_path / "deploy.yaml"),
         "--port", "8099", "--dry-run",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "HEAVY=\n" in done.stderr
     assert "VLLM_TARGET_DEVICE=cpu" in done.stdout
     assert "omni_cpu.serve.server_main serve ckpt" in done.stdout
     assert "--deploy-config /" in done.stdout
@@ -156,7 +135,7 @@ def test_dry_run_prints_command_env_and_config_without_importing_torch_or_vllm(t
 def test_dry_run_json_is_the_plan(tmp_path):
     profile = plan_profile(machine({0: [0, 1]}), footprint_for_model("tiny"), PlanOptions())
     save_profile(profile, tmp_path / "deploy.yaml")
-    done = run_cli(
+    done = omni_cpu(
         "serve", "--model", "ckpt", "--deploy-profile", str(tmp_path / "deploy.yaml"),
         "--dry-run", "--json",
     )  # fmt: skip

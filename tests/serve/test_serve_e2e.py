@@ -6,134 +6,53 @@ SIGTERM test runs last and stops it; the fixture's teardown stops it otherwise.
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from omni_cpu.process import proctree
+from tests.helpers.serving import (
+    FRAME_SAMPLES,
+    REQUEST_TIMEOUT_S,
+    SAMPLE_RATE,
+    Server,
+    get,
+    get_status,
+    planned_tiny_model,
+    post_json,
+    serving,
+    start_server,
+    wav_data_url,
+)
 
 pytestmark = pytest.mark.e2e
 
 openai = pytest.importorskip("openai")
 soundfile = pytest.importorskip("soundfile")
 
-REPO = Path(__file__).resolve().parents[2]
-SAMPLE_RATE = 24_000
-FRAME_SAMPLES = 1920  # one 12.5 Hz codec frame at 24 kHz
-START_TIMEOUT_S = 900
 MAX_FRAMES = 24  # random talker weights rarely emit EOS: bound every request
 MAX_SEQS = 2
 MAX_WAITING = 1  # 3 admitted at once: 8 concurrent requests overflow
-REQUEST_TIMEOUT_S = 300
-
-
-@dataclass
-class Server:
-    process: subprocess.Popen[bytes]
-    port: int
-    model: str
-    log: Path
-    startup_log: str = ""  # what the server had printed when /health first answered 200
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def client(self) -> openai.OpenAI:
-        return openai.OpenAI(
-            base_url=self.url("/v1"), api_key="none", max_retries=0, timeout=REQUEST_TIMEOUT_S
-        )
-
-
-def wav_data_url(seconds: float, rate: int = 16000, amplitude: float = 0.3) -> str:
-    """`seconds` of a voice-like tone as a base64 WAV data URL."""
-    t = np.arange(int(seconds * rate)) / rate
-    voice = amplitude * np.sin(2 * np.pi * 180 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 4 * t))
-    buffer = io.BytesIO()
-    soundfile.write(buffer, voice, rate, format="WAV", subtype="PCM_16")
-    return "data:audio/wav;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-
-
-def post_json(url: str, body: dict, timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[int, bytes]:
-    request = urllib.request.Request(
-        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-            return reply.status, reply.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    from omni_cpu.checkpoint.writer import make_checkpoint
-    from omni_cpu.plan import plan_for_machine
-    from omni_cpu.profile import save_profile
-
     folder = tmp_path_factory.mktemp("serve")
-    model = folder / "tiny"
-    make_checkpoint("tiny", model)
-    _, profile = plan_for_machine(str(model), max_seqs=MAX_SEQS)
-    save_profile(profile, folder / "deploy.yaml")
-    port = free_port()
-    log = folder / "serve.log"
-    command = [
-        sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(model),
-        "--deploy-profile", str(folder / "deploy.yaml"), "--host", "127.0.0.1",
-        "--port", str(port), "--max-frames", str(MAX_FRAMES),
-        "--max-waiting", str(MAX_WAITING), "--drain-timeout", "120",
-    ]  # fmt: skip
-    with log.open("wb") as sink:
-        process = subprocess.Popen(command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
-    running = Server(process, port, str(model), log)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    try:
-        while get_status(running.url("/health")) != 200:
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"server did not come up; log tail:\n{log.read_text()[-4000:]}")
-            time.sleep(2)
-        running.startup_log = log.read_text(errors="replace")
-        yield running
-    finally:
-        if process.poll() is None:
-            proctree.stop_tree(process.pid, 60)
-
-
-def get_status(url: str) -> int | None:
-    try:
-        return get(url, 2.0)[0]
-    except OSError:
-        return None
+    model, profile = planned_tiny_model(folder, "custom-voice", MAX_SEQS)
+    server = start_server(
+        model, folder / "serve.log", "--deploy-profile", str(profile),
+        "--max-frames", str(MAX_FRAMES), "--max-waiting", str(MAX_WAITING),
+        "--drain-timeout", "120",
+    )  # fmt: skip
+    yield from serving(server)
 
 
 def pcm_samples(data: bytes) -> int:

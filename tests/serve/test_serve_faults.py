@@ -11,16 +11,15 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from omni_cpu.process import proctree
-from tests.e2e.conftest import needs_runtime, tiny_checkpoint  # noqa: F401 - the fixture
-from tests.serve.test_serve_e2e import REPO, START_TIMEOUT_S, free_port, get, get_status
+from tests.helpers.engines import needs_runtime
+from tests.helpers.leftovers import SHM, eventually, new_shm_entries
+from tests.helpers.serving import get, post_json, start_server, wait_ready
 
 pytestmark = [pytest.mark.e2e, needs_runtime]
 
@@ -33,22 +32,13 @@ def talker_process(root: int) -> int:
 
 
 def test_a_killed_stage_is_named_by_health_and_the_server_exits_4(
-    tiny_checkpoint: Path,  # noqa: F811 - pytest's fixture
-    tmp_path: Path,
+    tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
-    port = free_port()
-    log = tmp_path / "serve.log"
-    command = [
-        sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(tiny_checkpoint),
-        "--host", "127.0.0.1", "--port", str(port), "--max-frames", "12",
-    ]  # fmt: skip
-    with log.open("wb") as sink:
-        server = subprocess.Popen(command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
+    shm_before = set(os.listdir(SHM))
+    running = start_server(tiny_checkpoint, tmp_path / "serve.log", "--max-frames", "12")
+    server, port, log = running.process, running.port, running.log
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while get_status(f"http://127.0.0.1:{port}/health") != 200:
-            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(1)
+        wait_ready(running)
         tree = [server.pid, *proctree.descendants(server.pid)]
         victim = talker_process(server.pid)
         killed_at = time.monotonic()
@@ -67,34 +57,24 @@ def test_a_killed_stage_is_named_by_health_and_the_server_exits_4(
         assert named is not None and f"pid {victim}" in named
         assert f"stage 0 (talker) engine core pid {victim} died" in log.read_text()
         assert proctree.wait_gone(tree, 5.0) == []
+        # The semaphore the killed stage held among them (its run's ledger lists it).
+        assert eventually(lambda: not new_shm_entries(shm_before)), new_shm_entries(shm_before)
     finally:
         if server.poll() is None:
             proctree.stop_tree(server.pid, 30)
 
 
 def test_a_hung_stage_fails_requests_and_health_and_the_server_exits_4(
-    tiny_checkpoint: Path,  # noqa: F811 - pytest's fixture
-    tmp_path: Path,
+    tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
     import threading
 
-    from tests.serve.test_serve_e2e import post_json
-
-    port = free_port()
-    log = tmp_path / "serve.log"
-    command = [
-        sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(tiny_checkpoint),
-        "--host", "127.0.0.1", "--port", str(port), "--max-frames", "12",
-    ]  # fmt: skip
     env = {**os.environ, "OMNI_CPU_STAGE_STALL_S": "4"}
-    with log.open("wb") as sink:
-        server = subprocess.Popen(command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    running = start_server(tiny_checkpoint, tmp_path / "serve.log", "--max-frames", "12", env=env)
+    server, port, log = running.process, running.port, running.log
     victim = None
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while get_status(f"http://127.0.0.1:{port}/health") != 200:
-            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(1)
+        wait_ready(running)
         victim = talker_process(server.pid)
         os.kill(victim, signal.SIGSTOP)
         stopped_at = time.monotonic()

@@ -12,25 +12,20 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from omni_cpu.process import proctree
-from tests.serve.test_serve_e2e import (
+from tests.helpers.serving import (
     FRAME_SAMPLES,
-    REPO,
     SAMPLE_RATE,
-    START_TIMEOUT_S,
     Server,
-    free_port,
-    get_status,
+    planned_tiny_model,
     post_json,
+    serving,
+    start_server,
     wav_data_url,
 )
 
@@ -43,36 +38,14 @@ MAX_FRAMES = 12
 
 
 def _start(folder: Path, kind: str) -> Iterator[Server]:
-    from omni_cpu.checkpoint.writer import make_checkpoint
-    from omni_cpu.plan import plan_for_machine
-    from omni_cpu.profile import save_profile
-
-    model = folder / f"tiny-{kind}"
-    make_checkpoint("tiny", model, kind=kind)
-    _, profile = plan_for_machine(str(model), max_seqs=2)
-    save_profile(profile, folder / "deploy.yaml")
-    port = free_port()
-    log = folder / "serve.log"
-    command = [
-        sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(model),
-        "--deploy-profile", str(folder / "deploy.yaml"), "--host", "127.0.0.1",
-        "--port", str(port), "--max-frames", str(MAX_FRAMES),
+    model, profile = planned_tiny_model(folder, kind, max_seqs=2)
+    server = start_server(
+        model, folder / "serve.log", "--deploy-profile", str(profile),
+        "--max-frames", str(MAX_FRAMES),
         # Random weights never emit end-of-speech: without it every Base request is a 500.
         "--accept-frame-limit",
-    ]  # fmt: skip
-    with log.open("wb") as sink:
-        process = subprocess.Popen(command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
-    running = Server(process, port, str(model), log)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    try:
-        while get_status(running.url("/health")) != 200:
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"server did not come up; log tail:\n{log.read_text()[-4000:]}")
-            time.sleep(2)
-        yield running
-    finally:
-        if process.poll() is None:
-            proctree.stop_tree(process.pid, 60)
+    )  # fmt: skip
+    yield from serving(server)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from omni_cpu.errors import PortInUseError
 from omni_cpu.profile import load_profile
 from omni_cpu.serve.serve_plan import build_serve_plan
 from omni_cpu.serve.supervisor import Supervisor, check_port_free, listens_on, sweep_workdirs
-from tests.e2e.conftest import OMNI_CPU, tiny_checkpoint  # noqa: F401 - the fixture, shared
+from tests.helpers.engines import OMNI_CPU
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = next((REPO / "profiles").glob("*.yaml"))
@@ -40,7 +40,7 @@ def test_a_port_something_listens_on_is_refused():
 
 
 def test_serve_on_a_port_in_use_is_one_line_and_exit_2_before_any_engine(
-    tiny_checkpoint: Path,  # noqa: F811 - pytest's fixture
+    tiny_checkpoint: Path,
     tmp_path: Path,
 ):
     with _listener() as taken:

@@ -1,4 +1,7 @@
-"""End-to-end fixtures: a tiny checkpoint made once, and `omni-cpu` run as a user runs it."""
+"""`omni-cpu` run as a user runs it, and what its processes did meanwhile.
+
+The tiny checkpoint these runs take is the `tiny_checkpoint` fixture (tests/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -24,19 +27,6 @@ RUNTIME_MISSING = importlib.util.find_spec("vllm_omni") is None
 needs_runtime = pytest.mark.skipif(
     RUNTIME_MISSING, reason="the inference runtime is not installed (scripts/install-runtime.sh)"
 )
-
-
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random-weight tiny Qwen3-TTS checkpoint in the real layout (seconds to make)."""
-    pytest.importorskip("numpy", reason="making a checkpoint needs numpy (the runtime)")
-    from omni_cpu.checkpoint.writer import make_checkpoint
-
-    return Path(make_checkpoint("tiny", tmp_path_factory.mktemp("tiny") / "ckpt", seed=0))
-
-
-def descendants(pid: int) -> list[int]:
-    return proctree.descendants(pid)
 
 
 _STAGE_IN_TITLE = re.compile(r"EngineCore\w*_stage(\d+)_")
@@ -108,7 +98,7 @@ def run_omni_cpu(*args: str, timeout_s: float = 900, env: dict[str, str] | None 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     while reader.is_alive() and time.monotonic() < deadline:
-        for pid in descendants(process.pid):
+        for pid in proctree.descendants(process.pid):
             stage = stage_of(pid)
             if stage is not None:
                 seen.setdefault(stage, set()).update(thread_cpu_lists(pid))
@@ -133,7 +123,7 @@ def interrupt_omni_cpu(*args: str, sig: int, timeout_s: float = 600) -> Run:
     deadline = time.monotonic() + timeout_s
     stages: list[int] = []
     while len(stages) < 2 and process.poll() is None and time.monotonic() < deadline:
-        stages = [pid for pid in descendants(process.pid) if stage_of(pid) is not None]
+        stages = [pid for pid in proctree.descendants(process.pid) if stage_of(pid) is not None]
         time.sleep(0.5)
     if len(stages) < 2:
         process.kill()

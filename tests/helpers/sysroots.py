@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SYSROOTS_DIR = REPO_ROOT.parent / "shared" / "sysroots"
 MANIFEST = SYSROOTS_DIR / "manifest.json"
 MISSING_REASON = f"real-machine dumps not found at {SYSROOTS_DIR}"

@@ -1,0 +1,151 @@
+"""`omni-cpu serve` started as a user starts it, on loopback, and the plain HTTP calls tests make.
+
+Every server the tests start goes through `start_server` and `serving`: a free
+loopback port, the server's output in a log file whose tail a failure shows, and
+the whole process tree stopped however the test ends.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from omni_cpu.process import proctree
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_RATE = 24_000
+FRAME_SAMPLES = 1920  # one 12.5 Hz codec frame at 24 kHz
+START_TIMEOUT_S = 900  # two engines load on 2 cores in minutes
+REQUEST_TIMEOUT_S = 300
+
+
+@dataclass
+class Server:
+    """One `omni-cpu serve` process and where to reach it."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    model: str
+    log: Path
+    startup_log: str = ""  # what the server had printed when /health first answered 200
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def client(self) -> Any:
+        """The official `openai` client on this server (tests importorskip it first)."""
+        import openai
+
+        return openai.OpenAI(
+            base_url=self.url("/v1"), api_key="none", max_retries=0, timeout=REQUEST_TIMEOUT_S
+        )
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def planned_tiny_model(folder: Path, kind: str, max_seqs: int) -> tuple[Path, Path]:
+    """A tiny checkpoint of `kind` in `folder` and a profile planned for this machine for it
+    (at most `max_seqs` requests at once): (model, profile file)."""
+    from omni_cpu.checkpoint.writer import make_checkpoint
+    from omni_cpu.plan import plan_for_machine
+    from omni_cpu.profile import save_profile
+
+    model = folder / f"tiny-{kind}"
+    make_checkpoint("tiny", model, kind=kind)
+    _, profile = plan_for_machine(str(model), max_seqs=max_seqs)
+    save_profile(profile, folder / "deploy.yaml")
+    return model, folder / "deploy.yaml"
+
+
+def start_server(
+    model: Path | str, log: Path, *options: str, env: dict[str, str] | None = None
+) -> Server:
+    """`omni-cpu serve --model MODEL OPTIONS` on a free loopback port, its output in `log`."""
+    port = free_port()
+    command = [
+        sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(model),
+        "--host", "127.0.0.1", "--port", str(port), *options,
+    ]  # fmt: skip
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, env=env
+        )
+    return Server(process, port, str(model), log)
+
+
+def wait_ready(server: Server, timeout_s: float = START_TIMEOUT_S) -> None:
+    """Until /health answers 200; fails with the log's tail if the server exits first."""
+    deadline = time.monotonic() + timeout_s
+    while get_status(server.url("/health")) != 200:
+        if server.process.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"server did not come up; log tail:\n{server.log_tail()}")
+        time.sleep(1)
+    server.startup_log = server.log.read_text(errors="replace")
+
+
+def serving(server: Server) -> Iterator[Server]:
+    """A fixture's body: the server once ready; its whole tree stopped afterwards."""
+    try:
+        wait_ready(server)
+        yield server
+    finally:
+        if server.process.poll() is None:
+            proctree.stop_tree(server.process.pid, 60)
+
+
+def get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def get_status(url: str) -> int | None:
+    try:
+        return get(url, 2.0)[0]
+    except OSError:
+        return None
+
+
+def post_json(url: str, body: dict, timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[int, bytes]:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def wav_data_url(seconds: float, rate: int = 16000, amplitude: float = 0.3) -> str:
+    """`seconds` of a voice-like tone as a base64 WAV data URL."""
+    import numpy as np
+    import soundfile
+
+    t = np.arange(int(seconds * rate)) / rate
+    voice = amplitude * np.sin(2 * np.pi * 180 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 4 * t))
+    buffer = io.BytesIO()
+    soundfile.write(buffer, voice, rate, format="WAV", subtype="PCM_16")
+    return "data:audio/wav;base64," + base64.b64encode(buffer.getvalue()).decode()
