@@ -199,6 +199,15 @@ KERNEL_CACHE = _declare(
         "stage",
     )
 )
+WEIGHT_CACHE = _declare(
+    Knob(
+        "OMNI_CPU_WEIGHT_CACHE",
+        "",
+        "where packed/quantized talker weights are cached (default: packed/ in the kernel "
+        "cache); off: pack at every start",
+        "stage",
+    )
+)
 INDUCTOR = _declare(
     Knob(
         "VLLM_OMNI_CPU_INDUCTOR",
@@ -213,6 +222,15 @@ STEP_LOG = _declare(
         "OMNI_CPU_STEP_LOG",
         "",
         "a directory: each stage worker appends one JSON line per engine step (bench sets it)",
+        "stage",
+    )
+)
+STARTUP_DIR = _declare(
+    Knob(
+        "OMNI_CPU_STARTUP_DIR",
+        "",
+        "set by omni-cpu, not by hand: a directory where each stage worker writes its "
+        "start-up phases (run/bench --json `startup.stages`)",
         "stage",
     )
 )
@@ -445,8 +463,10 @@ if TYPE_CHECKING:
     OMNI_CPU_GEMV: str
     OMNI_CPU_AMX_ROWS: dict[str, int] | None
     OMNI_CPU_KERNEL_CACHE: str
+    OMNI_CPU_WEIGHT_CACHE: str
     VLLM_OMNI_CPU_INDUCTOR: bool
     OMNI_CPU_STEP_LOG: str
+    OMNI_CPU_STARTUP_DIR: str
     OMNI_CPU_TORCH_PROFILE: str
     OMNI_CPU_ENGINES_BARRED: str
     OMNI_CPU_STAGE_STALL_S: float

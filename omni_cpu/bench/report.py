@@ -99,7 +99,7 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
         + ", ".join(
             f"{name.removesuffix('_s').replace('_', ' ')} {seconds:.1f} s"
             for name, seconds in data["startup"].items()
-            if name not in ("total_s", "phases")
+            if name != "total_s" and isinstance(seconds, (int, float))
         )
         + ")",
         highlight=False,

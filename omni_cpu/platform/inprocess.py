@@ -31,10 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from omni_cpu import envs
-from omni_cpu.models import linears, norms
-from omni_cpu.models.predictor import install_forward
+from omni_cpu.models import linears
 from omni_cpu.platform import DRIVER_ENV
+from omni_cpu.platform.talker_load import TalkerLoad
 
 TALKER_ARCHITECTURE = "Qwen3TTSTalkerForConditionalGeneration"
 
@@ -82,9 +81,10 @@ class Prompt:
 class Talker:
     """vLLM-Omni's Qwen3-TTS talker in one weight format, stepped by hand."""
 
-    def __init__(self, model: Any, kernels: Counter[str]) -> None:
+    def __init__(self, model: Any, kernels: Counter[str], load: TalkerLoad | None = None) -> None:
         self.model = model
         self.kernels = kernels  # linear layers per kernel, talker and predictor together
+        self.load = load  # what loading it did (packing, the packed-weight cache)
         self.quantized_layers = sum(n for k, n in kernels.items() if k not in FLOAT_KERNELS)
         self.dtype: torch.dtype = model._embedding_dtype
         self.eos_id = int(model.talker_config.codec_eos_token_id)
@@ -217,7 +217,7 @@ def load_talker(checkpoint: Path, weights: str, dtype: str = "auto") -> Talker:
     from vllm.plugins import load_general_plugins
 
     from omni_cpu.platform.hf_config import register_qwen3_tts_config
-    from omni_cpu.platform.runners import match_embedding_dtype
+    from omni_cpu.platform.talker_load import load_talker as load_stage_talker
 
     register_qwen3_tts_config()
     load_general_plugins()
@@ -229,19 +229,15 @@ def load_talker(checkpoint: Path, weights: str, dtype: str = "auto") -> Talker:
         enforce_eager=True,
     )
     config = VllmConfig(model_config=model_config, load_config=LoadConfig(use_tqdm_on_load=False))
-    kernels: Counter[str] = Counter()
+
+    def load() -> Any:
+        return get_model(vllm_config=config).eval()
+
     with set_current_vllm_config(config):
         _init_vllm_once()
-        with linears.vllm_linears(weights, kernels):
-            model = get_model(vllm_config=config)
-        model.eval()
-        match_embedding_dtype(model, model_config.dtype)
-        norms.install(model)
-        mode = envs.OMNI_CPU_CODE_PREDICTOR
-        if weights != "model" or mode == "fused":
-            kernels.update(linears.route_linears(model.code_predictor, weights))
-        install_forward(model.code_predictor, mode)
-    return Talker(model, kernels)
+        model, report = load_stage_talker(load, str(checkpoint), None, weights, model_config.dtype)
+    kernels = report.talker_kernels + report.predictor_kernels
+    return Talker(model, kernels, report)
 
 
 class Code2Wav:

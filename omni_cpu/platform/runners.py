@@ -11,7 +11,6 @@ inheritance puts the Omni runner first and `CPUModelRunner` before
 from __future__ import annotations
 
 import time
-from collections import Counter
 from typing import Any
 
 import torch
@@ -29,15 +28,17 @@ from vllm_omni.worker.gpu_ar_model_runner import GPUARModelRunner
 from vllm_omni.worker.gpu_generation_model_runner import GPUGenerationModelRunner
 
 from omni_cpu import envs
-from omni_cpu.kernels import fbgemm, gemv
-from omni_cpu.models import code2wav, linears, norms
-from omni_cpu.models.predictor import install_forward
+from omni_cpu.models import code2wav, linears
+from omni_cpu.platform import stage_startup, talker_load
 from omni_cpu.platform.steplog import (
     scheduled_tokens,
     step_log_from_env,
     step_profiler_from_env,
     timed,
 )
+from omni_cpu.platform.talker_load import match_embedding_dtype
+
+__all__ = ["CPUARModelRunner", "CPUGenerationModelRunner", "match_embedding_dtype"]
 
 # Under the `vllm` logger so VLLM_LOGGING_LEVEL and vLLM's handler apply to it.
 logger = init_logger(f"vllm.{__name__}")
@@ -73,45 +74,6 @@ class _CPUOmniRunnerMixin:
             compilation_config.max_cudagraph_capture_size = 0
         super()._init_talker_mtp()  # type: ignore[misc]
 
-    def load_model(self, *args: Any, **kwargs: Any) -> None:
-        if self.step_kind != "talker":
-            super().load_model(*args, **kwargs)  # type: ignore[misc]
-            match_embedding_dtype(self.model, self.model_config.dtype)  # type: ignore[attr-defined]
-            streaming = envs.OMNI_CPU_CODE2WAV == "stream"
-            if streaming and code2wav.install_streaming_decode(self.model):  # type: ignore[attr-defined]
-                logger.info("code2wav: streaming decode (omni_cpu.models.code2wav)")
-            return
-        weights = envs.OMNI_CPU_WEIGHTS
-        if weights == "int8" and gemv.kernel() is None and not fbgemm.int8_supported():
-            raise RuntimeError(
-                f"{envs.WEIGHTS.name}=int8 needs AVX-512 VNNI or PyTorch's x86 (FBGEMM) "
-                "quantized engine, and this CPU or torch build has neither; unset it"
-            )
-        if weights == "int4" and not linears.int4_available():
-            raise RuntimeError(
-                f"{envs.WEIGHTS.name}=int4 needs omni-cpu's GEMV (AVX-512 VNNI or AVX2): this CPU "
-                f"lacks both, the build failed, or {envs.GEMV.name}=off; use int8"
-            )
-        talker_kernels: Counter[str] = Counter()
-        with linears.vllm_linears(weights, talker_kernels):
-            super().load_model(*args, **kwargs)  # type: ignore[misc]
-        match_embedding_dtype(self.model, self.model_config.dtype)  # type: ignore[attr-defined]
-        fused = norms.install(self.model)  # type: ignore[attr-defined]
-        logger.info("talker: vLLM's fused CPU kernels for %s", dict(fused) or "nothing")
-        code_predictor = getattr(self.model, "code_predictor", None)  # type: ignore[attr-defined]
-        if code_predictor is None:
-            return
-        mode = envs.OMNI_CPU_CODE_PREDICTOR
-        predictor_kernels: Counter[str] = Counter()
-        if weights in ("int8", "int4") or mode == "fused":
-            predictor_kernels = linears.route_linears(code_predictor, weights)
-        logger.info(linears.describe(weights, talker_kernels, predictor_kernels))
-        installed = install_forward(code_predictor, mode)
-        if installed:
-            logger.info("code predictor: %s KV-cached forward", installed)
-        if self._step_log is not None:
-            code_predictor.forward = timed(code_predictor.forward, self._step_log.add_predictor)
-
     def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         if self._step_profiler is not None and scheduled_tokens(scheduler_output):
             self._step_profiler.step()
@@ -137,31 +99,51 @@ class _CPUOmniRunnerMixin:
             log.flush()
 
 
-# vllm-omni 0.30.0's Qwen3-TTS talker and its prompt builder set
-# `_embedding_dtype = torch.bfloat16` whatever the model dtype, so a float32 talker
-# (the right choice on CPUs without native bf16) fails in `index_copy_` on the first
-# decode step. Give both the model's dtype.
-EMBEDDING_DTYPE_HOLDERS = ("", "_prompt_builder")
-
-
-def match_embedding_dtype(model: torch.nn.Module, dtype: torch.dtype) -> list[str]:
-    """Set `_embedding_dtype` to the model dtype where vLLM-Omni hard-codes bf16; what changed."""
-    changed = []
-    for path in EMBEDDING_DTYPE_HOLDERS:
-        holder = getattr(model, path, None) if path else model
-        if holder is not None and getattr(holder, "_embedding_dtype", dtype) != dtype:
-            holder._embedding_dtype = dtype
-            changed.append(path or "model")
-    return changed
-
-
 class CPUARModelRunner(_CPUOmniRunnerMixin, GPUARModelRunner, CPUModelRunner):
     """Autoregressive stage (Qwen3-TTS talker + code predictor) on CPU."""
 
     step_kind = "talker"
+
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """The talker and its code predictor on the weight format's kernels, timed by phase.
+
+        omni_cpu.platform.talker_load does the loading (the same path check-weights
+        takes); its phases go to the driver (omni_cpu.platform.stage_startup).
+        """
+        weights = envs.OMNI_CPU_WEIGHTS
+        talker_load.refuse_unavailable(weights)
+        config = self.model_config  # type: ignore[attr-defined]
+
+        def load() -> Any:
+            super(CPUARModelRunner, self).load_model(*args, **kwargs)
+            return self.model  # type: ignore[attr-defined]
+
+        _, report = talker_load.load_talker(
+            load, config.model, config.revision, weights, config.dtype
+        )
+        logger.info("talker: vLLM's fused CPU kernels for %s", report.fused_norms or "nothing")
+        logger.info(linears.describe(weights, report.talker_kernels, report.predictor_kernels))
+        logger.info(report.cache_line())
+        if report.predictor_forward:
+            logger.info("code predictor: %s KV-cached forward", report.predictor_forward)
+        code_predictor = getattr(self.model, "code_predictor", None)  # type: ignore[attr-defined]
+        if self._step_log is not None and code_predictor is not None:
+            code_predictor.forward = timed(code_predictor.forward, self._step_log.add_predictor)
+        stage_startup.write(self.step_kind, report.phases())
 
 
 class CPUGenerationModelRunner(_CPUOmniRunnerMixin, GPUGenerationModelRunner, CPUModelRunner):
     """Non-autoregressive stage (Qwen3-TTS code2wav) on CPU."""
 
     step_kind = "code2wav"
+
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """The codec decoder, with omni-cpu's streaming decode where asked; its load timed."""
+        start = time.perf_counter()
+        super().load_model(*args, **kwargs)
+        match_embedding_dtype(self.model, self.model_config.dtype)  # type: ignore[attr-defined]
+        streaming = envs.OMNI_CPU_CODE2WAV == "stream"
+        if streaming and code2wav.install_streaming_decode(self.model):  # type: ignore[attr-defined]
+            logger.info("code2wav: streaming decode (omni_cpu.models.code2wav)")
+        load_s = round(time.perf_counter() - start, 3)
+        stage_startup.write(self.step_kind, {"load_model_s": load_s, "weights_load_s": load_s})

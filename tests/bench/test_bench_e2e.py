@@ -114,6 +114,9 @@ def test_start_up_is_reported_phase_by_phase(bench: dict) -> None:
     startup = bench["startup"]
     assert startup["engines_s"] > 0 and startup["runtime_import_s"] > 0
     assert startup["total_s"] >= startup["engines_s"]
+    # What each stage measured in its own process lies within engines_s.
+    assert 0 < startup["stages"]["talker"]["load_model_s"] < startup["engines_s"]
+    assert startup["stages"]["code2wav"]["load_model_s"] > 0
 
 
 def test_every_level_carries_the_cost_models_prediction_beside_the_measurement(bench: dict) -> None:

@@ -2,7 +2,8 @@
 
 Two engine runs in all (sync, streaming; about a minute each on 2 cores), each
 checked for its audio, its stage binding and its leftovers, plus one that fails in
-its first stage, and a third with int4 talker weights (x86 with AVX2);
+its first stage, a third with int4 talker weights (x86 with AVX2), and the int8 and
+int4 runs once more, on the packed weights their first start cached;
 the bad-input checks start no engine. The sync run is what a user
 sees (no --json): the checkpoint's weights, the per-step log, and no engine chatter.
 The streaming run is --json --verbose with int8 talker weights, so both weight
@@ -94,21 +95,54 @@ def sync_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="module")
-def stream_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
-    out = tmp_path_factory.mktemp("stream") / "hello.wav"
-    # --verbose lets the test see the talker worker report its int8 layers (INFO).
-    run = _synthesize(tiny_checkpoint, out, "--stream", "--weights", "int8", "--verbose")
-    return run, out
+def packed_weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The quantized runs' own packed-weight cache (empty before their first start)."""
+    return {"OMNI_CPU_WEIGHT_CACHE": str(tmp_path_factory.mktemp("packed-weights"))}
+
+
+# --verbose lets the test see the talker worker report its int8/int4 layers (INFO).
+INT8_STREAM = ("--stream", "--weights", "int8", "--verbose")
+INT4 = ("--weights", "int4", "--verbose")
 
 
 @pytest.fixture(scope="module")
-def int4_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
+def stream_run(
+    tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, packed_weights: dict
+) -> tuple[Run, Path]:
+    out = tmp_path_factory.mktemp("stream") / "hello.wav"
+    return _synthesize(tiny_checkpoint, out, *INT8_STREAM, env=packed_weights), out
+
+
+def _skip_without_int4() -> None:
     from omni_cpu.kernels import gemv
 
     if not (gemv.cpu_supports() or gemv.avx2_cpu_supports()):
         pytest.skip("--weights int4 needs AVX2 (the plan refuses it)")
+
+
+@pytest.fixture(scope="module")
+def int4_run(
+    tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, packed_weights: dict
+) -> tuple[Run, Path]:
+    _skip_without_int4()
     out = tmp_path_factory.mktemp("int4") / "hello.wav"
-    return _synthesize(tiny_checkpoint, out, "--weights", "int4", "--verbose"), out
+    return _synthesize(tiny_checkpoint, out, *INT4, env=packed_weights), out
+
+
+@pytest.fixture(scope="module")
+def second_starts(
+    tiny_checkpoint: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    packed_weights: dict,
+    stream_run: tuple[Run, Path],
+    int4_run: tuple[Run, Path],
+) -> dict[str, tuple[tuple[Run, Path], tuple[Run, Path]]]:
+    """The int8 and int4 runs again, same arguments: (first start, second start) each."""
+    again = {}
+    for fmt, args, first in (("int8", INT8_STREAM, stream_run), ("int4", INT4, int4_run)):
+        out = tmp_path_factory.mktemp(f"{fmt}-again") / "hello.wav"
+        again[fmt] = (first, (_synthesize(tiny_checkpoint, out, *args, env=packed_weights), out))
+    return again
 
 
 def _assert_speech_shaped_wav(path: Path) -> None:
@@ -200,6 +234,12 @@ def test_run_json_reports_start_up_phase_by_phase(stream_run: tuple[Run, Path]) 
     assert set(startup["phases"]) == phases  # each phase says what it is
     assert all(startup[name] > 0 for name in phases)
     assert startup["total_s"] == pytest.approx(sum(startup[name] for name in phases), abs=0.01)
+    # Each stage's own phases, measured in its process (inside engines_s).
+    talker, code2wav = startup["stages"]["talker"], startup["stages"]["code2wav"]
+    assert {"load_model_s", "weights_load_s", "pack_s", "weight_cache"} <= set(talker)
+    assert talker["weights"] == "int8"
+    assert 0 < code2wav["load_model_s"] < startup["engines_s"]
+    assert set(startup["stage_phases"]) == set(talker) | set(code2wav)
 
 
 @pytest.mark.e2e
@@ -210,8 +250,8 @@ def test_stages_are_forked_from_the_driver_where_intel_openmp_is_preloaded(
     from omni_cpu.launch.launch_plan import make_launch_plan
     from omni_cpu.launch.relaunch import fork_blocker
 
-    # The same plan the run made (auto, this machine); the stage processes' titles
-    # then show no second interpreter start (spawn's is `multiprocessing.spawn`).
+    # The same plan the run made (auto, this machine). A forked stage's /proc environ is
+    # its driver's start environment; a spawned one's its own (the harness compares them).
     plan = make_launch_plan(str(tiny_checkpoint))
     if fork_blocker(plan, this_process=False) is not None:
         pytest.skip(fork_blocker(plan, this_process=False))
@@ -399,3 +439,21 @@ def test_int4_run_quantized_both_models_and_wrote_sound(int4_run: tuple[Run, Pat
         kernels = re.findall(r"(\d+) ([\w-]+)", side)
         int4 = sum(int(n) for n, kernel in kernels if kernel in ("gemv-w4a8", "gemv-avx2-w4a8"))
         assert int4 > 0, side
+
+
+@pytest.mark.e2e
+@needs_runtime
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_a_second_start_maps_the_packed_weights_and_writes_the_same_audio(
+    second_starts: dict, fmt: str
+) -> None:
+    (first, first_out), (again, again_out) = second_starts[fmt]
+    before = first.json()["startup"]["stages"]["talker"]
+    after = again.json()["startup"]["stages"]["talker"]
+    assert (before["weights"], before["weight_cache"]) == (fmt, "miss")
+    assert before["packed_layers"] > 0
+    # Nothing quantized or packed again: every layer mapped from the first start's entry.
+    assert after["weight_cache"] == "hit"
+    assert (after["packed_layers"], after["cached_layers"]) == (0, before["packed_layers"])
+    assert after["skipped_loads"] == before["packed_layers"]  # not copied from the checkpoint
+    assert again_out.read_bytes() == first_out.read_bytes()

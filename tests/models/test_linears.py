@@ -11,6 +11,7 @@ zero point or bias gives errors near 100 %.
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,7 @@ pytest.importorskip("vllm", reason="the inference runtime is not installed")
 import torch
 from torch import nn
 
-from omni_cpu.kernels import fbgemm, gemv
+from omni_cpu.kernels import fbgemm, gemv, weight_cache
 from omni_cpu.models import linears
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
@@ -150,3 +151,82 @@ def test_vllm_load_hook_routes_then_restores_vllm_dispatch(weights: str) -> None
 def test_describe_names_each_kernel_once() -> None:
     line = linears.describe("int8", Counter({"gemv-w8a8": 3}), Counter({"onednn": 1}))
     assert line == "linear kernels (int8 weights): talker 3 gemv-w8a8; predictor 1 onednn"
+
+
+needs_any_gemv = pytest.mark.skipif(
+    gemv.kernel() is None and gemv.avx2_kernel() is None, reason="no omni-cpu GEMV on this CPU"
+)
+
+
+def _cache_entry(tmp_path, weights: str) -> tuple[Path, weight_cache.EntryKey]:
+    from safetensors.torch import save_file
+
+    tmp_path.joinpath("ckpt").mkdir(exist_ok=True)
+    checkpoint = tmp_path / "ckpt" / "model.safetensors"
+    save_file({"w": torch.zeros(4)}, str(checkpoint))
+    entry = weight_cache.entry_key([checkpoint], build="torch-test-0", parts={"weights": weights})
+    return tmp_path / "cache", entry
+
+
+@needs_any_gemv
+@pytest.mark.parametrize("weights", ["model", "int8", "int4"])
+def test_a_second_load_maps_every_layer_from_the_cache_and_multiplies_the_same(
+    tmp_path, weights: str
+) -> None:
+    root, entry = _cache_entry(tmp_path, weights)
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)).to(torch.bfloat16)
+
+    first, second = model(), model()
+    packing = linears.Packing(weight_cache.WeightCache.open(root, entry))
+    first_kernels = linears.route_linears(first, weights, packing, "code_predictor")
+    assert (packing.status, packing.packed, packing.cached) == ("miss", 2, 0)
+    assert packing.save() is not None
+
+    again = linears.Packing(weight_cache.WeightCache.open(root, entry))
+    assert linears.route_linears(second, weights, again, "code_predictor") == first_kernels
+    assert (again.status, again.packed, again.cached) == ("hit", 0, 2)
+    assert again.save() is None  # nothing new to write
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(second(x), first(x))
+
+
+@needs_any_gemv
+def test_a_hit_copies_nothing_from_the_checkpoint_into_the_layers_it_serves(tmp_path) -> None:
+    root, entry = _cache_entry(tmp_path, "int8")
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)).to(torch.bfloat16)
+
+    first = model()
+    writing = linears.Packing(weight_cache.WeightCache.open(root, entry))
+    linears.route_linears(first, "int8", writing)
+    writing.save()
+
+    second = model()
+    packing = linears.Packing(weight_cache.WeightCache.open(root, entry))
+    assert packing.skip_cached_loads(second, "int8") == 2
+    placeholder = second[0].weight
+    assert placeholder.shape == (512, 256) and placeholder.untyped_storage().nbytes() == 2
+    placeholder.weight_loader(placeholder, torch.ones(512, 256))  # what a loader calls: no copy
+    linears.route_linears(second, "int8", packing)
+    packing.check_served()
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(second(x), first(x))
+
+
+@needs_any_gemv
+def test_a_layer_skipped_at_load_but_never_served_is_an_error(tmp_path) -> None:
+    root, entry = _cache_entry(tmp_path, "int8")
+    writing = linears.Packing(weight_cache.WeightCache.open(root, entry))
+    linears.route_linears(nn.Sequential(nn.Linear(256, 512)), "int8", writing)
+    writing.save()
+    packing = linears.Packing(weight_cache.WeightCache.open(root, entry))
+    assert packing.skip_cached_loads(nn.Sequential(nn.Linear(256, 512)), "int8") == 1
+    with pytest.raises(RuntimeError, match="never served"):
+        packing.check_served()

