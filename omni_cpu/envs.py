@@ -375,6 +375,26 @@ ENGINES_BARRED = _declare(
         "stage",
     )
 )
+DRIVER = _declare(
+    Knob(
+        "OMNI_CPU_DRIVER",
+        "",
+        "set by omni-cpu, not by hand: `PID EPOCH TOKEN` of a driver that re-executed itself "
+        "with its stages' preloads; the stages forked from it carry it",
+        "cli",
+    )
+)
+STAGE_START = _declare(
+    Knob(
+        "OMNI_CPU_STAGE_START",
+        "fork",
+        "how stage engine cores start: fork (from the driver, which has imported torch and "
+        "vLLM; needs Intel OpenMP preloaded, else spawn) or spawn (a fresh interpreter each)",
+        "cli",
+        _lower,
+        choices=("fork", "spawn"),
+    )
+)
 TARGET_DEVICE = _declare(
     Knob(
         "VLLM_TARGET_DEVICE",
@@ -462,6 +482,8 @@ if TYPE_CHECKING:
     OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN: int
     OMNI_CPU_SERVE_TOKENIZER: str
     OMNI_CPU_OWNER: str
+    OMNI_CPU_DRIVER: str
+    OMNI_CPU_STAGE_START: str
     OMNI_CPU_STAGE_DEVICE: str
     VLLM_TARGET_DEVICE: str
     OMNI_CPU_TORCH_INDEX: str

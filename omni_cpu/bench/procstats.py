@@ -1,10 +1,10 @@
 """Per-stage CPU time (psutil) and peak memory (VmHWM), for the processes of each stage.
 
-A process belongs to a stage when its environment carries that stage's bind list
-(`omni_cpu.process.stage_processes.stage_binds`: vLLM-Omni starts each stage with
-its platform env, and the stage's engine core and worker inherit it). Stages that
-share one CPU list cannot be told apart; they are reported together under a
-joined name.
+A process belongs to a stage by its title (vLLM-Omni names the stage in its engine
+core's), else when its environment carries that stage's bind list
+(`omni_cpu.process.stage_processes.stage_binds`: a spawned stage starts with its
+platform env; a forked one shows the driver's). Stages that share one CPU list
+cannot be told apart by the list; they are reported together under a joined name.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from omni_cpu.process import procfs, proctree
-from omni_cpu.process.stage_processes import BIND_ENV, StageBinds
+from omni_cpu.process.stage_processes import StageBinds, stage_bind
 
 
 def stage_groups(pids: Iterable[int], binds: StageBinds) -> dict[str, list[int]]:
@@ -20,7 +20,7 @@ def stage_groups(pids: Iterable[int], binds: StageBinds) -> dict[str, list[int]]
     names = {bind: "+".join(name for _, name in stages) for bind, stages in binds.items()}
     groups: dict[str, list[int]] = {name: [] for name in names.values()}
     for pid in pids:
-        bind = procfs.environ(pid).get(BIND_ENV)
+        bind = stage_bind(pid, binds)
         if bind in names:
             groups[names[bind]].append(pid)
     return groups

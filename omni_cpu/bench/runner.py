@@ -127,6 +127,7 @@ class BenchResult:
     load_s: float = 0.0
     startup: dict[str, float] = field(default_factory=dict)  # launch.pipeline.STARTUP_PHASES
     stage_startup: dict[str, dict[str, Any]] = field(default_factory=dict)  # each stage's own
+    stage_start: str = ""  # "fork" or "spawn" (launch.pipeline.choose_stage_start)
     levels: list[Level] = field(default_factory=list)
     stage_read: dict[str, Any] | None = None  # bandwidth.stage_read of the talker's CPUs
     # What the predictions assume: omni_cpu.plan.capacity's source, weights, assumptions.
@@ -150,6 +151,7 @@ class BenchResult:
             "weights": self.weights,
             "load_s": round(self.load_s, 3),
             "startup": startup_dict(self.startup, self.stage_startup),
+            "stage_start": self.stage_start,
             "stage_cpus": self.stage_cpus,
             "memory_bandwidth": self.triad.to_dict(),
             "talker_read_bandwidth": self.stage_read,
@@ -259,6 +261,7 @@ def run_bench(
         result.load_s = session.load_s
         result.startup = dict(session.startup)
         result.stage_startup = dict(session.stage_startup)
+        result.stage_start = session.stage_start
         groups = procstats.stage_groups(session.stage_pids, stage_binds(plan.deploy_config))
         progress(f"engines up in {sum(session.startup.values()):.1f} s")
         for index in range(warmup):

@@ -93,6 +93,7 @@ def _exit(code: int) -> None:
 
 def main() -> None:
     """Console-script entry point: one line per user error, exit codes that mean something."""
+    state.own_process = True
     try:
         _main()
     except SystemExit as done:

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import typer
 
-from omni_cpu.cli.common import VERBOSE_HELP, WEIGHTS_HELP, console, err_console, print_json
+from omni_cpu.cli.common import (
+    VERBOSE_HELP,
+    WEIGHTS_HELP,
+    console,
+    err_console,
+    print_json,
+    state,
+)
 from omni_cpu.cli.voice import BENCH_VOICE, Voice, bench_request, voice_options
 
 _HELP = f"""\
@@ -64,6 +71,10 @@ def bench_command(
     first = bench_request(read_model_info(model), frames, voice)
     kind = first.task_type
     plan = make_launch_plan(model, deploy_profile, weights=weights)
+    if state.own_process:
+        from omni_cpu.launch.relaunch import relaunch_if_needed
+
+        relaunch_if_needed(plan)  # so the stages can be forked from this process
     for warning in plan.problems:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
 

@@ -17,6 +17,9 @@ err_console = Console(stderr=True, soft_wrap=True)
 @dataclass
 class _State:
     debug: bool = False
+    # True in the `omni-cpu` process itself (main()), not under a test's CliRunner:
+    # only then may a command re-execute the process (omni_cpu.launch.relaunch).
+    own_process: bool = False
 
 
 state = _State()

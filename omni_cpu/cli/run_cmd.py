@@ -91,12 +91,17 @@ def run_command(
     from omni_cpu.speech.wav import check_output_path
 
     info = read_model_info(model)
+    plan = make_launch_plan(model, deploy_profile, weights=weights, force=force)
+    if not dry_run and state.own_process:
+        from omni_cpu.launch.relaunch import relaunch_if_needed
+
+        # Before anything is read (a --text-file may be a pipe) or printed.
+        relaunch_if_needed(plan)
     texts = read_texts(text, text_file)
     if not dry_run:
         for path in _out_paths(out, len(texts)):
             check_output_path(path, allow_special=out_special)
     requests = voice.requests(info, texts, language, max_frames)
-    plan = make_launch_plan(model, deploy_profile, weights=weights, force=force)
 
     if dry_run:
         description = plan.describe()

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json
+from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json, state
 from omni_cpu.cli.voice import Voice, bench_request, voice_options
 
 _HELP = """\
@@ -70,6 +70,12 @@ def tune_command(
     dtypes = ("bfloat16", "float32") if choose_dtype(facts) == "bfloat16" else ()
     points = grid_points(profile, dtypes, max_points)
     auto = auto_point(profile)
+    if not dry_run and state.own_process:
+        from omni_cpu.bench.tune import launch_plan_for
+        from omni_cpu.launch.relaunch import relaunch_if_needed
+
+        # Every point preloads what the auto plan does (the machine's libraries).
+        relaunch_if_needed(launch_plan_for(model, profile, "tune"))
     rows: list[dict[str, Any]] = []
     for index, point in enumerate(points, 1):
         row: dict[str, Any] = {"point": point.label(), "auto": point == auto, "error": None}

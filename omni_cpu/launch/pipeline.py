@@ -57,10 +57,41 @@ class Utterance:
 # Start-up, phase by phase, in the order they run in the driver (seconds each).
 STARTUP_PHASES = {
     "runtime_import_s": "importing vLLM-Omni (torch, vLLM, transformers) in the driver",
-    "engines_s": "Omni(): both stages' engine-core and worker processes, the two stages at "
-    "once (each: spawn + imports, weights, KV cache)",
+    "engines_s": "Omni(): both stages' engine-core processes (each with its worker inside), "
+    "the two stages at once (each: forked from the driver, or spawned and importing "
+    "vLLM again; weights, KV cache)",
     "prompt_tokenizer_s": "the driver's text tokenizer and model config (prompt lengths)",
+    "driver_relaunch_s": "the driver re-executing itself with its stages' preloads (the "
+    "interpreter, the CLI and the plan a second time), so the stages can be forked",
 }
+
+
+def record_relaunch(phases: dict[str, float]) -> None:
+    """Add what re-executing the driver cost this start, when it did (launch.relaunch)."""
+    from omni_cpu.launch import relaunch
+
+    seconds = relaunch.relaunch_seconds()
+    if seconds is not None:
+        phases["driver_relaunch_s"] = seconds
+
+
+def choose_stage_start(plan: LaunchPlan) -> str:
+    """Fork the stage engine cores from this process when that is right here, else spawn;
+    either way without vLLM-Omni's machine-wide device locks (platform.init_locks).
+
+    Call after vLLM-Omni is imported. Why a plan cannot fork is logged (--verbose).
+    """
+    from omni_cpu.launch import relaunch
+    from omni_cpu.platform import fork, init_locks
+
+    init_locks.install()  # no machine-wide lock around a CPU stage's start-up
+    blocker = relaunch.fork_blocker(plan)
+    if blocker is None:
+        fork.install()
+        return "fork"
+    fork.uninstall()
+    logging.getLogger("omni_cpu").info("stage engine cores are spawned: %s", blocker)
+    return "spawn"
 
 
 @dataclass
@@ -76,6 +107,7 @@ class RunResult:
     startup: dict[str, float] = field(default_factory=dict)  # STARTUP_PHASES -> seconds
     # Each stage's own phases (omni_cpu.platform.stage_startup), inside engines_s.
     stage_startup: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stage_start: str = ""  # "fork" or "spawn" (choose_stage_start)
 
     @property
     def audio_s(self) -> float:
@@ -113,6 +145,7 @@ class RunResult:
             ],
             "binding": self.binding,
             "startup": startup_dict(self.startup, self.stage_startup),
+            "stage_start": self.stage_start,
         }
 
 
@@ -295,6 +328,7 @@ class PipelineSession:
         self.load_s = 0.0  # Omni(): the engines alone (startup["engines_s"])
         self.startup: dict[str, float] = {}
         self.stage_startup: dict[str, dict[str, Any]] = {}  # each stage's own phases
+        self.stage_start = ""  # "fork" or "spawn" (choose_stage_start)
         self.stage_pids: list[int] = []
         self.binding: dict[str, list[int]] = {}  # observed OpenMP binding per stage env
         self._omni: Any = None
@@ -324,6 +358,8 @@ class PipelineSession:
         except ImportError as error:
             raise RuntimeMissingError.on_import(error) from None
         self.startup["runtime_import_s"] = time.perf_counter() - start
+        record_relaunch(self.startup)
+        self.stage_start = choose_stage_start(self.plan)
         # Prompts too long for the talker are refused before any engine loads.
         tokenizer_start = time.perf_counter()
         self._builder = PromptBuilder(self.plan.model)
@@ -357,7 +393,7 @@ class PipelineSession:
                 self.load_s = self.startup["engines_s"] = time.perf_counter() - start
             self._watch.sample()
             self.stage_pids = proctree.descendants(os.getpid())
-            self.binding = stage_processes.observed_binding(self.stage_pids)
+            self.binding = stage_processes.observed_binding(self.stage_pids, binds)
         except BaseException as error:
             failure = error
             if not isinstance(error, (OmniCpuError, KeyboardInterrupt, SystemExit)):
@@ -530,6 +566,7 @@ def run_pipeline(
             session.stage_pids,
             session.startup,
             session.stage_startup,
+            session.stage_start,
         )
     except BaseException:
         outputs.abort()

@@ -154,26 +154,22 @@ FRONTEND_RESERVED_CORES = 1
 
 # --- Memory ---------------------------------------------------------------------
 # Each process's peak PSS beyond its weights and KV cache, 0.6B bf16 on the 2-core
-# Zen 4 (benchmarks/RESULTS.md, 2026-12-01 "memory per process (issue 11)":
-# benchmarks/memory_per_process.py around `omni-cpu run`, 24 frames, one and four
-# streams, the larger of the two). PSS, not RSS: torch's, vLLM's and triton's
-# libraries are mapped by every process and counted once over all of them, where
-# VmHWM counts them in each. With the checkpoint's pages dropped as they are copied
-# (omni_cpu.platform.lean_load): talker worker 2.99 GiB with one stream = 1.81 GiB
-# weights (talker, speaker and tokenizer encoders) + 0.27 GiB KV + 0.91 GiB
-# (interpreter, torch/vLLM heap, the largest tensor's file pages while copied);
-# code2wav worker 1.05 GiB = 0.21 GiB decoder + 0.84 GiB, of which the 256 MiB KV
-# budget below (its decoder has no vLLM attention layer, so nothing fills it);
-# each engine-core process 0.53-0.56 GiB (imports only); the driver 0.78-0.91 GiB.
-# Since each stage's worker runs inside its engine core (omni_cpu.platform.DRIVER_ENV,
-# same command, 15:04 UTC): talker stage process 3.58 GiB (+0.59 over the worker
-# alone), code2wav stage process 1.05 GiB (+0.0), driver 0.94 GiB; peak PSS of all
-# processes at once 5.44 GiB (5.69 with a process per worker). So the engine core
-# now costs what it adds inside the stage process: 0.3 GiB per stage on average.
-TALKER_WORKER_OVERHEAD_BYTES = int(0.95 * GIB)
-CODE2WAV_WORKER_OVERHEAD_BYTES = int(0.6 * GIB)
-ENGINE_CORE_PROCESS_BYTES = int(0.3 * GIB)
-DRIVER_PROCESS_BYTES = int(0.95 * GIB)
+# Zen 4 (benchmarks/RESULTS.md and calibrated.json, 2026-12-02 "memory per process,
+# stages forked or spawned" (issue 20): benchmarks/memory_per_process.py around `omni-cpu run`, 24
+# frames, one and four streams, each stage's worker inside its engine core, the
+# larger of the stages forked from the driver and spawned, plus a tenth). PSS, not
+# RSS: torch's, vLLM's and triton's libraries (and, for forked stages, the driver's
+# imported heap) are mapped by every process and counted once over all of them,
+# where VmHWM counts them in each. Talker stage process 0.69-0.78 GiB beyond its
+# 1.81 GiB of weights (talker, speaker and tokenizer encoders) and its KV;
+# code2wav stage process 0.55-0.82 GiB beyond its 0.21 GiB decoder, which
+# CODE2WAV_KV_CACHE_BYTES below covers in part (its decoder has no vLLM attention
+# layer, so nothing fills that budget); the driver 0.65-0.79 GiB. Until then the
+# engine core was a term of its own (0.3 GiB per stage) on top of overheads
+# measured when it was a process of its own.
+TALKER_STAGE_OVERHEAD_BYTES = int(0.85 * GIB)
+CODE2WAV_STAGE_OVERHEAD_BYTES = int(0.6 * GIB)
+DRIVER_PROCESS_BYTES = int(0.85 * GIB)
 # vLLM's CPU backend pages the KV cache in blocks of 128 tokens (vllm/platforms/cpu.py,
 # 0.30.0) and its block pool keeps one of them as the null block. A stream needs
 # whole blocks for max_model_len, and the cache one block more: with exactly one

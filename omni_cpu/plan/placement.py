@@ -35,10 +35,9 @@ def replica_fixed_memory_bytes(
     """Everything one replica holds besides the KV caches (measured, see costs)."""
     return (
         footprint.talker_weight_bytes(dtype, weights)
-        + costs.TALKER_WORKER_OVERHEAD_BYTES
+        + costs.TALKER_STAGE_OVERHEAD_BYTES
         + footprint.code2wav_weight_bytes(dtype)
-        + costs.CODE2WAV_WORKER_OVERHEAD_BYTES
-        + 2 * costs.ENGINE_CORE_PROCESS_BYTES
+        + costs.CODE2WAV_STAGE_OVERHEAD_BYTES
         + costs.DRIVER_PROCESS_BYTES
     )
 
@@ -69,7 +68,7 @@ def talker_node_need_bytes(footprint: ModelFootprint, dtype: str, weights: str =
     """What the talker's own node must hold: vLLM binds a worker's memory to one node."""
     return (
         footprint.talker_weight_bytes(dtype, weights)
-        + costs.TALKER_WORKER_OVERHEAD_BYTES
+        + costs.TALKER_STAGE_OVERHEAD_BYTES
         + reserved_kv_bytes(footprint, dtype)
         + per_seq_kv_bytes(footprint, dtype)
     )

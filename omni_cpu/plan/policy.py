@@ -215,7 +215,7 @@ def _replica(
                 own
                 - safety_margin(own)
                 - footprint.talker_weight_bytes(dtype, options.weights)
-                - costs.TALKER_WORKER_OVERHEAD_BYTES
+                - costs.TALKER_STAGE_OVERHEAD_BYTES
             )
     seqs, talker_kv = _talker_batch(
         footprint,

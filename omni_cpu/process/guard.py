@@ -13,6 +13,14 @@ half-written outputs, and exits. On a normal exit the owner asks for the same
 sweep while it still runs. A start also sweeps what runs whose watchdog died
 too left behind.
 
+Stage processes forked from the driver (omni_cpu.platform.fork) show the driver's
+start environment in /proc, not the token it set later: a driver that re-executed
+itself to fork its stages (omni_cpu.launch.relaunch) starts with a mark of its own
+(`envs.DRIVER`, naming its pid), and its watchdog counts processes carrying that
+mark as the owner's too (never the owner itself). Every child the owner forks
+closes the owner's end of the watchdog's socket at once: held open by a child,
+the socket would not close when the owner dies.
+
 The watchdog runs as `python -m omni_cpu.process.guard TOKEN OWNER_PID [FOLDER...]`.
 """
 
@@ -36,7 +44,9 @@ from omni_cpu.process import procfs, shm
 # and setproctitle 1.3 writes the title over the environment block unless this is set, so
 # the token (and every variable) would no longer be readable in the stages it must find.
 # The title is then as long as the command line had room for: a stage's spawn line has
-# more than enough.
+# more than enough, and so has the `omni-cpu` command line a forked stage inherits.
+# A forked stage's environment block is the driver's start environment (omni_cpu.platform.fork),
+# where the driver's mark sits: the same switch keeps it readable.
 KEEP_ENVIRON_ENV = "SPT_NOENV"
 POLL_S = 1.0
 TRACKER_GRACE_S = 3.0  # the resource tracker unlinks what it tracked once its pipe closes
@@ -44,17 +54,42 @@ STOP = b"s"
 STOPPED = b"k"
 
 
-def token_processes(token: str, among: list[psutil.Process] | None = None) -> list[psutil.Process]:
-    """Live processes whose environment carries `token` (ours to stop), of `among` or all."""
+def new_driver_mark(pid: int, epoch: float) -> str:
+    """The `envs.DRIVER` value a driver re-executing itself as `pid` at `epoch` starts with."""
+    return f"{pid} {epoch:.3f} {uuid.uuid4().hex}"
+
+
+def driver_mark(pid: int, environ: dict[str, str] | None = None) -> str:
+    """The mark `pid` started with for itself ('' if none); `environ`: its start environment.
+
+    The pid in the mark must be `pid`'s own: a process that merely inherited a
+    driver's mark (anything the driver started) is not that driver.
+    """
+    value = (procfs.environ(pid) if environ is None else environ).get(envs.DRIVER.name, "")
+    parts = value.split()
+    return value if len(parts) == 3 and parts[0] == str(pid) else ""
+
+
+def token_processes(
+    token: str,
+    among: list[psutil.Process] | None = None,
+    mark: str = "",
+    spare: int | None = None,
+) -> list[psutil.Process]:
+    """Live processes whose environment carries `token`, or the driver `mark` when one is
+    given (ours to stop), of `among` or all; never this process or `spare` (the owner)."""
     found = []
     me = os.getpid()
     for process in psutil.process_iter() if among is None else among:
-        if process.pid == me:
+        if process.pid in (me, spare):
             continue
         try:
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if procfs.environ(process.pid).get(envs.OWNER.name) == token:
+            environ = procfs.environ(process.pid)
+            if environ.get(envs.OWNER.name) == token or (
+                mark and environ.get(envs.DRIVER.name) == mark
+            ):
                 found.append(process)
         except psutil.Error:
             continue
@@ -77,8 +112,8 @@ def kill_all(processes: list[psutil.Process]) -> None:
 
 def reap_orphans() -> int:
     """Kill processes of finished runs (their owner and watchdog gone); how many."""
-    tokens = {ledger.token for ledger in shm.finished_ledgers()}
-    orphans = [p for token in tokens for p in token_processes(token)]
+    marks = {ledger.token: ledger.mark for ledger in shm.finished_ledgers()}
+    orphans = [p for token, mark in marks.items() for p in token_processes(token, mark=mark)]
     kill_all(orphans)
     return len(orphans)
 
@@ -90,7 +125,9 @@ class Watchdog:
         self.token = token
         self.owner_pid = owner_pid
         self.folders = folders
-        self.ledger = shm.Ledger(token, owner_pid, os.getpid())
+        # Stages forked from a driver that re-executed itself carry its mark, not the token.
+        self.mark = driver_mark(owner_pid)
+        self.ledger = shm.Ledger(token, owner_pid, os.getpid(), mark=self.mark)
         try:
             self.baseline = set(os.listdir(shm.SHM_DIR))
         except OSError:
@@ -109,7 +146,12 @@ class Watchdog:
         return list(found.values())
 
     def record(self, everywhere: bool = False) -> list[psutil.Process]:
-        processes = token_processes(self.token, None if everywhere else self._candidates())
+        processes = token_processes(
+            self.token,
+            None if everywhere else self._candidates(),
+            mark=self.mark,
+            spare=self.owner_pid,
+        )
         changed = self.ledger.record([self.owner_pid, *(p.pid for p in processes)])
         before = len(self.ledger.names)
         self.ledger.record_new(self.baseline)
@@ -186,7 +228,9 @@ class StageGuard:
         for folder in self.output_folders:
             sweep_partials(folder)
         ours, theirs = socket.socketpair()
-        env = {key: value for key, value in os.environ.items() if key != envs.OWNER.name}
+        # The watchdog carries neither the token nor the driver's mark: it is not ours to stop.
+        ours_only = (envs.OWNER.name, envs.DRIVER.name)
+        env = {key: value for key, value in os.environ.items() if key not in ours_only}
         command = [sys.executable, "-m", "omni_cpu.process.guard", self.token, str(os.getpid())]
         launcher = subprocess.Popen(
             [*command, *map(str, self.output_folders)],
@@ -231,6 +275,17 @@ class StageGuard:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def _close_channels_in_child() -> None:
+    """In a forked child: drop the owner's end of every watchdog socket (see the module doc)."""
+    for channel in StageGuard._held:
+        with contextlib.suppress(OSError):
+            channel.close()
+    StageGuard._held.clear()
+
+
+os.register_at_fork(after_in_child=_close_channels_in_child)
 
 
 def _log_error(token: str) -> None:

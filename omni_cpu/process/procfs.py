@@ -87,6 +87,17 @@ def shm_names_held(pid: int, inodes: dict[int, str] | None = None) -> set[str]:
     return names
 
 
+def mapped_files(pid: int | str = "self") -> set[str]:
+    """Real paths of the files `pid` maps (its loaded libraries among them); empty when gone."""
+    found: set[str] = set()
+    with contextlib.suppress(OSError):
+        for line in (PROC / str(pid) / "maps").read_text().splitlines():
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith("/"):
+                found.add(os.path.realpath(fields[5].removesuffix(" (deleted)")))
+    return found
+
+
 def shm_names_in_use() -> set[str]:
     """Every /dev/shm name some live process (that we may inspect) maps or holds open."""
     inodes = shm_inodes()

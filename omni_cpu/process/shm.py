@@ -50,6 +50,7 @@ class Ledger:
     watchdog_pid: int
     pids: set[int] = field(default_factory=set)
     names: set[str] = field(default_factory=set)
+    mark: str = ""  # the owner's driver mark (envs.DRIVER, omni_cpu.process.guard), if any
 
     @property
     def path(self) -> Path:
@@ -62,6 +63,7 @@ class Ledger:
             "watchdog_pid": self.watchdog_pid,
             "pids": sorted(self.pids),
             "names": sorted(self.names),
+            "mark": self.mark,
         }
         temp = self.path.with_suffix(".tmp")
         temp.write_text(json.dumps(data))
@@ -77,6 +79,7 @@ class Ledger:
                 int(data["watchdog_pid"]),
                 {int(pid) for pid in data["pids"]},
                 {str(name) for name in data["names"]},
+                str(data.get("mark", "")),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None

@@ -90,8 +90,27 @@ def identify(pid: int, binds: StageBinds) -> StageProcess:
     return StageProcess(pid, role, *stages[0])
 
 
-def observed_binding(pids: list[int]) -> dict[str, list[int]]:
-    """Per bind list: the CPUs its processes' bound threads use.
+def stage_bind(pid: int, binds: StageBinds) -> str | None:
+    """The bind list of the stage `pid` belongs to (`binds`: `stage_binds`), or None.
+
+    From its title first: a stage forked from the driver (omni_cpu.platform.fork)
+    shows the driver's start environment in /proc, not its stage's; the
+    environment is the fallback for a process without a stage title.
+    """
+    stage_id = _title_stage(pid)
+    if stage_id is None and "Worker" in proctree.command_line(pid):
+        stage_id = _title_stage(proctree.parent(pid) or 0)
+    if stage_id is not None:
+        for bind, stages in binds.items():
+            if any(known == stage_id for known, _ in stages):
+                return bind
+        return None
+    bind = procfs.environ(pid).get(BIND_ENV)
+    return bind if bind in binds else None
+
+
+def observed_binding(pids: list[int], binds: StageBinds) -> dict[str, list[int]]:
+    """Per bind list (`binds`: `stage_binds`): the CPUs its processes' bound threads use.
 
     A thread counts as bound when its allowed CPUs are narrower than its process's
     main thread was given at start (vLLM's worker pins each OpenMP thread).
@@ -99,7 +118,7 @@ def observed_binding(pids: list[int]) -> dict[str, list[int]]:
     allowed_all = set(os.sched_getaffinity(0))
     seen: dict[str, set[int]] = {}
     for pid in pids:
-        bind = procfs.environ(pid).get(BIND_ENV)
+        bind = stage_bind(pid, binds)
         if bind is None:
             continue
         for cpus in procfs.thread_cpus(pid).values():

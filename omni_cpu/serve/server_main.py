@@ -15,8 +15,27 @@ import os
 import sys
 
 
+def _fork_stages_if_right() -> None:
+    """Fork the stage engine cores from this process when that is right (launch.relaunch),
+    and start them without vLLM-Omni's machine-wide device locks (platform.init_locks).
+
+    The supervisor starts this process with the profile's environment, its
+    LD_PRELOAD among it, so the stages' preloads are already loaded here.
+    """
+    from omni_cpu.launch.relaunch import preload_blocker, preload_entries
+    from omni_cpu.platform import init_locks
+
+    init_locks.install()  # no machine-wide lock around a CPU stage's start-up
+    if preload_blocker(preload_entries(os.environ.get("LD_PRELOAD", ""))) is None:
+        from omni_cpu.platform import fork
+
+        fork.install()
+
+
 def main() -> None:
     from vllm_omni.entrypoints.cli.main import main as vllm_omni_main
+
+    _fork_stages_if_right()
 
     try:
         vllm_omni_main()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -26,6 +27,18 @@ RUNTIME_MISSING = importlib.util.find_spec("vllm_omni") is None
 needs_runtime = pytest.mark.skipif(
     RUNTIME_MISSING, reason="the inference runtime is not installed (scripts/install-runtime.sh)"
 )
+
+
+_STAGE_IN_TITLE = re.compile(r"EngineCore\w*_stage(\d+)_")
+
+
+def stage_of(pid: int) -> int | None:
+    """The stage whose engine core `pid` is, by the title vLLM-Omni gives it; else None.
+
+    Not by the environment: a stage forked from the driver shows the driver's there.
+    """
+    found = _STAGE_IN_TITLE.search(proctree.command_line(pid))
+    return int(found.group(1)) if found else None
 
 
 def thread_cpu_lists(pid: int) -> list[str]:
@@ -55,8 +68,11 @@ class Run:
     stdout: str
     stderr: str
     token: str
-    # VLLM_CPU_OMP_THREADS_BIND of a stage process -> Cpus_allowed_list of its threads
-    thread_cpus_by_bind: dict[str, set[str]] = field(default_factory=dict)
+    # stage id (from its engine core's title) -> Cpus_allowed_list of its threads
+    thread_cpus_by_stage: dict[int, set[str]] = field(default_factory=dict)
+    # how each stage process was seen to start: "fork" (its /proc environ is the
+    # driver's start environment) or "spawn" (its own, with its stage's binding)
+    stage_starts: set[str] = field(default_factory=set)
 
     def json(self) -> dict:
         return json.loads(self.stdout)
@@ -69,7 +85,8 @@ def run_omni_cpu(*args: str, timeout_s: float = 900, env: dict[str, str] | None 
     process = subprocess.Popen(
         [OMNI_CPU, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
-    seen: dict[str, set[str]] = {}
+    seen: dict[int, set[str]] = {}
+    starts: set[str] = set()
     deadline = time.monotonic() + timeout_s
     import threading
 
@@ -82,15 +99,18 @@ def run_omni_cpu(*args: str, timeout_s: float = 900, env: dict[str, str] | None 
     reader.start()
     while reader.is_alive() and time.monotonic() < deadline:
         for pid in proctree.descendants(process.pid):
-            bind = procfs.environ(pid).get("VLLM_CPU_OMP_THREADS_BIND")
-            if bind is not None:
-                seen.setdefault(bind, set()).update(thread_cpu_lists(pid))
+            stage = stage_of(pid)
+            if stage is not None:
+                seen.setdefault(stage, set()).update(thread_cpu_lists(pid))
+                environ = procfs.environ(pid)
+                if environ:
+                    starts.add("fork" if environ == procfs.environ(process.pid) else "spawn")
         time.sleep(0.5)
     if reader.is_alive():
         process.kill()
         reader.join()
         pytest.fail(f"omni-cpu {' '.join(args)} ran over {timeout_s} s")
-    return Run(process.returncode, out["stdout"], out["stderr"], token, seen)
+    return Run(process.returncode, out["stdout"], out["stderr"], token, seen, starts)
 
 
 def interrupt_omni_cpu(*args: str, sig: int, timeout_s: float = 600) -> Run:
@@ -103,11 +123,7 @@ def interrupt_omni_cpu(*args: str, sig: int, timeout_s: float = 600) -> Run:
     deadline = time.monotonic() + timeout_s
     stages: list[int] = []
     while len(stages) < 2 and process.poll() is None and time.monotonic() < deadline:
-        stages = [
-            pid
-            for pid in proctree.descendants(process.pid)
-            if "VLLM_CPU_OMP_THREADS_BIND" in procfs.environ(pid)
-        ]
+        stages = [pid for pid in proctree.descendants(process.pid) if stage_of(pid) is not None]
         time.sleep(0.5)
     if len(stages) < 2:
         process.kill()

@@ -49,9 +49,8 @@ def _decoder_chunk_ms(dtype: str, frames: str) -> float:
 
 
 PROCESS_BYTES = {
-    "talker_worker": "TALKER_WORKER_OVERHEAD_BYTES",
-    "code2wav_worker": "CODE2WAV_WORKER_OVERHEAD_BYTES",
-    "engine_core": "ENGINE_CORE_PROCESS_BYTES",
+    "talker_stage": "TALKER_STAGE_OVERHEAD_BYTES",
+    "code2wav_stage": "CODE2WAV_STAGE_OVERHEAD_BYTES",
     "driver": "DRIVER_PROCESS_BYTES",
 }
 

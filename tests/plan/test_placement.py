@@ -39,9 +39,9 @@ def numa_machine(root, nodes: dict[int, tuple[str, int]], distance=None) -> Fake
     return machine
 
 
-def test_64_nodes_of_6_gib_are_planned_as_grouped_replicas_of_the_nearest_nodes(tmp_path):
+def test_64_nodes_of_5_gib_are_planned_as_grouped_replicas_of_the_nearest_nodes(tmp_path):
     # Node n's nearest neighbour is n ^ 32 (not n + 1): grouping follows the table.
-    nodes = {n: (f"{2 * n}-{2 * n + 1}", 6) for n in range(64)}
+    nodes = {n: (f"{2 * n}-{2 * n + 1}", 5) for n in range(64)}
     root = numa_machine(
         tmp_path, nodes, lambda a, b: 10 if a == b else 12 if a ^ 32 == b else 20
     ).root
@@ -56,8 +56,8 @@ def test_64_nodes_of_6_gib_are_planned_as_grouped_replicas_of_the_nearest_nodes(
     assert env["CPU_VISIBLE_MEMORY_NODES"] == "0,32"
 
 
-def test_eight_6_gib_nodes_pair_up_without_a_distance_table(tmp_path):
-    nodes = {n: (f"{4 * n}-{4 * n + 3}", 6) for n in range(8)}
+def test_eight_5_gib_nodes_pair_up_without_a_distance_table(tmp_path):
+    nodes = {n: (f"{4 * n}-{4 * n + 3}", 5) for n in range(8)}
     profile = plan_profile(read_facts(numa_machine(tmp_path, nodes).root), FOOTPRINT)
     assert [r.stages[0].memory_nodes for r in profile.replicas] == ["0-1", "2-3", "4-5", "6-7"]
 
@@ -134,12 +134,12 @@ def test_4_gib_machine_is_refused_in_one_line_naming_the_memory_needed(tmp_path)
         plan_profile(facts, FOOTPRINT)
     line = refused.value.one_line()
     assert "\n" not in line
-    assert "needs about 5.6 GiB" in line and "gives it 3.0 GiB" in line
+    assert "needs about 4.8 GiB" in line and "gives it 3.0 GiB" in line
     assert "--weights int8" in line  # what was tried, and why it does not fit either
 
 
 def test_1_7b_on_a_machine_that_holds_0_6b_says_what_would_fit(tmp_path):
-    facts = read_facts(numa_machine(tmp_path, {0: ("0-3", 8)}).root)
+    facts = read_facts(numa_machine(tmp_path, {0: ("0-3", 7)}).root)
     with pytest.raises(MachineTooSmallError) as refused:
         plan_profile(facts, footprint_for_model("1.7b"))
     assert "would fit: --weights int8" in refused.value.one_line()

@@ -193,12 +193,12 @@ def test_kv_cache_is_what_the_batch_needs_in_vllms_blocks():
 def test_cgroup_memory_limit_shrinks_the_batch():
     roomy = plan_profile(machine({0: list(range(8))}), FOOTPRINT)
     limited = plan_profile(
-        machine({0: list(range(8))}, limits=Limits(cgroup_version=2, memory_max_bytes=12 * GIB)),
+        machine({0: list(range(8))}, limits=Limits(cgroup_version=2, memory_max_bytes=10 * GIB)),
         FOOTPRINT,
     )
     assert limited.stages[0].kv_cache_memory_bytes < roomy.stages[0].kv_cache_memory_bytes
     total = sum(s.kv_cache_memory_bytes for s in limited.stages)
-    assert total < 12 * GIB
+    assert total < 10 * GIB
 
 
 def test_too_little_memory_is_a_plan_error_that_says_the_fix():
@@ -267,7 +267,7 @@ def test_auto_on_a_busy_machine_fits_the_memory_free_now():
     from dataclasses import replace
 
     busy = replace(
-        machine({0: [0, 1]}, memory_per_node=24 * GIB), memory_available_bytes=int(7.0 * GIB)
+        machine({0: [0, 1]}, memory_per_node=24 * GIB), memory_available_bytes=int(6.0 * GIB)
     )
     capacity = plan_profile(busy, FOOTPRINT)
     now = plan_profile(busy, FOOTPRINT, PlanOptions(fit_available_memory=True))

@@ -41,7 +41,7 @@ def test_stage_phases_sit_beside_the_driver_total_not_in_it() -> None:
     driver = {"runtime_import_s": 6.0, "engines_s": 19.0, "prompt_tokenizer_s": 0.25}
     shown = startup_dict(driver, {"talker": TALKER})
     assert shown["total_s"] == pytest.approx(25.25)
-    assert set(shown["phases"]) == set(STARTUP_PHASES)
+    assert set(shown["phases"]) == set(driver) <= set(STARTUP_PHASES)  # each one described
     assert shown["stages"]["talker"]["weight_cache"] == "hit"
     assert set(shown["stage_phases"]) == set(TALKER)  # each reported phase says what it is
     assert "stages" not in startup_dict(driver)

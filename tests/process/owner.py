@@ -1,10 +1,13 @@
-"""A stand-in for `omni-cpu run`: a guarded owner whose spawned child holds shared memory.
+"""A stand-in for `omni-cpu run`: a guarded owner whose child holds shared memory.
 
 The child ignores SIGTERM, as vLLM's engine core and Python's resource tracker do.
 Prints the child's pid and the /dev/shm name it holds, then waits (or with `exit`,
 ends cleanly). With `titled`, the child is a stage as vLLM starts one: it sets its
 title (setproctitle) and holds a semaphore that no resource tracker will unlink
-once it is killed, as a stage killed under `serve` loses one.
+once it is killed, as a stage killed under `serve` loses one. A `fork-` prefix
+starts the owner as `omni-cpu` starts a driver that forks its stages
+(omni_cpu.launch.relaunch): re-executed once with its own driver mark, then the
+child forked, so the child's /proc environ carries the mark and not the token.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import time
 from multiprocessing import shared_memory
 from pathlib import Path
 
-from omni_cpu.process.guard import StageGuard
+from omni_cpu import envs
+from omni_cpu.process.guard import StageGuard, driver_mark, new_driver_mark
 
 
 def child(ready: multiprocessing.synchronize.Event, names: multiprocessing.Queue) -> None:
@@ -47,7 +51,13 @@ def titled_child(ready: multiprocessing.synchronize.Event, names: multiprocessin
 
 
 def main(mode: str, folder: str) -> None:
-    context = multiprocessing.get_context("spawn")
+    start = "spawn"
+    if mode.startswith("fork-"):
+        start, mode = "fork", mode.removeprefix("fork-")
+        if not driver_mark(os.getpid(), dict(os.environ)):
+            env = {**os.environ, envs.DRIVER.name: new_driver_mark(os.getpid(), time.time())}
+            os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    context = multiprocessing.get_context(start)
     with StageGuard([Path(folder)]):
         ready, names = context.Event(), context.Queue()
         target = titled_child if mode == "titled" else child

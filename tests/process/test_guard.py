@@ -41,8 +41,18 @@ def ledgers_listing(name: str) -> set[Path]:
     return {path for path in paths if (ledger := shm.Ledger.load(path)) and name in ledger.names}
 
 
+# spawned children carry the owner's token; forked ones ("fork-") only the mark of the
+# driver they were forked from (omni_cpu.platform.fork), and a copy of the owner's
+# socket to its watchdog.
 @pytest.mark.parametrize(
-    "mode", ["wait", "titled"], ids=["a segment", "a titled stage's lost semaphore"]
+    "mode",
+    ["wait", "titled", "fork-wait", "fork-titled"],
+    ids=[
+        "a segment",
+        "a titled stage's lost semaphore",
+        "a forked child's segment",
+        "a forked titled stage's lost semaphore",
+    ],
 )
 def test_a_killed_owner_takes_its_children_and_their_shared_memory_along(
     mode: str, tmp_path: Path
@@ -78,8 +88,10 @@ def test_a_titled_stage_keeps_the_token_in_its_environment(tmp_path: Path) -> No
         (shm.SHM_DIR / name).unlink(missing_ok=True)
 
 
-def test_a_clean_exit_leaves_no_segment_and_no_ledger(tmp_path: Path) -> None:
-    owner, child, segment = start_owner("exit", tmp_path)
+@pytest.mark.parametrize("start", ["", "fork-"], ids=["spawned", "forked"])
+def test_a_clean_exit_leaves_no_segment_and_no_ledger(tmp_path: Path, start: str) -> None:
+    # A marked owner carries its own mark: its watchdog must not stop the owner itself.
+    owner, child, segment = start_owner(f"{start}exit", tmp_path)
     assert owner.wait(timeout=60) == 0
     assert not proctree.is_running(child)
     assert eventually(lambda: not (shm.SHM_DIR / segment).exists(), 20)

@@ -164,7 +164,7 @@ def test_a_ref_audio_dir_that_is_not_a_folder_is_refused(tmp_path):
 
 
 def test_a_grouped_replica_serves_with_memory_from_every_node_of_its_group():
-    small_nodes = machine({n: [2 * n, 2 * n + 1] for n in range(4)}, memory_per_node=6 << 30)
+    small_nodes = machine({n: [2 * n, 2 * n + 1] for n in range(4)}, memory_per_node=5 << 30)
     profile = plan_profile(small_nodes, footprint_for_model("0.6b"), PlanOptions())
     assert len(profile.replicas) == 2
     plan = build_serve_plan("ckpt", profile, replica=1, port=8001)
