@@ -22,11 +22,14 @@ from pathlib import Path
 import psutil
 import pytest
 
+from omni_cpu.plan import costs
 from omni_cpu.process import proctree
 from tests.helpers.engines import OMNI_CPU, live_pids_with_token, needs_runtime
 from tests.helpers.leftovers import SHM, eventually, new_shm_entries
 
-LONG_FRAMES = "400"  # far longer than any test waits: the run is always cut short
+# The talker's cap: the tiny checkpoint speaks 400 frames in under 3 s on 2 cores, so a
+# shorter run could end before a test strikes it.
+LONG_FRAMES = str(costs.TALKER_MAX_FRAMES)
 
 
 def error_line(stderr: str, *, engines_ran: bool = False) -> str:
@@ -155,7 +158,8 @@ class LiveRun:
 
     def wait_synthesizing(self, timeout_s: float = 600) -> None:
         assert self.synthesizing.wait(timeout_s), "".join(self.lines)[-3000:]
-        time.sleep(3)  # first chunks are out
+        time.sleep(1)  # first chunks are out
+        assert self.process.poll() is None, "the run ended before the test could strike it"
         # A process that has ended shows no token: remember the whole tree while it runs.
         self.tree = [self.process.pid, *proctree.descendants(self.process.pid)]
 
