@@ -14,7 +14,6 @@ ragged 11-frame last chunk.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -34,6 +33,7 @@ from tests.helpers.engines import (
     needs_runtime,
     run_omni_cpu,
 )
+from tests.helpers.profiles import with_talker
 
 MAX_FRAMES = "12"
 
@@ -154,10 +154,16 @@ def _assert_speech_shaped_wav(path: Path) -> None:
     assert np.abs(samples).max() > 0.0
 
 
+@pytest.fixture(params=["sync_run", "stream_run"], ids=["sync", "stream"])
+def each_run(request: pytest.FixtureRequest) -> tuple[Run, Path]:
+    """The sync run, then the streaming run: what holds for both is checked on each."""
+    return request.getfixturevalue(request.param)
+
+
 @pytest.mark.e2e
 @needs_runtime
-def test_sync_run_writes_24khz_mono_whole_frames_of_sound(sync_run: tuple[Run, Path]) -> None:
-    _assert_speech_shaped_wav(sync_run[1])
+def test_run_writes_24khz_mono_whole_frames_of_sound(each_run: tuple[Run, Path]) -> None:
+    _assert_speech_shaped_wav(each_run[1])
 
 
 @pytest.mark.e2e
@@ -268,17 +274,9 @@ def test_a_stage_that_fails_to_start_still_shows_its_own_error(
     from omni_cpu.profile import save_profile
 
     _, profile = plan_for_machine(str(tiny_checkpoint))
-    replica = profile.replicas[0]
     # 4 KiB of KV cache cannot hold one talker request: vLLM refuses in stage 0's engine core.
-    stages = (
-        dataclasses.replace(replica.stages[0], kv_cache_memory_bytes=4096),
-        *replica.stages[1:],
-    )
-    profile = dataclasses.replace(
-        profile, replicas=(dataclasses.replace(replica, stages=stages), *profile.replicas[1:])
-    )
     path = tmp_path / "no-kv.yaml"
-    save_profile(profile, path)
+    save_profile(with_talker(profile, kv_cache_memory_bytes=4096), path)
     out = tmp_path / "never.wav"
     run = run_omni_cpu(
         "run",
@@ -301,14 +299,8 @@ def test_a_stage_that_fails_to_start_still_shows_its_own_error(
 
 @pytest.mark.e2e
 @needs_runtime
-def test_no_stage_process_outlives_a_sync_run(sync_run: tuple[Run, Path]) -> None:
-    assert none_left(sync_run[0].token)
-
-
-@pytest.mark.e2e
-@needs_runtime
-def test_stream_run_writes_24khz_mono_whole_frames_of_sound(stream_run: tuple[Run, Path]) -> None:
-    _assert_speech_shaped_wav(stream_run[1])
+def test_no_stage_process_outlives_the_run(each_run: tuple[Run, Path]) -> None:
+    assert none_left(each_run[0].token)
 
 
 @pytest.mark.e2e
@@ -331,12 +323,6 @@ def test_stream_run_reports_time_to_first_audio(stream_run: tuple[Run, Path]) ->
     assert report["stream"] is True
     assert report["outputs"][0]["chunks"] >= 1
     assert 0 < report["ttfa_s"] <= report["wall_s"]
-
-
-@pytest.mark.e2e
-@needs_runtime
-def test_no_stage_process_outlives_a_stream_run(stream_run: tuple[Run, Path]) -> None:
-    assert none_left(stream_run[0].token)
 
 
 @pytest.mark.e2e
@@ -386,13 +372,8 @@ def test_profile_naming_cpus_this_machine_lacks_is_refused(
 
     _, profile = plan_for_machine(str(tiny_checkpoint))
     absent = str(max(os.cpu_count() or 1, 4095) + 1)
-    replica = profile.replicas[0]
-    stages = (dataclasses.replace(replica.stages[0], cpus=absent), *replica.stages[1:])
-    profile = dataclasses.replace(
-        profile, replicas=(dataclasses.replace(replica, stages=stages), *profile.replicas[1:])
-    )
     path = tmp_path / "elsewhere.yaml"
-    save_profile(profile, path)
+    save_profile(with_talker(profile, cpus=absent), path)
     line = _refused("--model", str(tiny_checkpoint), "--deploy-profile", str(path), "--text", "Hi")
     assert f"CPUs {absent} do not exist here" in line
 
