@@ -22,6 +22,7 @@ from torch import nn
 
 from omni_cpu.kernels import fbgemm, gemv, weight_cache
 from omni_cpu.models import linears
+from tests.helpers.tensors import column_picking
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 needs_gemv = pytest.mark.skipif(
@@ -79,10 +80,7 @@ def test_quantizing_leaves_the_float_weight_as_it_was() -> None:
 @needs_gemv
 def test_each_output_column_lands_in_its_own_place() -> None:
     """A permuted layout can keep the norm of the error small only by luck; check columns."""
-    w = torch.zeros(208, 192)
-    w[torch.arange(208), torch.arange(208) % 192] = 1.0  # column j of y reads x[:, j % 192]
-    x = torch.arange(3 * 192, dtype=torch.float32).reshape(3, 192) % 97
-    want = x[:, torch.arange(208) % 192]
+    w, x, want = column_picking(rows=3)
     for weights, dtype in (("model", torch.bfloat16), ("int8", torch.float32)):
         got = linears.choose(w.to(dtype), weights)[1](x.to(dtype)).float()
         assert torch.allclose(got, want, rtol=0.01, atol=0.5), weights
