@@ -394,19 +394,26 @@ def test_sync_run_logs_each_talker_step_with_its_code_predictor_time(
     assert list((out.parent / "steps").glob("code2wav-*.jsonl"))
 
 
+def _layers_by_kernel(run: Run, weights: str) -> dict[str, list[tuple[str, int]]]:
+    """The run's `linear kernels` line: {"talker" and "predictor": [(kernel, layers), ...]}."""
+    # omni_cpu.models.linears.describe: "talker 28 gemv-w8a8; predictor 20 gemv-w8a8, ..."
+    line = rf"linear kernels \({weights} weights\): talker (.*?); predictor (.*)"
+    found = re.search(line, run.stderr)
+    assert found, run.stderr[-3000:]
+    return {
+        model: [(kernel, int(n)) for n, kernel in re.findall(r"(\d+) ([\w-]+)", side)]
+        for model, side in zip(("talker", "predictor"), found.groups(), strict=True)
+    }
+
+
 @pytest.mark.e2e
 @needs_runtime
 def test_int8_stream_run_quantized_the_talker_and_its_code_predictor(
     stream_run: tuple[Run, Path],
 ) -> None:
-    run, _out = stream_run
-    # omni_cpu.models.linears.describe: "talker 28 gemv-w8a8; predictor 20 gemv-w8a8, ..."
-    found = re.search(r"linear kernels \(int8 weights\): talker (.*?); predictor (.*)", run.stderr)
-    assert found, run.stderr[-3000:]
-    int8_kernels = ("gemv-w8a8", "fbgemm-int8")
-    for side in (found.group(1), found.group(2)):
-        kernels = re.findall(r"(\d+) ([\w-]+)", side)
-        assert sum(int(n) for n, kernel in kernels if kernel in int8_kernels) > 0, side
+    for model, layers in _layers_by_kernel(stream_run[0], "int8").items():
+        int8 = sum(n for kernel, n in layers if kernel in ("gemv-w8a8", "fbgemm-int8"))
+        assert int8 > 0, (model, layers)
 
 
 @pytest.mark.e2e
@@ -414,12 +421,9 @@ def test_int8_stream_run_quantized_the_talker_and_its_code_predictor(
 def test_int4_run_quantized_both_models_and_wrote_sound(int4_run: tuple[Run, Path]) -> None:
     run, out = int4_run
     _assert_speech_shaped_wav(out)
-    found = re.search(r"linear kernels \(int4 weights\): talker (.*?); predictor (.*)", run.stderr)
-    assert found, run.stderr[-3000:]
-    for side in (found.group(1), found.group(2)):
-        kernels = re.findall(r"(\d+) ([\w-]+)", side)
-        int4 = sum(int(n) for n, kernel in kernels if kernel in ("gemv-w4a8", "gemv-avx2-w4a8"))
-        assert int4 > 0, side
+    for model, layers in _layers_by_kernel(run, "int4").items():
+        int4 = sum(n for kernel, n in layers if kernel in ("gemv-w4a8", "gemv-avx2-w4a8"))
+        assert int4 > 0, (model, layers)
 
 
 @pytest.mark.e2e
