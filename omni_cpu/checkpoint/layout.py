@@ -27,8 +27,11 @@ class TensorSpec(NamedTuple):
 Layout = dict[str, TensorSpec]
 
 
-def _qwen3_layer(out: Layout, prefix: str, cfg: dict[str, Any], dtype: str) -> None:
-    """A Qwen3 decoder layer: GQA attention with per-head q/k RMSNorm, SwiGLU MLP."""
+def _decoder_layer(
+    out: Layout, prefix: str, cfg: dict[str, Any], dtype: str, head_norms: bool = True
+) -> None:
+    """A Qwen3 decoder layer: GQA attention with per-head q/k RMSNorm (`head_norms`), SwiGLU
+    MLP, no biases; in the official state dict's order."""
     hidden, inner = cfg["hidden_size"], cfg["intermediate_size"]
     head_dim = cfg["head_dim"]
     q_width = cfg["num_attention_heads"] * head_dim
@@ -37,8 +40,9 @@ def _qwen3_layer(out: Layout, prefix: str, cfg: dict[str, Any], dtype: str) -> N
     out[f"{prefix}.self_attn.k_proj.weight"] = TensorSpec((kv_width, hidden), dtype)
     out[f"{prefix}.self_attn.v_proj.weight"] = TensorSpec((kv_width, hidden), dtype)
     out[f"{prefix}.self_attn.o_proj.weight"] = TensorSpec((hidden, q_width), dtype)
-    out[f"{prefix}.self_attn.q_norm.weight"] = TensorSpec((head_dim,), dtype)
-    out[f"{prefix}.self_attn.k_norm.weight"] = TensorSpec((head_dim,), dtype)
+    if head_norms:
+        out[f"{prefix}.self_attn.q_norm.weight"] = TensorSpec((head_dim,), dtype)
+        out[f"{prefix}.self_attn.k_norm.weight"] = TensorSpec((head_dim,), dtype)
     out[f"{prefix}.mlp.gate_proj.weight"] = TensorSpec((inner, hidden), dtype)
     out[f"{prefix}.mlp.up_proj.weight"] = TensorSpec((inner, hidden), dtype)
     out[f"{prefix}.mlp.down_proj.weight"] = TensorSpec((hidden, inner), dtype)
@@ -104,7 +108,7 @@ def model_layout(config: dict[str, Any]) -> Layout:
     text_hidden = talker["text_hidden_size"]
     out: Layout = {}
     for i in range(talker["num_hidden_layers"]):
-        _qwen3_layer(out, f"talker.model.layers.{i}", talker, dtype)
+        _decoder_layer(out, f"talker.model.layers.{i}", talker, dtype)
     out["talker.model.norm.weight"] = TensorSpec((hidden,), dtype)
     out["talker.model.codec_embedding.weight"] = TensorSpec((talker["vocab_size"], hidden), dtype)
     out["talker.model.text_embedding.weight"] = TensorSpec(
@@ -118,7 +122,7 @@ def model_layout(config: dict[str, Any]) -> Layout:
 
     cp_hidden = predictor["hidden_size"]
     for i in range(predictor["num_hidden_layers"]):
-        _qwen3_layer(out, f"talker.code_predictor.model.layers.{i}", predictor, dtype)
+        _decoder_layer(out, f"talker.code_predictor.model.layers.{i}", predictor, dtype)
     out["talker.code_predictor.model.norm.weight"] = TensorSpec((cp_hidden,), dtype)
     groups = talker["num_code_groups"] - 1
     # The residual-codebook embeddings stay in the talker width: their sum is the
@@ -220,20 +224,10 @@ def _codec_decoder(out: Layout, dec: dict[str, Any], dtype: str) -> None:
     """Qwen3TTSTokenizerV2Decoder: split RVQ, pre-conv, transformer, upsampling, SEANet."""
     p = "decoder"
     width = dec["hidden_size"]
-    q_width = dec["num_attention_heads"] * dec["head_dim"]
-    kv_width = dec["num_key_value_heads"] * dec["head_dim"]
-    inner = dec["intermediate_size"]
     for i in range(dec["num_hidden_layers"]):
         layer = f"{p}.pre_transformer.layers.{i}"
-        out[f"{layer}.self_attn.q_proj.weight"] = TensorSpec((q_width, width), dtype)
-        out[f"{layer}.self_attn.k_proj.weight"] = TensorSpec((kv_width, width), dtype)
-        out[f"{layer}.self_attn.v_proj.weight"] = TensorSpec((kv_width, width), dtype)
-        out[f"{layer}.self_attn.o_proj.weight"] = TensorSpec((width, q_width), dtype)
-        out[f"{layer}.mlp.gate_proj.weight"] = TensorSpec((inner, width), dtype)
-        out[f"{layer}.mlp.up_proj.weight"] = TensorSpec((inner, width), dtype)
-        out[f"{layer}.mlp.down_proj.weight"] = TensorSpec((width, inner), dtype)
-        out[f"{layer}.input_layernorm.weight"] = TensorSpec((width,), dtype)
-        out[f"{layer}.post_attention_layernorm.weight"] = TensorSpec((width,), dtype)
+        # Qwen3's layer without the q/k norms, each half scaled on its way into the residual.
+        _decoder_layer(out, layer, dec, dtype, head_norms=False)
         out[f"{layer}.self_attn_layer_scale.scale"] = TensorSpec((width,), dtype)
         out[f"{layer}.mlp_layer_scale.scale"] = TensorSpec((width,), dtype)
     latent = dec["latent_dim"]

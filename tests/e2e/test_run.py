@@ -14,7 +14,6 @@ ragged 11-frame last chunk.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -34,6 +33,7 @@ from tests.helpers.engines import (
     needs_runtime,
     run_omni_cpu,
 )
+from tests.helpers.profiles import with_talker
 
 MAX_FRAMES = "12"
 
@@ -154,10 +154,16 @@ def _assert_speech_shaped_wav(path: Path) -> None:
     assert np.abs(samples).max() > 0.0
 
 
+@pytest.fixture(params=["sync_run", "stream_run"], ids=["sync", "stream"])
+def each_run(request: pytest.FixtureRequest) -> tuple[Run, Path]:
+    """The sync run, then the streaming run: what holds for both is checked on each."""
+    return request.getfixturevalue(request.param)
+
+
 @pytest.mark.e2e
 @needs_runtime
-def test_sync_run_writes_24khz_mono_whole_frames_of_sound(sync_run: tuple[Run, Path]) -> None:
-    _assert_speech_shaped_wav(sync_run[1])
+def test_run_writes_24khz_mono_whole_frames_of_sound(each_run: tuple[Run, Path]) -> None:
+    _assert_speech_shaped_wav(each_run[1])
 
 
 @pytest.mark.e2e
@@ -268,17 +274,9 @@ def test_a_stage_that_fails_to_start_still_shows_its_own_error(
     from omni_cpu.profile import save_profile
 
     _, profile = plan_for_machine(str(tiny_checkpoint))
-    replica = profile.replicas[0]
     # 4 KiB of KV cache cannot hold one talker request: vLLM refuses in stage 0's engine core.
-    stages = (
-        dataclasses.replace(replica.stages[0], kv_cache_memory_bytes=4096),
-        *replica.stages[1:],
-    )
-    profile = dataclasses.replace(
-        profile, replicas=(dataclasses.replace(replica, stages=stages), *profile.replicas[1:])
-    )
     path = tmp_path / "no-kv.yaml"
-    save_profile(profile, path)
+    save_profile(with_talker(profile, kv_cache_memory_bytes=4096), path)
     out = tmp_path / "never.wav"
     run = run_omni_cpu(
         "run",
@@ -301,14 +299,8 @@ def test_a_stage_that_fails_to_start_still_shows_its_own_error(
 
 @pytest.mark.e2e
 @needs_runtime
-def test_no_stage_process_outlives_a_sync_run(sync_run: tuple[Run, Path]) -> None:
-    assert none_left(sync_run[0].token)
-
-
-@pytest.mark.e2e
-@needs_runtime
-def test_stream_run_writes_24khz_mono_whole_frames_of_sound(stream_run: tuple[Run, Path]) -> None:
-    _assert_speech_shaped_wav(stream_run[1])
+def test_no_stage_process_outlives_the_run(each_run: tuple[Run, Path]) -> None:
+    assert none_left(each_run[0].token)
 
 
 @pytest.mark.e2e
@@ -331,12 +323,6 @@ def test_stream_run_reports_time_to_first_audio(stream_run: tuple[Run, Path]) ->
     assert report["stream"] is True
     assert report["outputs"][0]["chunks"] >= 1
     assert 0 < report["ttfa_s"] <= report["wall_s"]
-
-
-@pytest.mark.e2e
-@needs_runtime
-def test_no_stage_process_outlives_a_stream_run(stream_run: tuple[Run, Path]) -> None:
-    assert none_left(stream_run[0].token)
 
 
 @pytest.mark.e2e
@@ -386,13 +372,8 @@ def test_profile_naming_cpus_this_machine_lacks_is_refused(
 
     _, profile = plan_for_machine(str(tiny_checkpoint))
     absent = str(max(os.cpu_count() or 1, 4095) + 1)
-    replica = profile.replicas[0]
-    stages = (dataclasses.replace(replica.stages[0], cpus=absent), *replica.stages[1:])
-    profile = dataclasses.replace(
-        profile, replicas=(dataclasses.replace(replica, stages=stages), *profile.replicas[1:])
-    )
     path = tmp_path / "elsewhere.yaml"
-    save_profile(profile, path)
+    save_profile(with_talker(profile, cpus=absent), path)
     line = _refused("--model", str(tiny_checkpoint), "--deploy-profile", str(path), "--text", "Hi")
     assert f"CPUs {absent} do not exist here" in line
 
@@ -413,19 +394,26 @@ def test_sync_run_logs_each_talker_step_with_its_code_predictor_time(
     assert list((out.parent / "steps").glob("code2wav-*.jsonl"))
 
 
+def _layers_by_kernel(run: Run, weights: str) -> dict[str, list[tuple[str, int]]]:
+    """The run's `linear kernels` line: {"talker" and "predictor": [(kernel, layers), ...]}."""
+    # omni_cpu.models.linears.describe: "talker 28 gemv-w8a8; predictor 20 gemv-w8a8, ..."
+    line = rf"linear kernels \({weights} weights\): talker (.*?); predictor (.*)"
+    found = re.search(line, run.stderr)
+    assert found, run.stderr[-3000:]
+    return {
+        model: [(kernel, int(n)) for n, kernel in re.findall(r"(\d+) ([\w-]+)", side)]
+        for model, side in zip(("talker", "predictor"), found.groups(), strict=True)
+    }
+
+
 @pytest.mark.e2e
 @needs_runtime
 def test_int8_stream_run_quantized_the_talker_and_its_code_predictor(
     stream_run: tuple[Run, Path],
 ) -> None:
-    run, _out = stream_run
-    # omni_cpu.models.linears.describe: "talker 28 gemv-w8a8; predictor 20 gemv-w8a8, ..."
-    found = re.search(r"linear kernels \(int8 weights\): talker (.*?); predictor (.*)", run.stderr)
-    assert found, run.stderr[-3000:]
-    int8_kernels = ("gemv-w8a8", "fbgemm-int8")
-    for side in (found.group(1), found.group(2)):
-        kernels = re.findall(r"(\d+) ([\w-]+)", side)
-        assert sum(int(n) for n, kernel in kernels if kernel in int8_kernels) > 0, side
+    for model, layers in _layers_by_kernel(stream_run[0], "int8").items():
+        int8 = sum(n for kernel, n in layers if kernel in ("gemv-w8a8", "fbgemm-int8"))
+        assert int8 > 0, (model, layers)
 
 
 @pytest.mark.e2e
@@ -433,12 +421,9 @@ def test_int8_stream_run_quantized_the_talker_and_its_code_predictor(
 def test_int4_run_quantized_both_models_and_wrote_sound(int4_run: tuple[Run, Path]) -> None:
     run, out = int4_run
     _assert_speech_shaped_wav(out)
-    found = re.search(r"linear kernels \(int4 weights\): talker (.*?); predictor (.*)", run.stderr)
-    assert found, run.stderr[-3000:]
-    for side in (found.group(1), found.group(2)):
-        kernels = re.findall(r"(\d+) ([\w-]+)", side)
-        int4 = sum(int(n) for n, kernel in kernels if kernel in ("gemv-w4a8", "gemv-avx2-w4a8"))
-        assert int4 > 0, side
+    for model, layers in _layers_by_kernel(run, "int4").items():
+        int4 = sum(n for kernel, n in layers if kernel in ("gemv-w4a8", "gemv-avx2-w4a8"))
+        assert int4 > 0, (model, layers)
 
 
 @pytest.mark.e2e

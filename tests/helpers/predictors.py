@@ -32,8 +32,18 @@ def make_predictor(talker_hidden: int, hidden: int = 64, vocab: int = VOCAB) -> 
         vocab_size=vocab,
         num_code_groups=GROUPS,
     )
+    return random_predictor(config, talker_hidden, std=0.2).double().eval()
+
+
+def random_predictor(
+    config: Qwen3TTSTalkerCodePredictorConfig, talker_hidden: int, std: float
+) -> CodePredictor:
+    """The real class on `config` below a talker `talker_hidden` wide, each parameter drawn
+    from N(0, std²) with seed 0, in float32."""
     talker = Qwen3TTSTalkerConfig(
-        hidden_size=talker_hidden, num_code_groups=GROUPS, code_predictor_config=config.to_dict()
+        hidden_size=talker_hidden,
+        num_code_groups=config.num_code_groups,
+        code_predictor_config=config.to_dict(),
     )
     predictor = CodePredictor(
         vllm_config=types.SimpleNamespace(model_config=None), config=config, talker_config=talker
@@ -41,8 +51,8 @@ def make_predictor(talker_hidden: int, hidden: int = 64, vocab: int = VOCAB) -> 
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for parameter in predictor.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.2)
-    return predictor.double().eval()
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * std)
+    return predictor
 
 
 def inputs(bsz: int, talker_hidden: int) -> dict[str, torch.Tensor]:

@@ -17,3 +17,19 @@ def weight(out_features: int, in_features: int, seed: int = 0, std: float = 0.02
     """A float32 (out, in) weight of normal values, the same for the same seed."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(out_features, in_features, generator=generator) * std
+
+
+def column_picking(
+    rows: int, columns: int = 208, in_features: int = 192
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(weight, x, want): a 0/1 weight whose output column j reads x[:, j % in_features], an x
+    of small integers (exact in bf16), and the product each column must hold.
+
+    A permuted layout can keep the norm of the error small only by luck; this checks
+    that each output column lands in its own place.
+    """
+    picked = torch.arange(columns) % in_features
+    w = torch.zeros(columns, in_features)
+    w[torch.arange(columns), picked] = 1.0
+    x = torch.arange(rows * in_features, dtype=torch.float32).reshape(rows, in_features) % 97
+    return w, x, x[:, picked]

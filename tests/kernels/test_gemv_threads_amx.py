@@ -109,10 +109,7 @@ def test_amx_int8_gives_the_avx512_bits(rows: int, columns: int, dtype: torch.dt
 
 @needs_amx
 def test_each_output_column_lands_in_its_own_place_on_amx() -> None:
-    w = torch.zeros(208, 192)
-    w[torch.arange(208), torch.arange(208) % 192] = 1.0  # column j of y reads x[:, j % 192]
-    x = torch.arange(33 * 192, dtype=torch.float32).reshape(33, 192) % 97
-    want = x[:, torch.arange(208) % 192]
+    w, x, want = tensors.column_picking(rows=33)
     for weights in ("bf16", "int8"):
         product = packed(w, weights)
         product.amx_rows = 1

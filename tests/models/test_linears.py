@@ -22,6 +22,7 @@ from torch import nn
 
 from omni_cpu.kernels import fbgemm, gemv, weight_cache
 from omni_cpu.models import linears
+from tests.helpers.tensors import column_picking
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 needs_gemv = pytest.mark.skipif(
@@ -79,10 +80,7 @@ def test_quantizing_leaves_the_float_weight_as_it_was() -> None:
 @needs_gemv
 def test_each_output_column_lands_in_its_own_place() -> None:
     """A permuted layout can keep the norm of the error small only by luck; check columns."""
-    w = torch.zeros(208, 192)
-    w[torch.arange(208), torch.arange(208) % 192] = 1.0  # column j of y reads x[:, j % 192]
-    x = torch.arange(3 * 192, dtype=torch.float32).reshape(3, 192) % 97
-    want = x[:, torch.arange(208) % 192]
+    w, x, want = column_picking(rows=3)
     for weights, dtype in (("model", torch.bfloat16), ("int8", torch.float32)):
         got = linears.choose(w.to(dtype), weights)[1](x.to(dtype)).float()
         assert torch.allclose(got, want, rtol=0.01, atol=0.5), weights
@@ -168,18 +166,26 @@ def _cache_entry(tmp_path, weights: str) -> tuple[Path, weight_cache.EntryKey]:
     return tmp_path / "cache", entry
 
 
+def _mlp() -> nn.Module:
+    """The same two-layer bf16 MLP at each call (seed 0): a model and its twin for the cache."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)).to(torch.bfloat16)
+
+
+def _assert_same_products(served: nn.Module, reference: nn.Module) -> None:
+    """`served` (its layers mapped from the cache) gives `reference`'s output to the bit."""
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(served(x), reference(x))
+
+
 @needs_any_gemv
 @pytest.mark.parametrize("weights", ["model", "int8", "int4"])
 def test_a_second_load_maps_every_layer_from_the_cache_and_multiplies_the_same(
     tmp_path, weights: str
 ) -> None:
     root, entry = _cache_entry(tmp_path, weights)
-
-    def model() -> nn.Module:
-        torch.manual_seed(0)
-        return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)).to(torch.bfloat16)
-
-    first, second = model(), model()
+    first, second = _mlp(), _mlp()
     packing = linears.Packing(weight_cache.WeightCache.open(root, entry))
     first_kernels = linears.route_linears(first, weights, packing, "code_predictor")
     assert (packing.status, packing.packed, packing.cached) == ("miss", 2, 0)
@@ -189,25 +195,18 @@ def test_a_second_load_maps_every_layer_from_the_cache_and_multiplies_the_same(
     assert linears.route_linears(second, weights, again, "code_predictor") == first_kernels
     assert (again.status, again.packed, again.cached) == ("hit", 0, 2)
     assert again.save() is None  # nothing new to write
-    x = torch.randn(3, 256, dtype=torch.bfloat16)
-    with torch.no_grad():
-        assert torch.equal(second(x), first(x))
+    _assert_same_products(second, first)
 
 
 @needs_any_gemv
 def test_a_hit_copies_nothing_from_the_checkpoint_into_the_layers_it_serves(tmp_path) -> None:
     root, entry = _cache_entry(tmp_path, "int8")
-
-    def model() -> nn.Module:
-        torch.manual_seed(0)
-        return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)).to(torch.bfloat16)
-
-    first = model()
+    first = _mlp()
     writing = linears.Packing(weight_cache.WeightCache.open(root, entry))
     linears.route_linears(first, "int8", writing)
     writing.save()
 
-    second = model()
+    second = _mlp()
     packing = linears.Packing(weight_cache.WeightCache.open(root, entry))
     assert packing.skip_cached_loads(second, "int8") == 2
     placeholder = second[0].weight
@@ -215,9 +214,7 @@ def test_a_hit_copies_nothing_from_the_checkpoint_into_the_layers_it_serves(tmp_
     placeholder.weight_loader(placeholder, torch.ones(512, 256))  # what a loader calls: no copy
     linears.route_linears(second, "int8", packing)
     packing.check_served()
-    x = torch.randn(3, 256, dtype=torch.bfloat16)
-    with torch.no_grad():
-        assert torch.equal(second(x), first(x))
+    _assert_same_products(second, first)
 
 
 @needs_any_gemv

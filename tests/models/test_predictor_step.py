@@ -18,7 +18,6 @@ and greedy decoding. And the bits do not depend on the thread count.
 from __future__ import annotations
 
 import contextlib
-import types
 from collections.abc import Iterator
 
 import pytest
@@ -29,7 +28,6 @@ import torch
 from vllm_omni.model_executor.models.common import qwen3_code_predictor as upstream
 from vllm_omni.model_executor.models.qwen3_tts.configuration_qwen3_tts import (
     Qwen3TTSTalkerCodePredictorConfig,
-    Qwen3TTSTalkerConfig,
 )
 from vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code_predictor_vllm import (
     Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM as CodePredictor,
@@ -39,7 +37,7 @@ from omni_cpu import envs
 from omni_cpu.kernels import gemv
 from omni_cpu.models import cached_predictor, fused_predictor, linears, predictor_step
 from omni_cpu.models import predictor as dispatcher
-from tests.helpers.predictors import GROUPS, inputs, make_predictor
+from tests.helpers.predictors import GROUPS, inputs, make_predictor, random_predictor
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 needs_avx512 = pytest.mark.skipif(
@@ -224,17 +222,7 @@ def real_shapes_predictor() -> CodePredictor:
         vocab_size=2048,
         num_code_groups=GROUPS,
     )
-    talker = Qwen3TTSTalkerConfig(
-        hidden_size=1024, num_code_groups=GROUPS, code_predictor_config=config.to_dict()
-    )
-    predictor = CodePredictor(
-        vllm_config=types.SimpleNamespace(model_config=None), config=config, talker_config=talker
-    )
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in predictor.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.05)
-    return predictor.to(torch.bfloat16).eval()
+    return random_predictor(config, talker_hidden=1024, std=0.05).to(torch.bfloat16).eval()
 
 
 def test_the_real_shapes_run_like_fused_and_sample_like_the_loop(isa: str) -> None:

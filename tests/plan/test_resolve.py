@@ -17,6 +17,7 @@ from omni_cpu.launch.launch_plan import make_launch_plan
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.plan.resolve import resolve
 from omni_cpu.profile import save_profile
+from tests.helpers.profiles import with_talker
 
 REPO = Path(__file__).resolve().parents[2]
 EIGHT_NODES = REPO / "profiles" / "epyc-7451-2s-8node.yaml"
@@ -70,14 +71,9 @@ def test_per_stage_dtype_reaches_the_written_deploy_config(tmp_path):
 
 def _over_memory_profile(tmp_path: Path) -> Path:
     """A profile for this machine whose talker asks for a petabyte of KV cache."""
-    import dataclasses
-
     profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"))
-    replica = profile.replicas[0]
-    talker = dataclasses.replace(replica.stages[0], kv_cache_memory_bytes=10**15)
-    replica = dataclasses.replace(replica, stages=(talker, *replica.stages[1:]))
     path = tmp_path / "huge-kv.yaml"
-    save_profile(dataclasses.replace(profile, replicas=(replica, *profile.replicas[1:])), path)
+    save_profile(with_talker(profile, kv_cache_memory_bytes=10**15), path)
     return path
 
 

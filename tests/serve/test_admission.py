@@ -21,8 +21,10 @@ SPEECH = {"model": "m", "input": "Hello there.", "voice": "ryan"}
 class SlowApp:
     """Stands in for vLLM-Omni: answers 200 with the body it was given, once released."""
 
-    def __init__(self) -> None:
+    def __init__(self, released: bool = False) -> None:
         self.release = asyncio.Event()
+        if released:
+            self.release.set()
         self.started = 0
         self.bodies: list[bytes] = []
 
@@ -80,8 +82,7 @@ def test_requests_past_the_limit_get_429_with_a_json_error():
 
 def test_a_finished_request_frees_its_slot():
     async def scenario() -> list[int]:
-        inner = SlowApp()
-        inner.release.set()
+        inner = SlowApp(released=True)
         app = SpeechAdmission(inner, AdmissionLimits(max_in_flight=1))
         first = await call(app, "/v1/audio/speech", SPEECH)
         second = await call(app, "/v1/audio/speech", SPEECH)
@@ -102,8 +103,7 @@ def test_over_long_input_gets_400_naming_the_limit():
 
 
 def test_admitted_request_reaches_the_server_with_its_body_intact():
-    inner = SlowApp()
-    inner.release.set()
+    inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits(max_input_chars=100))
     status, _ = run(call(app, "/v1/audio/speech", SPEECH))
     assert status == 200
@@ -112,8 +112,7 @@ def test_admitted_request_reaches_the_server_with_its_body_intact():
 
 def test_draining_refuses_new_speech_and_fails_health(tmp_path: Path):
     flag = tmp_path / "draining"
-    inner = SlowApp()
-    inner.release.set()
+    inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits(drain_file=str(flag)))
     assert run(call(app, "/health", method="GET"))[0] == 200
     flag.touch()
@@ -122,8 +121,7 @@ def test_draining_refuses_new_speech_and_fails_health(tmp_path: Path):
 
 
 def test_other_endpoints_are_not_counted_or_limited():
-    inner = SlowApp()
-    inner.release.set()
+    inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits(max_in_flight=1, max_input_chars=1))
     app.in_flight = 1  # full
     assert run(call(app, "/v1/models", method="GET"))[0] == 200
@@ -149,21 +147,15 @@ CLONE = {
 }
 
 
-def _released() -> SlowApp:
-    inner = SlowApp()
-    inner.release.set()
-    return inner
-
-
 def test_a_ref_audio_url_is_400_unless_the_server_allows_fetching():
     body = {**CLONE, "ref_audio": "https://example.com/voice.wav"}
-    inner = _released()
+    inner = SlowApp(released=True)
     status, raw = run(call(SpeechAdmission(inner, AdmissionLimits()), "/v1/audio/speech", body))
     error = json.loads(raw)["error"]
     assert status == 400 and error["param"] == "ref_audio"
     assert "--allow-ref-audio-urls" in error["message"] and inner.started == 0
 
-    allowed = SpeechAdmission(_released(), AdmissionLimits(allow_ref_audio_urls=True))
+    allowed = SpeechAdmission(SlowApp(released=True), AdmissionLimits(allow_ref_audio_urls=True))
     assert run(call(allowed, "/v1/audio/speech", body))[0] == 200
 
 
@@ -183,7 +175,7 @@ def _wav_url(seconds: float, amplitude: float = 0.3, rate: int = 16000) -> str:
 
 def test_base64_ref_audio_reaches_the_server_unchanged():
     body = {**CLONE, "ref_audio": _wav_url(2.0)}
-    inner = _released()
+    inner = SlowApp(released=True)
     status, _ = run(call(SpeechAdmission(inner, AdmissionLimits()), "/v1/audio/speech", body))
     assert status == 200 and json.loads(inner.bodies[0]) == body
 
@@ -200,7 +192,7 @@ def test_base64_ref_audio_reaches_the_server_unchanged():
 )
 def test_base64_ref_audio_run_would_refuse_is_400_before_the_server(ref_audio, words):
     body = {**CLONE, "ref_audio": ref_audio()}
-    inner = _released()
+    inner = SlowApp(released=True)
     status, raw = run(call(SpeechAdmission(inner, AdmissionLimits()), "/v1/audio/speech", body))
     error = json.loads(raw)["error"]
     assert status == 400 and error["param"] == "ref_audio" and inner.started == 0
@@ -209,8 +201,7 @@ def test_base64_ref_audio_run_would_refuse_is_400_before_the_server(ref_audio, w
 
 def test_a_down_stage_fails_health_and_speech_with_its_name(tmp_path: Path):
     down = tmp_path / "stage-down"
-    inner = SlowApp()
-    inner.release.set()
+    inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits(down_file=str(down)))
     assert run(call(app, "/health", method="GET"))[0] == 200
     down.write_text("stage 0 (talker) worker pid 123 died\n")
@@ -225,8 +216,7 @@ def test_a_prompt_over_the_talkers_context_gets_400_with_the_limit(
     tiny_checkpoint: Path,
 ):
     pytest.importorskip("vllm_omni", reason="the prompt estimate is vLLM-Omni's")
-    inner = SlowApp()
-    inner.release.set()
+    inner = SlowApp(released=True)
     limits = AdmissionLimits(talker_max_model_len=64, tokenizer=str(tiny_checkpoint))
     app = SpeechAdmission(inner, limits)
     # Under any character cap, over 64 positions: emoji take several tokens each.
@@ -239,7 +229,7 @@ def test_a_prompt_over_the_talkers_context_gets_400_with_the_limit(
 
 
 def test_a_body_over_the_size_limit_is_413_before_the_server():
-    inner = _released()
+    inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits(max_body_bytes=1000))
     status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "junk": "x" * 2000}))
     error = json.loads(raw)["error"]
@@ -267,7 +257,7 @@ async def call_raw(app: Any, path: str, raw: bytes) -> tuple[int, bytes]:
 @pytest.mark.parametrize("path", ["/v1/audio/speech", "/v1/chat/completions"])
 @pytest.mark.parametrize("depth", [2000, 100])
 def test_deeply_nested_json_is_400_not_a_recursion_error(path: str, depth: int):
-    inner = _released()
+    inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits())
     status, raw = run(call_raw(app, path, b"[" * depth + b"]" * depth))
     error = json.loads(raw)["error"]
@@ -288,7 +278,7 @@ def _wav_file(path: Path, seconds: float, amplitude: float = 0.3, nan: bool = Fa
 
 def test_a_file_ref_audio_under_the_folder_reaches_the_server(tmp_path: Path):
     clip = _wav_file(tmp_path / "voice.wav", 2.0)
-    inner = _released()
+    inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits(ref_audio_dir=str(tmp_path)))
     body = {**CLONE, "ref_audio": clip.as_uri()}
     assert run(call(app, "/v1/audio/speech", body))[0] == 200
@@ -313,7 +303,7 @@ def test_a_file_ref_audio_run_would_refuse_is_400_before_the_server(
     clip = folder / name
     if make is not None:
         make(clip)
-    inner = _released()
+    inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits(ref_audio_dir=str(folder)))
     url = "file://" + str(folder) + "/" + name
     status, raw = run(call(app, "/v1/audio/speech", {**CLONE, "ref_audio": url}))
@@ -324,14 +314,14 @@ def test_a_file_ref_audio_run_would_refuse_is_400_before_the_server(
 
 def test_a_file_ref_audio_without_a_ref_audio_dir_is_400(tmp_path: Path):
     clip = _wav_file(tmp_path / "voice.wav", 2.0)
-    inner = _released()
+    inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits())
     status, raw = run(call(app, "/v1/audio/speech", {**CLONE, "ref_audio": clip.as_uri()}))
     assert status == 400 and "--ref-audio-dir" in json.loads(raw)["error"]["message"]
 
 
 def test_a_data_url_that_is_not_base64_is_400():
-    inner = _released()
+    inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits())
     body = {**CLONE, "ref_audio": "data:audio/wav,RIFF1234WAVEfmt"}
     status, raw = run(call(app, "/v1/audio/speech", body))
@@ -484,7 +474,7 @@ def test_a_stream_past_its_deadline_ends_cleanly_with_what_it_had():
 
 @pytest.mark.parametrize("timeout", [0, -1, "soon", True])
 def test_a_timeout_field_that_is_not_positive_seconds_is_400(timeout: Any):
-    inner = _released()
+    inner = SlowApp(released=True)
     status, raw = run(
         call(
             SpeechAdmission(inner, AdmissionLimits()),

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
@@ -60,6 +61,17 @@ def pcm_samples(data: bytes) -> int:
     return len(data) // 2
 
 
+def streamed_pcm(server: Server, max_new_tokens: int) -> Any:
+    """A streamed PCM request through the `openai` client (a context manager: the reply)."""
+    return server.client().audio.speech.with_streaming_response.create(
+        model=server.model,
+        input="Hello there.",
+        voice="ryan",
+        response_format="pcm",
+        extra_body={"stream": True, "stream_format": "audio", "max_new_tokens": max_new_tokens},
+    )
+
+
 def test_a_healthy_start_is_quiet(server: Server):
     lines = server.startup_log.splitlines()
     assert not [line for line in lines if "ERROR" in line or "WARNING" in line], lines
@@ -94,13 +106,7 @@ def test_pcm_speech_is_whole_frames_of_int16(server: Server):
 
 
 def test_streamed_pcm_arrives_as_whole_frames(server: Server):
-    with server.client().audio.speech.with_streaming_response.create(
-        model=server.model,
-        input="Hello there.",
-        voice="ryan",
-        response_format="pcm",
-        extra_body={"stream": True, "stream_format": "audio", "max_new_tokens": 20},
-    ) as reply:
+    with streamed_pcm(server, max_new_tokens=20) as reply:
         assert reply.status_code == 200
         data = b"".join(reply.iter_bytes())
     samples = pcm_samples(data)
@@ -185,13 +191,7 @@ def test_sigterm_drains_in_flight_requests_and_leaves_no_stage_process(server: S
 
     def long_request() -> None:
         try:
-            with server.client().audio.speech.with_streaming_response.create(
-                model=server.model,
-                input="Hello there.",
-                voice="ryan",
-                response_format="pcm",
-                extra_body={"stream": True, "stream_format": "audio", "max_new_tokens": 120},
-            ) as reply:
+            with streamed_pcm(server, max_new_tokens=120) as reply:
                 outcome["status"] = reply.status_code
                 for chunk in reply.iter_bytes():
                     streamed.extend(chunk)

@@ -19,7 +19,7 @@ import pytest
 from omni_cpu.process import proctree
 from tests.helpers.engines import needs_runtime
 from tests.helpers.leftovers import SHM, eventually, new_shm_entries
-from tests.helpers.serving import get, post_json, start_server, wait_ready
+from tests.helpers.serving import Server, get, post_json, start_server, wait_ready
 
 pytestmark = [pytest.mark.e2e, needs_runtime]
 
@@ -31,27 +31,34 @@ def talker_process(root: int) -> int:
     raise AssertionError("no talker engine core")
 
 
+def health_naming_the_talker(running: Server, since: float, within_s: float = 60) -> str | None:
+    """/health, polled until the server exits or `within_s` after `since`: the message of
+    its last 503 that names the talker's engine core (None if none did)."""
+    named = None
+    while running.process.poll() is None and time.monotonic() - since < within_s:
+        try:
+            status, body = get(running.url("/health"), 2.0)
+        except OSError:
+            status, body = None, ""
+        if status == 503 and "stage 0 (talker) engine core" in body:
+            named = json.loads(body)["error"]["message"]
+        time.sleep(0.2)
+    return named
+
+
 def test_a_killed_stage_is_named_by_health_and_the_server_exits_4(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
     shm_before = set(os.listdir(SHM))
     running = start_server(tiny_checkpoint, tmp_path / "serve.log", "--max-frames", "12")
-    server, port, log = running.process, running.port, running.log
+    server, log = running.process, running.log
     try:
         wait_ready(running)
         tree = [server.pid, *proctree.descendants(server.pid)]
         victim = talker_process(server.pid)
         killed_at = time.monotonic()
         os.kill(victim, signal.SIGKILL)
-        named = None
-        while server.poll() is None and time.monotonic() - killed_at < 60:
-            try:
-                status, body = get(f"http://127.0.0.1:{port}/health", 2.0)
-            except OSError:
-                status, body = None, ""
-            if status == 503 and "stage 0 (talker) engine core" in body:
-                named = json.loads(body)["error"]["message"]
-            time.sleep(0.2)
+        named = health_naming_the_talker(running, since=killed_at)
         assert server.wait(timeout=60) == 4, log.read_text()[-4000:]
         assert time.monotonic() - killed_at < 60
         assert named is not None and f"pid {victim}" in named
@@ -71,7 +78,7 @@ def test_a_hung_stage_fails_requests_and_health_and_the_server_exits_4(
 
     env = {**os.environ, "OMNI_CPU_STAGE_STALL_S": "4"}
     running = start_server(tiny_checkpoint, tmp_path / "serve.log", "--max-frames", "12", env=env)
-    server, port, log = running.process, running.port, running.log
+    server, log = running.process, running.log
     victim = None
     try:
         wait_ready(running)
@@ -80,18 +87,10 @@ def test_a_hung_stage_fails_requests_and_health_and_the_server_exits_4(
         stopped_at = time.monotonic()
         answer: list[tuple[int, bytes]] = []
         speech = {"model": str(tiny_checkpoint), "input": "Hello.", "voice": "ryan"}
-        url = f"http://127.0.0.1:{port}/v1/audio/speech"
+        url = running.url("/v1/audio/speech")
         asking = threading.Thread(target=lambda: answer.append(post_json(url, speech, 60)))
         asking.start()
-        named = None
-        while server.poll() is None and time.monotonic() - stopped_at < 60:
-            try:
-                status, body = get(f"http://127.0.0.1:{port}/health", 2.0)
-            except OSError:
-                status, body = None, ""
-            if status == 503 and "stage 0 (talker) engine core" in body:
-                named = json.loads(body)["error"]["message"]
-            time.sleep(0.2)
+        named = health_naming_the_talker(running, since=stopped_at)
         asking.join(30)
         assert server.wait(timeout=60) == 4, log.read_text()[-4000:]
         assert named is not None and f"pid {victim}" in named and "no progress" in named
