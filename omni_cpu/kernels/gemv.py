@@ -120,9 +120,14 @@ FLAGS = [
     "-mamx-int8",
 ]
 # The AVX2 build: a second module, nothing AVX-512 (AVX-VNNI by a run-time choice inside);
-# predictor_step.cpp is built into it too, on its 8-lane vectors and this module's products.
+# decode_attention.cpp and predictor_step.cpp are built into it too, on vec.h's 8-lane
+# vectors and this module's products.
 AVX2_SOURCE = SOURCE.with_name("gemv_avx2.cpp")
-AVX2_SOURCES = (AVX2_SOURCE, SOURCE.with_name("predictor_step.cpp"))
+AVX2_SOURCES = (
+    AVX2_SOURCE,
+    SOURCE.with_name("decode_attention.cpp"),
+    SOURCE.with_name("predictor_step.cpp"),
+)
 # The headers the sources include ("kernel_common.h", ...) are every *.h beside a module's
 # first source: hashed into its build folder's name with the sources (a header edit
 # rebuilds the module) and copied there beside them, where the #include "..." finds them.
@@ -527,8 +532,8 @@ def decode_attention(
     """One query position per row over cache positions [0, end), or None without the kernel.
 
     q [B, H * D]; keys and values [B, G, S, D] (one layer of a FrameCache); the
-    result is [B, H * D] in q's dtype (kernels/decode_attention.cpp, or its AVX2 copy in
-    kernels/gemv_avx2.cpp where the AVX-512 module is not used).
+    result is [B, H * D] in q's dtype (kernels/decode_attention.cpp, in the AVX2 module
+    where the AVX-512 one is not used).
     """
     module = kernel() or avx2_kernel()
     if module is None or q.dtype not in (torch.bfloat16, torch.float32) or keys.shape[-1] % 16:
