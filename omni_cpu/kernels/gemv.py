@@ -120,9 +120,17 @@ FLAGS = [
     "-mamx-int8",
 ]
 # The AVX2 build: a second module, nothing AVX-512 (AVX-VNNI by a run-time choice inside);
-# predictor_step.cpp is built into it too, on its 8-lane vectors and this module's products.
+# decode_attention.cpp and predictor_step.cpp are built into it too, on vec.h's 8-lane
+# vectors and this module's products.
 AVX2_SOURCE = SOURCE.with_name("gemv_avx2.cpp")
-AVX2_SOURCES = (AVX2_SOURCE, SOURCE.with_name("predictor_step.cpp"))
+AVX2_SOURCES = (
+    AVX2_SOURCE,
+    SOURCE.with_name("decode_attention.cpp"),
+    SOURCE.with_name("predictor_step.cpp"),
+)
+# The headers the sources include ("kernel_common.h", ...) are every *.h beside a module's
+# first source: hashed into its build folder's name with the sources (a header edit
+# rebuilds the module) and copied there beside them, where the #include "..." finds them.
 AVX2_FLAGS = ["-O3", "-fopenmp", "-mavx2", "-mfma", "-mf16c"]
 LANES = 16  # output columns per vector: N must be a multiple (kLanes in the C++)
 BLOCK = 64  # output columns per packed block (kBlock in the C++)
@@ -141,6 +149,11 @@ AMX_ROWS = {"bf16": 2, "int8": 16}
 def sources() -> list[Path]:
     """Every C++ file of the module, SOURCE first."""
     return [SOURCE, *(SOURCE.with_name(name) for name in EXTRA_SOURCES)]
+
+
+def headers(paths: Sequence[Path]) -> list[Path]:
+    """The headers a build of `paths` may include: every *.h beside its first source, by name."""
+    return sorted(paths[0].parent.glob("*.h"))
 
 
 @functools.cache
@@ -208,9 +221,13 @@ def cache_dir(paths: Sequence[Path] | None = None, flags: Sequence[str] | None =
     each rebuilding it (~30 s, 1.5 GiB for the compiler) when another has run.
     """
     root = cache_root()
+    paths = sources() if paths is None else paths
     # torch's include path is in the build file too: one build per torch install (venv).
+    # A header is keyed by its name too: it is found by name, and moving text between two
+    # of them must not leave the hash alone.
     keyed = (
-        b"".join(path.read_bytes() for path in (sources() if paths is None else paths))
+        b"".join(path.read_bytes() for path in paths)
+        + b"".join(path.name.encode() + b"\0" + path.read_bytes() for path in headers(paths))
         + " ".join(FLAGS if flags is None else flags).encode()
         + Path(torch.__file__).parent.as_posix().encode()
     )
@@ -256,18 +273,16 @@ def _build(name: str, paths: tuple[Path, ...], flags: tuple[str, ...]) -> Any | 
 
     build = cache_dir(paths, flags)
     build.mkdir(parents=True, exist_ok=True)
-    copies = []
-    for original in paths:
+    for original in (*paths, *headers(paths)):  # headers beside the sources, for #include "..."
         copy = build / original.name
         if not copy.exists():  # the folder's name is the content's hash: copy once
             tmp = copy.with_suffix(f".{os.getpid()}.tmp")
             shutil.copyfile(original, tmp)
             os.replace(tmp, copy)
-        copies.append(str(copy))
     try:
         return load(
             name=name,
-            sources=copies,
+            sources=[str(build / original.name) for original in paths],
             extra_cflags=list(flags),
             build_directory=str(build),
             verbose=False,
@@ -517,8 +532,8 @@ def decode_attention(
     """One query position per row over cache positions [0, end), or None without the kernel.
 
     q [B, H * D]; keys and values [B, G, S, D] (one layer of a FrameCache); the
-    result is [B, H * D] in q's dtype (kernels/decode_attention.cpp, or its AVX2 copy in
-    kernels/gemv_avx2.cpp where the AVX-512 module is not used).
+    result is [B, H * D] in q's dtype (kernels/decode_attention.cpp, in the AVX2 module
+    where the AVX-512 one is not used).
     """
     module = kernel() or avx2_kernel()
     if module is None or q.dtype not in (torch.bfloat16, torch.float32) or keys.shape[-1] % 16:

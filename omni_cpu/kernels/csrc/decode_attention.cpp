@@ -10,36 +10,31 @@
 // keys x 128, microseconds of arithmetic, and the predictor calls it 70 times a
 // frame. Scores and the weighted sum are accumulated in float32 (SDPA's CPU path
 // accumulates bf16 inputs in float32 too), and the result is rounded once.
+// Built into both GEMV modules, on vec.h's vectors: 16 float32 lanes with the AVX-512 flags,
+// 8 with the AVX2 ones.
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
-#include <immintrin.h>
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-namespace {
+#include "vec.h"
 
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const c10::BFloat16* p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
-inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-inline void store16(c10::BFloat16* p, __m512 v) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
-}
+namespace {
 
 template <typename T>
 void attend(const T* q, const T* keys, const T* values, T* out, int64_t B, int64_t H, int64_t G,
             int64_t S, int64_t D, int64_t end, float scale) {
+  using namespace omni_cpu::vec;
   const int64_t per_group = H / G;
-  const int64_t vectors = D / 16;
+  const int64_t vectors = D / kLanes;
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t stop) {
     std::vector<float> scores(end);
-    std::vector<__m512> acc(vectors);
+    std::vector<V> acc(vectors);
     for (int64_t bh = begin; bh < stop; ++bh) {
       const int64_t b = bh / H, h = bh % H, g = h / per_group;
       const T* qh = q + (b * H + h) * D;
@@ -47,10 +42,10 @@ void attend(const T* q, const T* keys, const T* values, T* out, int64_t B, int64
       const T* vg = values + (b * G + g) * S * D;
       float top = -INFINITY;
       for (int64_t s = 0; s < end; ++s) {
-        __m512 dot = _mm512_setzero_ps();
+        V dot = zero();
         for (int64_t v = 0; v < vectors; ++v)
-          dot = _mm512_fmadd_ps(load16(qh + v * 16), load16(kg + s * D + v * 16), dot);
-        scores[s] = _mm512_reduce_add_ps(dot) * scale;
+          dot = fmadd(load(qh + v * kLanes), load(kg + s * D + v * kLanes), dot);
+        scores[s] = sum(dot) * scale;
         top = std::max(top, scores[s]);
       }
       float total = 0.f;
@@ -58,14 +53,14 @@ void attend(const T* q, const T* keys, const T* values, T* out, int64_t B, int64
         scores[s] = std::exp(scores[s] - top);
         total += scores[s];
       }
-      for (int64_t v = 0; v < vectors; ++v) acc[v] = _mm512_setzero_ps();
+      for (int64_t v = 0; v < vectors; ++v) acc[v] = zero();
       for (int64_t s = 0; s < end; ++s) {
-        const __m512 weight = _mm512_set1_ps(scores[s] / total);
+        const V weight = set1(scores[s] / total);
         for (int64_t v = 0; v < vectors; ++v)
-          acc[v] = _mm512_fmadd_ps(weight, load16(vg + s * D + v * 16), acc[v]);
+          acc[v] = fmadd(weight, load(vg + s * D + v * kLanes), acc[v]);
       }
       T* oh = out + (b * H + h) * D;
-      for (int64_t v = 0; v < vectors; ++v) store16(oh + v * 16, acc[v]);
+      for (int64_t v = 0; v < vectors; ++v) store(oh + v * kLanes, acc[v]);
     }
   });
 }
@@ -81,7 +76,8 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
               "decode_attention: q [B, H * D]");
   const int64_t H = q.size(1) / D;
   TORCH_CHECK(H % G == 0, "decode_attention: heads must be a multiple of the KV heads");
-  TORCH_CHECK(D % 16 == 0, "decode_attention: head size must be a multiple of 16");
+  TORCH_CHECK(D % omni_cpu::vec::kLanes == 0, "decode_attention: head size must be a multiple of ",
+              omni_cpu::vec::kLanes);
   TORCH_CHECK(end >= 1 && end <= S, "decode_attention: 1 <= end <= cache length");
   TORCH_CHECK(q.is_contiguous() && keys.is_contiguous() && values.is_contiguous(),
               "decode_attention: contiguous inputs only");

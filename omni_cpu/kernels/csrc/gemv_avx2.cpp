@@ -24,9 +24,8 @@
 //            (<= 30480) before one vpmaddwd widens them: 2 vpmaddubsw + 2 vpaddw per
 //            32-byte load and row; with AVX-VNNI, 2 vpdpbusd (a copy of the tile).
 //
-// decode_attention: decode_attention.cpp's one-position attention with 8-lane vectors
-//            (the code predictor's attention at every step after its first; SDPA costs
-//            ~70 us a call whatever the size).
+// decode_attention: decode_attention.cpp, built into this module too on vec.h's 8-lane
+//            vectors (the code predictor's attention at every step after its first).
 //
 // Register tile (16 ymm registers): one row x the whole block (8 vectors), the block's
 // weights from memory for the first row and from L2 for the others. Tiles of 2 rows x
@@ -46,34 +45,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernel_common.h"
+#include "vec.h"
+
 namespace {
 
-constexpr int64_t kLanes = 8;       // float32/int32 outputs per ymm vector
-constexpr int64_t kBlock = 64;      // columns per packed block (the AVX-512 layout's)
-constexpr int64_t kInt4PairRows = 5;  // int4: from this M on, tiles of 2 rows x 16 columns
+using omni_cpu::Int4Rows;
+using omni_cpu::with_output;
+using omni_cpu::vec::Store;
 
-// y[m, j:j+8] = value + bias[j:j+8], rounded once to the output dtype.
-template <typename Out>
-struct Store {
-  Out* out;
-  const float* bias;  // nullptr: none
-  int64_t N;
-  void operator()(int64_t m, int64_t j, __m256 value) const {
-    if (bias) value = _mm256_add_ps(value, _mm256_loadu_ps(bias + j));
-    Out* dst = out + m * N + j;
-    if constexpr (std::is_same_v<Out, float>) {
-      _mm256_storeu_ps(dst, value);
-    } else {  // round to nearest even, as _mm512_cvtneps_pbh does (no NaN here)
-      const __m256i bits = _mm256_castps_si256(value);
-      const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-      const __m256i rounded = _mm256_srli_epi32(
-          _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
-      const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(rounded),
-                                              _mm256_extracti128_si256(rounded, 1));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), packed);
-    }
-  }
-};
+constexpr int64_t kLanes = 8;         // float32/int32 outputs per ymm vector
+constexpr int64_t kInt4PairRows = 5;  // int4: from this M on, tiles of 2 rows x 16 columns
+constexpr int64_t kGroup4 = omni_cpu::kInt4Group;  // K elements per (scale, minimum) of int4
 
 // x as float32 [M, K]; the block's step p is [nb][2] bf16 at block + p * nb * 2.
 template <int M, int V, typename Out>
@@ -223,24 +206,39 @@ struct W8a8Tile {
 // block a tile. each(vectors, nb, n0, m0).
 template <typename Each>
 void for_each_tile(int64_t M, int64_t N, Each each) {
-  const int64_t blocks = (N + kBlock - 1) / kBlock;
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t n0 = b * kBlock;
-      const int64_t nb = std::min(kBlock, N - n0);
-      for (int64_t m0 = 0; m0 < M; ++m0) each(static_cast<int>(nb / kLanes), nb, n0, m0);
-    }
+  omni_cpu::for_each_block(N, [&](int64_t n0, int64_t nb) {
+    for (int64_t m0 = 0; m0 < M; ++m0) each(static_cast<int>(nb / kLanes), nb, n0, m0);
   });
 }
 
-constexpr int64_t kGroup4 = 32;  // K elements per (scale, minimum) of the int4 weights
+// A group's 32-bit sums of u * xq into the tile's float32 sums: acc += dot * scale + xsum *
+// minimum, with the group's (scale, minimum) bf16 pairs of the tile's columns at `pairs`.
+template <int M, int V>
+inline void w4a8_group(__m256 (&acc)[M][V], const __m256i (&dot)[M][V], const Int4Rows& rows,
+                       const uint16_t* pairs, int64_t g, int64_t m0) {
+  const int64_t groups = rows.K / kGroup4;
+  for (int v = 0; v < V; ++v) {
+    const __m256i both = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pairs + v * 16));
+    const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(both, 16));
+    const __m256 minimum = _mm256_castsi256_ps(
+        _mm256_and_si256(both, _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
+    for (int m = 0; m < M; ++m) {
+      acc[m][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m][v]), scale, acc[m][v]);
+      const __m256 sum = _mm256_set1_ps(static_cast<float>(rows.xsum[(m0 + m) * groups + g]));
+      acc[m][v] = _mm256_fmadd_ps(sum, minimum, acc[m][v]);
+    }
+  }
+}
 
-struct Int4Rows {
-  const int8_t* xq;     // [M, K] signed 8-bit x in [-127, 127]
-  const float* xscale;  // [M]
-  const int32_t* xsum;  // [M, K / kGroup4] sums of xq per group
-  int64_t K;
-};
+// The tile's float32 sums times each row's scale, from column j0.
+template <int M, int V, typename Out>
+inline void w4a8_store(const __m256 (&acc)[M][V], const Int4Rows& rows, int64_t j0, int64_t m0,
+                       const Store<Out>& store) {
+  for (int m = 0; m < M; ++m) {
+    const __m256 xs = _mm256_set1_ps(rows.xscale[m0 + m]);
+    for (int v = 0; v < V; ++v) store(m0 + m, j0 + v * kLanes, _mm256_mul_ps(acc[m][v], xs));
+  }
+}
 
 // V vectors of 8 columns from column c of a block nb columns wide. Step p (8 K elements)
 // is [nb][4] bytes at block + p * nb * 4; group g's scales [nb][2] bf16 at scales + g * nb * 2.
@@ -277,25 +275,12 @@ void w4a8_tile(const Int4Rows& rows, const uint8_t* block, const uint16_t* scale
         }
       }
     }
-    const uint16_t* group_scales = scales + (g * nb + c) * 2;
-    for (int v = 0; v < V; ++v) {
-      const __m256i both =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group_scales + v * 16));
-      const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(both, 16));
-      const __m256 minimum = _mm256_castsi256_ps(
-          _mm256_and_si256(both, _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
-      for (int m = 0; m < M; ++m) {
-        const __m256i dot = _mm256_madd_epi16(pairs[m][v], _mm256_set1_epi16(1));
-        acc[m][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[m][v]);
-        const __m256 sum = _mm256_set1_ps(static_cast<float>(rows.xsum[(m0 + m) * groups + g]));
-        acc[m][v] = _mm256_fmadd_ps(sum, minimum, acc[m][v]);
-      }
-    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int m = 0; m < M; ++m)  // widened to 32 bits
+      for (int v = 0; v < V; ++v) pairs[m][v] = _mm256_madd_epi16(pairs[m][v], ones);
+    w4a8_group<M, V>(acc, pairs, rows, scales + (g * nb + c) * 2, g, m0);
   }
-  for (int m = 0; m < M; ++m) {
-    const __m256 xs = _mm256_set1_ps(rows.xscale[m0 + m]);
-    for (int v = 0; v < V; ++v) store(m0 + m, n0 + c + v * kLanes, _mm256_mul_ps(acc[m][v], xs));
-  }
+  w4a8_store<M, V>(acc, rows, n0 + c, m0, store);
 }
 
 // The same tile with AVX-VNNI's vpdpbusd (32-bit sums, no 16-bit stage): only called where
@@ -334,24 +319,9 @@ __attribute__((target("avx2,fma,avxvnni"))) void w4a8_tile_vnni(
         }
       }
     }
-    const uint16_t* group_scales = scales + (g * nb + c) * 2;
-    for (int v = 0; v < V; ++v) {
-      const __m256i both =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group_scales + v * 16));
-      const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(both, 16));
-      const __m256 minimum = _mm256_castsi256_ps(
-          _mm256_and_si256(both, _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
-      for (int m = 0; m < M; ++m) {
-        acc[m][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m][v]), scale, acc[m][v]);
-        const __m256 sum = _mm256_set1_ps(static_cast<float>(rows.xsum[(m0 + m) * groups + g]));
-        acc[m][v] = _mm256_fmadd_ps(sum, minimum, acc[m][v]);
-      }
-    }
+    w4a8_group<M, V>(acc, dot, rows, scales + (g * nb + c) * 2, g, m0);
   }
-  for (int m = 0; m < M; ++m) {
-    const __m256 xs = _mm256_set1_ps(rows.xscale[m0 + m]);
-    for (int v = 0; v < V; ++v) store(m0 + m, n0 + c + v * kLanes, _mm256_mul_ps(acc[m][v], xs));
-  }
+  w4a8_store<M, V>(acc, rows, n0 + c, m0, store);
 }
 
 template <bool Vnni, int M, int V, typename Out>
@@ -368,34 +338,38 @@ void w4a8_tile_of(const Int4Rows& rows, const uint8_t* block, const uint16_t* sc
 template <bool Vnni, typename Out>
 void w4a8_all(const Int4Rows& rows, int64_t M, const uint8_t* w, const uint16_t* scales,
               int64_t N, const Store<Out>& store) {
-  const int64_t K = rows.K, blocks = (N + kBlock - 1) / kBlock;
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t n0 = b * kBlock;
-      const int64_t nb = std::min(kBlock, N - n0);
-      const uint8_t* block = w + n0 * K / 2;
-      const uint16_t* block_scales = scales + n0 * (K / kGroup4) * 2;
-      if (M < kInt4PairRows) {
-        for (int64_t m0 = 0; m0 < M; ++m0) {
-          switch (nb / kLanes) {
-            case 2: w4a8_tile_of<Vnni, 1, 2>(rows, block, block_scales, nb, 0, n0, m0, store); break;
-            case 4: w4a8_tile_of<Vnni, 1, 4>(rows, block, block_scales, nb, 0, n0, m0, store); break;
-            case 6: w4a8_tile_of<Vnni, 1, 6>(rows, block, block_scales, nb, 0, n0, m0, store); break;
-            default: w4a8_tile_of<Vnni, 1, 8>(rows, block, block_scales, nb, 0, n0, m0, store); break;
-          }
+  const int64_t K = rows.K;
+  omni_cpu::for_each_block(N, [&](int64_t n0, int64_t nb) {
+    const uint8_t* block = w + n0 * K / 2;
+    const uint16_t* block_scales = scales + n0 * (K / kGroup4) * 2;
+    if (M < kInt4PairRows) {
+      for (int64_t m0 = 0; m0 < M; ++m0) {
+        switch (nb / kLanes) {
+          case 2: w4a8_tile_of<Vnni, 1, 2>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+          case 4: w4a8_tile_of<Vnni, 1, 4>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+          case 6: w4a8_tile_of<Vnni, 1, 6>(rows, block, block_scales, nb, 0, n0, m0, store); break;
+          default: w4a8_tile_of<Vnni, 1, 8>(rows, block, block_scales, nb, 0, n0, m0, store); break;
         }
-        continue;
       }
-      for (int64_t m0 = 0; m0 < M; m0 += 2) {
-        for (int64_t c = 0; c < nb; c += 16) {
-          if (M - m0 >= 2)
-            w4a8_tile_of<Vnni, 2, 2>(rows, block, block_scales, nb, c, n0, m0, store);
-          else
-            w4a8_tile_of<Vnni, 1, 2>(rows, block, block_scales, nb, c, n0, m0, store);
-        }
+      return;
+    }
+    for (int64_t m0 = 0; m0 < M; m0 += 2) {
+      for (int64_t c = 0; c < nb; c += 16) {
+        if (M - m0 >= 2)
+          w4a8_tile_of<Vnni, 2, 2>(rows, block, block_scales, nb, c, n0, m0, store);
+        else
+          w4a8_tile_of<Vnni, 1, 2>(rows, block, block_scales, nb, c, n0, m0, store);
       }
     }
   });
+}
+
+// A row's symmetric 8-bit scale: amax / 127 (1 for a row of zeros).
+template <typename In>
+float row_scale(const In* row, int64_t K) {
+  float amax = 0.f;
+  for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
+  return amax > 0.f ? amax / 127.f : 1.f;
 }
 
 // Per-row symmetric quantization to signed 8 bits, and each group's sum of the codes.
@@ -404,10 +378,7 @@ void quantize_groups(const In* x, int64_t M, int64_t K, int8_t* q, float* scales
   const int64_t groups = K / kGroup4;
   for (int64_t m = 0; m < M; ++m) {
     const In* row = x + m * K;
-    float amax = 0.f;
-    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
-    const float scale = amax > 0.f ? amax / 127.f : 1.f;
-    const float inv = 1.f / scale;
+    const float scale = row_scale(row, K), inv = 1.f / scale;
     for (int64_t g = 0; g < groups; ++g) {
       int32_t sum = 0;
       for (int64_t k = g * kGroup4; k < (g + 1) * kGroup4; ++k) {
@@ -435,104 +406,23 @@ template <typename In>
 void quantize_rows(const In* x, int64_t M, int64_t K, int8_t* q, float* scales) {
   for (int64_t m = 0; m < M; ++m) {
     const In* row = x + m * K;
-    float amax = 0.f;
-    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
-    const float scale = amax > 0.f ? amax / 127.f : 1.f;
-    const float inv = 1.f / scale;
+    const float scale = row_scale(row, K), inv = 1.f / scale;
     for (int64_t k = 0; k < K; ++k)
       q[m * K + k] = static_cast<int8_t>(std::nearbyint(static_cast<float>(row[k]) * inv));
     scales[m] = scale;
   }
 }
 
-void check(const torch::Tensor& x, const torch::Tensor& w, int64_t group) {
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 2, "gemv: x [M, K] and w [N, K]");
-  TORCH_CHECK(x.size(1) == w.size(1), "gemv: K differs between x and w");
-  TORCH_CHECK(x.size(1) % group == 0, "gemv: K must be a multiple of ", group);
-  TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "gemv: contiguous inputs only");
-  TORCH_CHECK(w.size(0) % 16 == 0, "gemv: N must be a multiple of 16");
-}
-
-// Runs `body(store)` with a Store for an output of x's dtype (bf16 or float32).
-template <typename Body>
-torch::Tensor with_output(const torch::Tensor& x, int64_t N,
-                          const c10::optional<torch::Tensor>& bias, Body body) {
-  auto out = torch::empty({x.size(0), N}, x.options());
-  torch::Tensor bias_f;
-  const float* bias_p = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    bias_f = bias->to(torch::kFloat32).contiguous();
-    bias_p = bias_f.data_ptr<float>();
-  }
-  if (x.scalar_type() == torch::kBFloat16) {
-    body(Store<c10::BFloat16>{out.data_ptr<c10::BFloat16>(), bias_p, N});
-  } else {
-    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "gemv: bf16 or float32 activations");
-    body(Store<float>{out.data_ptr<float>(), bias_p, N});
-  }
-  return out;
-}
-
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const c10::BFloat16* p) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-}
-
-inline float reduce8(__m256 v) {
-  const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
-  return _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)));
-}
-
-template <typename T>
-void attend(const T* q, const T* keys, const T* values, T* out, int64_t B, int64_t H, int64_t G,
-            int64_t S, int64_t D, int64_t end, float scale) {
-  const int64_t per_group = H / G;
-  const int64_t vectors = D / kLanes;
-  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t stop) {
-    std::vector<float> scores(end);
-    std::vector<__m256> acc(vectors);
-    for (int64_t bh = begin; bh < stop; ++bh) {
-      const int64_t b = bh / H, h = bh % H, g = h / per_group;
-      const T* qh = q + (b * H + h) * D;
-      const T* kg = keys + (b * G + g) * S * D;
-      const T* vg = values + (b * G + g) * S * D;
-      float top = -INFINITY;
-      for (int64_t s = 0; s < end; ++s) {
-        __m256 dot = _mm256_setzero_ps();
-        for (int64_t v = 0; v < vectors; ++v)
-          dot = _mm256_fmadd_ps(load8(qh + v * kLanes), load8(kg + s * D + v * kLanes), dot);
-        scores[s] = reduce8(dot) * scale;
-        top = std::max(top, scores[s]);
-      }
-      float total = 0.f;
-      for (int64_t s = 0; s < end; ++s) {
-        scores[s] = std::exp(scores[s] - top);
-        total += scores[s];
-      }
-      for (int64_t v = 0; v < vectors; ++v) acc[v] = _mm256_setzero_ps();
-      for (int64_t s = 0; s < end; ++s) {
-        const __m256 weight = _mm256_set1_ps(scores[s] / total);
-        for (int64_t v = 0; v < vectors; ++v)
-          acc[v] = _mm256_fmadd_ps(weight, load8(vg + s * D + v * kLanes), acc[v]);
-      }
-      const Store<T> store{out + (b * H + h) * D, nullptr, 0};
-      for (int64_t v = 0; v < vectors; ++v) store(0, v * kLanes, acc[v]);
-    }
-  });
-}
-
 }  // namespace
 
 torch::Tensor gemv_bf16(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
-  check(x, w, 2);
+  omni_cpu::check_gemv(x, w, 2);
   TORCH_CHECK(w.scalar_type() == torch::kBFloat16, "gemv_bf16: bf16 w");
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
   const auto xf = x.to(torch::kFloat32).contiguous();
   const float* xp = xf.data_ptr<float>();
   const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
-  return with_output(x, N, bias, [&](const auto& store) {
+  return with_output<Store>(x, N, bias, [&](const auto& store) {
     using S = std::decay_t<decltype(store)>;
     using Out = std::remove_pointer_t<decltype(S::out)>;
     for_each_tile(M, N, [&](int vectors, int64_t nb, int64_t n0, int64_t m0) {
@@ -545,7 +435,7 @@ torch::Tensor gemv_bf16(torch::Tensor x, torch::Tensor w, c10::optional<torch::T
 // wsum is accepted for the AVX-512 kernel's signature (its x is shifted by 128) and unused.
 torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
                         torch::Tensor wsum, c10::optional<torch::Tensor> bias) {
-  check(x, w, 4);
+  omni_cpu::check_gemv(x, w, 4);
   TORCH_CHECK(w.scalar_type() == torch::kInt8, "gemv_w8a8: int8 w");
   (void)wsum;
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
@@ -553,14 +443,11 @@ torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
   auto xscale = torch::empty({M}, x.options().dtype(torch::kFloat32));
   int8_t* q = xq.data_ptr<int8_t>();
   float* xs = xscale.data_ptr<float>();
-  if (x.scalar_type() == torch::kBFloat16)
-    quantize_rows(x.data_ptr<c10::BFloat16>(), M, K, q, xs);
-  else
-    quantize_rows(x.data_ptr<float>(), M, K, q, xs);
+  omni_cpu::with_rows(x, [&](const auto* rows) { quantize_rows(rows, M, K, q, xs); });
   const Int8Rows rows{q, xs, wscale.data_ptr<float>(), K};
   const int8_t* wp = w.data_ptr<int8_t>();
   const bool vnni = has_avx_vnni();
-  return with_output(x, N, bias, [&](const auto& store) {
+  return with_output<Store>(x, N, bias, [&](const auto& store) {
     using S = std::decay_t<decltype(store)>;
     using Out = std::remove_pointer_t<decltype(S::out)>;
     for_each_tile(M, N, [&](int vectors, int64_t nb, int64_t n0, int64_t m0) {
@@ -576,65 +463,16 @@ torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
 
 torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
                         c10::optional<torch::Tensor> bias) {
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && scales.dim() == 2, "gemv_w4a8: 2-D x, w, scales");
-  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  TORCH_CHECK(K % kGroup4 == 0, "gemv_w4a8: K must be a multiple of ", kGroup4);
-  TORCH_CHECK(N % 16 == 0, "gemv_w4a8: N must be a multiple of 16");
-  TORCH_CHECK(w.scalar_type() == torch::kUInt8 && w.size(1) == K / 2,
-              "gemv_w4a8: w is uint8 [N, K / 2] (two 4-bit codes a byte)");
-  TORCH_CHECK(scales.scalar_type() == torch::kBFloat16 && scales.size(0) == N &&
-                  scales.size(1) == K / kGroup4 * 2,
-              "gemv_w4a8: scales are bf16 [N, K / 32 * 2] (scale, minimum)");
-  TORCH_CHECK(x.is_contiguous() && w.is_contiguous() && scales.is_contiguous(),
-              "gemv_w4a8: contiguous inputs only");
-  auto xq = torch::empty({M, K}, x.options().dtype(torch::kInt8));
-  auto xscale = torch::empty({M}, x.options().dtype(torch::kFloat32));
-  auto xsum = torch::empty({M, K / kGroup4}, x.options().dtype(torch::kInt32));
-  int8_t* q = xq.data_ptr<int8_t>();
-  if (x.scalar_type() == torch::kBFloat16)
-    quantize_groups(x.data_ptr<c10::BFloat16>(), M, K, q, xscale.data_ptr<float>(),
-                    xsum.data_ptr<int32_t>());
-  else
-    quantize_groups(x.data_ptr<float>(), M, K, q, xscale.data_ptr<float>(),
-                    xsum.data_ptr<int32_t>());
-  const Int4Rows rows{q, xscale.data_ptr<float>(), xsum.data_ptr<int32_t>(), K};
-  const uint8_t* wp = w.data_ptr<uint8_t>();
-  const auto* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr());
   const bool vnni = has_avx_vnni();
-  return with_output(x, N, bias, [&](const auto& store) {
-    if (vnni)
-      w4a8_all<true>(rows, M, wp, sp, N, store);
-    else
-      w4a8_all<false>(rows, M, wp, sp, N, store);
-  });
-}
-
-torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
-                               int64_t end, double scale) {
-  TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes(),
-              "decode_attention: keys and values [B, G, S, D] alike");
-  const int64_t B = keys.size(0), G = keys.size(1), S = keys.size(2), D = keys.size(3);
-  TORCH_CHECK(q.dim() == 2 && q.size(0) == B && q.size(1) % D == 0,
-              "decode_attention: q [B, H * D]");
-  const int64_t H = q.size(1) / D;
-  TORCH_CHECK(H % G == 0, "decode_attention: heads must be a multiple of the KV heads");
-  TORCH_CHECK(D % kLanes == 0, "decode_attention: head size must be a multiple of 8");
-  TORCH_CHECK(end >= 1 && end <= S, "decode_attention: 1 <= end <= cache length");
-  TORCH_CHECK(q.is_contiguous() && keys.is_contiguous() && values.is_contiguous(),
-              "decode_attention: contiguous inputs only");
-  TORCH_CHECK(q.scalar_type() == keys.scalar_type() && keys.scalar_type() == values.scalar_type(),
-              "decode_attention: one dtype for q, keys and values");
-  auto out = torch::empty_like(q);
-  const float s = static_cast<float>(scale);
-  if (q.scalar_type() == torch::kBFloat16) {
-    attend(q.data_ptr<c10::BFloat16>(), keys.data_ptr<c10::BFloat16>(),
-           values.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>(), B, H, G, S, D, end, s);
-  } else {
-    TORCH_CHECK(q.scalar_type() == torch::kFloat32, "decode_attention: bf16 or float32");
-    attend(q.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),
-           out.data_ptr<float>(), B, H, G, S, D, end, s);
-  }
-  return out;
+  return omni_cpu::gemv_w4a8_with<Store>(
+      x, w, scales, bias, [](const auto* data, auto... rest) { quantize_groups(data, rest...); },
+      [vnni](const Int4Rows& rows, int64_t M, const uint8_t* wp, const uint16_t* sp, int64_t N,
+             const auto& store) {
+        if (vnni)
+          w4a8_all<true>(rows, M, wp, sp, N, store);
+        else
+          w4a8_all<false>(rows, M, wp, sp, N, store);
+      });
 }
 
 // The same products on raw pointers and caller-owned buffers (declared in predictor_step.cpp,
@@ -693,12 +531,6 @@ void w4a8_product(const int8_t* xq, const float* xscale, const int32_t* xsum, co
     w4a8_all<false>(rows, M, w, sp, N, store);
 }
 
-template <typename T>
-void attend_positions(const T* q, const T* keys, const T* values, T* out, int64_t B, int64_t H,
-                      int64_t G, int64_t S, int64_t D, int64_t end, float scale) {
-  attend(q, keys, values, out, B, H, G, S, D, end, scale);
-}
-
 #define OMNI_AVX2_ROWS(T)                                                                     \
   template void bf16_product_f32<T>(const float*, const c10::BFloat16*, int64_t, int64_t,     \
                                     int64_t, const float*, T*);                              \
@@ -708,9 +540,7 @@ void attend_positions(const T* q, const T* keys, const T* values, T* out, int64_
   template void quantize_s8<T>(const T*, int64_t, int64_t, int8_t*, float*, int32_t*);        \
   template void w4a8_product<T>(const int8_t*, const float*, const int32_t*, const uint8_t*,  \
                                 const c10::BFloat16*, int64_t, int64_t, int64_t,            \
-                                const float*, T*);                                           \
-  template void attend_positions<T>(const T*, const T*, const T*, T*, int64_t, int64_t,       \
-                                    int64_t, int64_t, int64_t, int64_t, float);
+                                const float*, T*);
 OMNI_AVX2_ROWS(float)
 OMNI_AVX2_ROWS(c10::BFloat16)
 #undef OMNI_AVX2_ROWS
@@ -725,7 +555,9 @@ bool set_avx_vnni(bool allowed) {
   return has_avx_vnni();
 }
 
-// predictor_step.cpp (built into this module too)
+// decode_attention.cpp and predictor_step.cpp (built into this module too)
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
+                               int64_t end, double scale);
 void bind_predictor_step(pybind11::module& m);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -41,29 +41,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernel_common.h"
+#include "vec.h"
+
 namespace {
+
+using omni_cpu::with_output;
+using omni_cpu::vec::Store;
 
 constexpr int64_t kLanes = 16;        // fp32/int32 outputs per vector
 constexpr int64_t kBlockVecs = 4;     // vectors per full block
 constexpr int64_t kBlock = kLanes * kBlockVecs;  // 64 columns
 constexpr int kTileRows = 6;          // rows of x per register tile (6 x 4 = 24 accumulators)
-
-// Where results go: y[m, j:j+16] = value + bias[j:j+16], rounded once to the output dtype.
-template <typename Out>
-struct Store {
-  Out* out;
-  const float* bias;  // nullptr: none
-  int64_t N;
-  void operator()(int64_t m, int64_t j, __m512 value) const {
-    if (bias) value = _mm512_add_ps(value, _mm512_loadu_ps(bias + j));
-    Out* dst = out + m * N + j;
-    if constexpr (std::is_same_v<Out, float>) {
-      _mm512_storeu_ps(dst, value);
-    } else {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), (__m256i)_mm512_cvtneps_pbh(value));
-    }
-  }
-};
 
 template <int M, int NB, typename Out>
 void bf16_tile(const uint16_t* x, int64_t K, const uint16_t* block, int64_t n0, int64_t m0,
@@ -175,15 +164,10 @@ struct W8a8Tile {
 // block's weights come from memory once per call and, for further tiles, from L2.
 template <typename Each>
 void for_each_tile(int64_t M, int64_t N, Each each) {
-  const int64_t blocks = (N + kBlock - 1) / kBlock;
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t n0 = b * kBlock;
-      const int vectors = static_cast<int>(std::min(kBlock, N - n0) / kLanes);
-      for (int64_t m0 = 0; m0 < M; m0 += kTileRows) {
-        each(static_cast<int>(std::min<int64_t>(kTileRows, M - m0)), vectors, n0, m0);
-      }
-    }
+  omni_cpu::for_each_block(N, [&](int64_t n0, int64_t nb) {
+    const int vectors = static_cast<int>(nb / kLanes);
+    for (int64_t m0 = 0; m0 < M; m0 += kTileRows)
+      each(static_cast<int>(std::min<int64_t>(kTileRows, M - m0)), vectors, n0, m0);
   });
 }
 
@@ -397,39 +381,11 @@ void quantize_rows(const In* x, int64_t M, int64_t K, uint8_t* q, float* scales)
   });
 }
 
-void check(const torch::Tensor& x, const torch::Tensor& w, int64_t group) {
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 2, "gemv: x [M, K] and w [N, K]");
-  TORCH_CHECK(x.size(1) == w.size(1), "gemv: K differs between x and w");
-  TORCH_CHECK(x.size(1) % group == 0, "gemv: K must be a multiple of ", group);
-  TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "gemv: contiguous inputs only");
-  TORCH_CHECK(w.size(0) % kLanes == 0, "gemv: N must be a multiple of ", kLanes);
-}
-
-// Runs `body(store)` with a Store for an output of x's dtype (bf16 or float32).
-template <typename Body>
-torch::Tensor with_output(const torch::Tensor& x, int64_t N,
-                          const c10::optional<torch::Tensor>& bias, Body body) {
-  auto out = torch::empty({x.size(0), N}, x.options());
-  torch::Tensor bias_f;
-  const float* bias_p = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    bias_f = bias->to(torch::kFloat32).contiguous();
-    bias_p = bias_f.data_ptr<float>();
-  }
-  if (x.scalar_type() == torch::kBFloat16) {
-    body(Store<c10::BFloat16>{out.data_ptr<c10::BFloat16>(), bias_p, N});
-  } else {
-    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "gemv: bf16 or float32 activations");
-    body(Store<float>{out.data_ptr<float>(), bias_p, N});
-  }
-  return out;
-}
-
 }  // namespace
 
 torch::Tensor gemv_bf16(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias,
                         int64_t amx_rows) {
-  check(x, w, 2);
+  omni_cpu::check_gemv(x, w, 2);
   TORCH_CHECK(x.scalar_type() == torch::kBFloat16 && w.scalar_type() == torch::kBFloat16,
               "gemv_bf16: bf16 x and w");
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
@@ -438,16 +394,17 @@ torch::Tensor gemv_bf16(torch::Tensor x, torch::Tensor w, c10::optional<torch::T
     torch::Tensor rows = x;  // A tiles read whole tiles of 16 rows: pad with zeros
     if (M % kAmxRows) rows = torch::constant_pad_nd(x, {0, 0, 0, whole_tiles(M) - M});
     const auto* xp = reinterpret_cast<const uint16_t*>(rows.data_ptr());
-    return with_output(x, N, bias,
-                       [&](const auto& store) { amx_bf16_all(xp, wp, M, K, N, store); });
+    return with_output<Store>(x, N, bias,
+                              [&](const auto& store) { amx_bf16_all(xp, wp, M, K, N, store); });
   }
   const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr());
-  return with_output(x, N, bias, [&](const auto& store) { bf16_all(xp, wp, M, K, N, store); });
+  return with_output<Store>(x, N, bias,
+                            [&](const auto& store) { bf16_all(xp, wp, M, K, N, store); });
 }
 
 torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
                         torch::Tensor wsum, c10::optional<torch::Tensor> bias, int64_t amx_rows) {
-  check(x, w, 4);
+  omni_cpu::check_gemv(x, w, 4);
   TORCH_CHECK(w.scalar_type() == torch::kInt8, "gemv_w8a8: int8 w");
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
   const bool amx = use_amx(M, K, amx_rows);
@@ -456,14 +413,11 @@ torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
   auto xscale = torch::empty({M}, x.options().dtype(torch::kFloat32));
   uint8_t* q = xq.data_ptr<uint8_t>();
   float* xs = xscale.data_ptr<float>();
-  if (x.scalar_type() == torch::kBFloat16)
-    quantize_rows(x.data_ptr<c10::BFloat16>(), M, K, q, xs);
-  else
-    quantize_rows(x.data_ptr<float>(), M, K, q, xs);
+  omni_cpu::with_rows(x, [&](const auto* rows) { quantize_rows(rows, M, K, q, xs); });
   const int8_t* wp = w.data_ptr<int8_t>();
   const float* ws = wscale.data_ptr<float>();
   const int32_t* wsm = wsum.data_ptr<int32_t>();
-  return with_output(x, N, bias, [&](const auto& store) {
+  return with_output<Store>(x, N, bias, [&](const auto& store) {
     if (amx)
       amx_w8a8_all(q, wp, M, K, N, xs, ws, wsm, store);
     else

@@ -29,38 +29,20 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernel_common.h"
+#include "vec.h"
+
 namespace {
 
-constexpr int64_t kLanes = 16;                   // int32/float32 outputs per vector
-constexpr int64_t kBlock = 64;                   // columns per full block
-constexpr int kTileRows = 3;                     // 3 x 4 x 2 accumulators
-constexpr int64_t kGroup = 32;                   // K elements per (scale, minimum)
-constexpr int64_t kStep = 8;                     // K elements per 64-byte load of 16 columns
+using omni_cpu::vec::load;
+using omni_cpu::vec::Store;
+using Rows = omni_cpu::Int4Rows;
+
+constexpr int64_t kLanes = 16;                    // int32/float32 outputs per vector
+constexpr int kTileRows = 3;                      // 3 x 4 x 2 accumulators
+constexpr int64_t kGroup = omni_cpu::kInt4Group;  // K elements per (scale, minimum)
+constexpr int64_t kStep = 8;                      // K elements per 64-byte load of 16 columns
 constexpr int64_t kStepsPerGroup = kGroup / kStep;
-
-// y[m, j:j+16] = value + bias[j:j+16], rounded once to the output dtype.
-template <typename Out>
-struct Store {
-  Out* out;
-  const float* bias;  // nullptr: none
-  int64_t N;
-  void operator()(int64_t m, int64_t j, __m512 value) const {
-    if (bias) value = _mm512_add_ps(value, _mm512_loadu_ps(bias + j));
-    Out* dst = out + m * N + j;
-    if constexpr (std::is_same_v<Out, float>) {
-      _mm512_storeu_ps(dst, value);
-    } else {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), (__m256i)_mm512_cvtneps_pbh(value));
-    }
-  }
-};
-
-struct Rows {
-  const int8_t* xq;     // [M, K] signed 8-bit x
-  const float* xscale;  // [M]
-  const int32_t* xsum;  // [M, K / kGroup] sums of xq per group
-  int64_t K;
-};
 
 template <int M, int NB, typename Out>
 void w4a8_tile(const Rows& rows, int64_t m0, const uint8_t* block, const uint16_t* scales,
@@ -132,28 +114,19 @@ void by_vectors(int vectors, const Rows& rows, int64_t m0, const uint8_t* block,
 template <typename Out>
 void w4a8_all(const Rows& rows, int64_t M, const uint8_t* w, const uint16_t* scales, int64_t N,
               const Store<Out>& store) {
-  const int64_t K = rows.K, blocks = (N + kBlock - 1) / kBlock;
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t n0 = b * kBlock;
-      const int vectors = static_cast<int>(std::min(kBlock, N - n0) / kLanes);
-      const uint8_t* block = w + n0 * K / 2;
-      const uint16_t* block_scales = scales + n0 * (K / kGroup) * 2;
-      for (int64_t m0 = 0; m0 < M; m0 += kTileRows) {
-        switch (std::min<int64_t>(kTileRows, M - m0)) {
-          case 1: by_vectors<Out, 1>(vectors, rows, m0, block, block_scales, n0, store); break;
-          case 2: by_vectors<Out, 2>(vectors, rows, m0, block, block_scales, n0, store); break;
-          default: by_vectors<Out, 3>(vectors, rows, m0, block, block_scales, n0, store); break;
-        }
+  const int64_t K = rows.K;
+  omni_cpu::for_each_block(N, [&](int64_t n0, int64_t nb) {
+    const int vectors = static_cast<int>(nb / kLanes);
+    const uint8_t* block = w + n0 * K / 2;
+    const uint16_t* block_scales = scales + n0 * (K / kGroup) * 2;
+    for (int64_t m0 = 0; m0 < M; m0 += kTileRows) {
+      switch (std::min<int64_t>(kTileRows, M - m0)) {
+        case 1: by_vectors<Out, 1>(vectors, rows, m0, block, block_scales, n0, store); break;
+        case 2: by_vectors<Out, 2>(vectors, rows, m0, block, block_scales, n0, store); break;
+        default: by_vectors<Out, 3>(vectors, rows, m0, block, block_scales, n0, store); break;
       }
     }
   });
-}
-
-inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 widen16(const c10::BFloat16* p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
 }
 
 // Per-row symmetric quantization to signed 8 bits, and each group's sum of the codes,
@@ -167,14 +140,14 @@ void quantize_rows(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, 
     const In* row = x + m * K;
     __m512 top = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += kLanes)
-      top = _mm512_max_ps(_mm512_abs_ps(widen16(row + k)), top);  // a NaN loses, as in std::max
+      top = _mm512_max_ps(_mm512_abs_ps(load(row + k)), top);  // a NaN loses, as in std::max
     const float amax = _mm512_reduce_max_ps(top);
     const float scale = amax > 0.f ? amax / 127.f : 1.f;
     const __m512 inv = _mm512_set1_ps(1.f / scale);
     for (int64_t g = 0; g < groups; ++g) {
       __m512i sum = _mm512_setzero_si512();
       for (int64_t k = g * kGroup; k < (g + 1) * kGroup; k += kLanes) {
-        const __m512i codes = _mm512_cvtps_epi32(_mm512_mul_ps(widen16(row + k), inv));
+        const __m512i codes = _mm512_cvtps_epi32(_mm512_mul_ps(load(row + k), inv));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(q + m * K + k), _mm512_cvtepi32_epi8(codes));
         sum = _mm512_add_epi32(sum, codes);
       }
@@ -188,44 +161,10 @@ void quantize_rows(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, 
 
 torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
                         c10::optional<torch::Tensor> bias) {
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && scales.dim() == 2, "gemv_w4a8: 2-D x, w, scales");
-  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  TORCH_CHECK(K % kGroup == 0, "gemv_w4a8: K must be a multiple of ", kGroup);
-  TORCH_CHECK(N % kLanes == 0, "gemv_w4a8: N must be a multiple of ", kLanes);
-  TORCH_CHECK(w.scalar_type() == torch::kUInt8 && w.size(1) == K / 2,
-              "gemv_w4a8: w is uint8 [N, K / 2] (two 4-bit codes a byte)");
-  TORCH_CHECK(scales.scalar_type() == torch::kBFloat16 && scales.size(0) == N &&
-                  scales.size(1) == K / kGroup * 2,
-              "gemv_w4a8: scales are bf16 [N, K / 32 * 2] (scale, minimum)");
-  TORCH_CHECK(x.is_contiguous() && w.is_contiguous() && scales.is_contiguous(),
-              "gemv_w4a8: contiguous inputs only");
-  auto xq = torch::empty({M, K}, x.options().dtype(torch::kInt8));
-  auto xscale = torch::empty({M}, x.options().dtype(torch::kFloat32));
-  auto xsum = torch::empty({M, K / kGroup}, x.options().dtype(torch::kInt32));
-  int8_t* q = xq.data_ptr<int8_t>();
-  if (x.scalar_type() == torch::kBFloat16) {
-    quantize_rows(x.data_ptr<c10::BFloat16>(), M, K, q, xscale.data_ptr<float>(),
-                  xsum.data_ptr<int32_t>());
-  } else {
-    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "gemv_w4a8: bf16 or float32 activations");
-    quantize_rows(x.data_ptr<float>(), M, K, q, xscale.data_ptr<float>(), xsum.data_ptr<int32_t>());
-  }
-  const Rows rows{q, xscale.data_ptr<float>(), xsum.data_ptr<int32_t>(), K};
-  const uint8_t* wp = w.data_ptr<uint8_t>();
-  const auto* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr());
-  auto out = torch::empty({M, N}, x.options());
-  torch::Tensor bias_f;
-  const float* bias_p = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    bias_f = bias->to(torch::kFloat32).contiguous();
-    bias_p = bias_f.data_ptr<float>();
-  }
-  if (x.scalar_type() == torch::kBFloat16) {
-    w4a8_all(rows, M, wp, sp, N, Store<c10::BFloat16>{out.data_ptr<c10::BFloat16>(), bias_p, N});
-  } else {
-    w4a8_all(rows, M, wp, sp, N, Store<float>{out.data_ptr<float>(), bias_p, N});
-  }
-  return out;
+  return omni_cpu::gemv_w4a8_with<Store>(
+      x, w, scales, bias, [](const auto* data, auto... rest) { quantize_rows(data, rest...); },
+      [](const Rows& rows, int64_t M, const uint8_t* wp, const uint16_t* sp, int64_t N,
+         const auto& store) { w4a8_all(rows, M, wp, sp, N, store); });
 }
 
 // The same product on raw pointers and caller-owned buffers (declared in predictor_step.cpp,

@@ -48,6 +48,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernel_common.h"
+#include "vec.h"
+
 // The GEMV module's products and attention on raw pointers and caller-owned buffers,
 // defined beside their tensor calls: the same tiles on the same packed weights, so the
 // same bits as the module's gemv_bf16 / gemv_w8a8 / gemv_w4a8 / decode_attention.
@@ -95,7 +98,7 @@ namespace {
 using BF16 = c10::BFloat16;
 
 enum Format : int64_t { kBf16 = 0, kW8a8 = 1, kW4a8 = 2 };  // gemv.py's STEP_FORMATS
-constexpr int64_t kGroup = 32;   // gemv_int4.cpp's K elements per (scale, minimum)
+constexpr int64_t kGroup = omni_cpu::kInt4Group;  // K elements per (scale, minimum) of int4
 constexpr int64_t kMaxHead = 512;
 
 // (format, packed, scales, sums, bias, amx_rows), as omni_cpu/models/predictor_step.py
@@ -188,78 +191,22 @@ struct Head {  // code group g = index + 1
 inline float to_float(float v) { return v; }
 inline float to_float(BF16 v) { return static_cast<float>(v); }
 
-// The row ops' vectors: 16 float32 lanes on AVX-512, 8 on AVX2 (the module's flags).
+// The row ops' vectors: 16 float32 lanes on AVX-512, 8 on AVX2 (the module's flags; vec.h),
+// and what only this file needs of them.
 namespace vec {
+using namespace omni_cpu::vec;
 #if defined(__AVX512F__)
-using V = __m512;
-constexpr int64_t kLanes = 16;
-inline V zero() { return _mm512_setzero_ps(); }
-inline V set1(float v) { return _mm512_set1_ps(v); }
-inline V add(V a, V b) { return _mm512_add_ps(a, b); }
-inline V sub(V a, V b) { return _mm512_sub_ps(a, b); }
-inline V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-inline V div(V a, V b) { return _mm512_div_ps(a, b); }
-inline V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-inline V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
-inline V clamp(V x, float lo, float hi) {
-  return _mm512_min_ps(_mm512_max_ps(x, set1(lo)), set1(hi));
-}
 inline V nearest(V x) {
   return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 inline V times_two_to(V p, V n) { return _mm512_scalef_ps(p, n); }  // p * 2^n
-inline float sum(V v) { return _mm512_reduce_add_ps(v); }
-inline V load(const float* p) { return _mm512_loadu_ps(p); }
-inline V load(const BF16* p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
-inline void store(float* p, V v) { _mm512_storeu_ps(p, v); }
-// Rounded to nearest even by vcvtneps2bf16, as the GEMV's stores and c10::BFloat16 round.
-inline void store(BF16* p, V v) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
-}
 #else
-using V = __m256;
-constexpr int64_t kLanes = 8;
-inline V zero() { return _mm256_setzero_ps(); }
-inline V set1(float v) { return _mm256_set1_ps(v); }
-inline V add(V a, V b) { return _mm256_add_ps(a, b); }
-inline V sub(V a, V b) { return _mm256_sub_ps(a, b); }
-inline V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-inline V div(V a, V b) { return _mm256_div_ps(a, b); }
-inline V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-inline V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
-inline V clamp(V x, float lo, float hi) {
-  return _mm256_min_ps(_mm256_max_ps(x, set1(lo)), set1(hi));
-}
 inline V nearest(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 // p * 2^n through the exponent bits: n must stay in [-126, 127] (exp clamps its input).
 inline V times_two_to(V p, V n) {
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
                                                           _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-}
-inline float sum(V v) {
-  const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
-  return _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)));
-}
-inline V load(const float* p) { return _mm256_loadu_ps(p); }
-inline V load(const BF16* p) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-}
-inline void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-// Rounded to nearest even, as gemv_avx2.cpp's stores round (no NaN in these rows).
-inline void store(BF16* p, V v) {
-  const __m256i bits = _mm256_castps_si256(v);
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i high = _mm256_srli_epi32(
-      _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                   _mm_packus_epi32(_mm256_castsi256_si128(high),
-                                    _mm256_extracti128_si256(high, 1)));
 }
 #endif
 

@@ -1,0 +1,114 @@
+// What the GEMV modules' kernels share that is no vector code: the torch-facing argument
+// checks and shape reading, the dtype dispatch, the output and bias of a product, the split
+// of column blocks over the stage's threads and the packed layout's constants. Included by
+// the AVX-512 and the AVX2 builds alike (gemv.py hashes and copies every header of csrc/
+// with the sources).
+
+#pragma once
+
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace omni_cpu {
+
+constexpr int64_t kBlock = 64;      // output columns per packed block (gemv.py's BLOCK)
+constexpr int64_t kInt4Group = 32;  // K elements per (scale, minimum) of int4 (INT4_GROUP)
+
+// each(n0, nb) for every block of kBlock output columns (the last nb = 16, 32 or 48 wide
+// where N is no multiple), the blocks split over the stage's OpenMP team (at::parallel_for).
+template <typename Each>
+void for_each_block(int64_t N, Each each) {
+  const int64_t blocks = (N + kBlock - 1) / kBlock;
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) each(b * kBlock, std::min(kBlock, N - b * kBlock));
+  });
+}
+
+// x [M, K] and a packed bf16 or int8 w [N, K], K in groups of `group`.
+inline void check_gemv(const torch::Tensor& x, const torch::Tensor& w, int64_t group) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2, "gemv: x [M, K] and w [N, K]");
+  TORCH_CHECK(x.size(1) == w.size(1), "gemv: K differs between x and w");
+  TORCH_CHECK(x.size(1) % group == 0, "gemv: K must be a multiple of ", group);
+  TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "gemv: contiguous inputs only");
+  TORCH_CHECK(w.size(0) % 16 == 0, "gemv: N must be a multiple of 16");
+}
+
+// fn(data) with x's data as const BF16* or const float*.
+template <typename Fn>
+void with_rows(const torch::Tensor& x, Fn fn) {
+  if (x.scalar_type() == torch::kBFloat16) {
+    fn(static_cast<const c10::BFloat16*>(x.data_ptr<c10::BFloat16>()));
+  } else {
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "gemv: bf16 or float32 activations");
+    fn(static_cast<const float*>(x.data_ptr<float>()));
+  }
+}
+
+// Runs body(Store<Out>{out, bias, N}) for an output [M, N] of x's dtype (bf16 or float32),
+// the bias (any dtype) as float32; returns the output.
+template <template <typename> class Store, typename Body>
+torch::Tensor with_output(const torch::Tensor& x, int64_t N,
+                          const c10::optional<torch::Tensor>& bias, Body body) {
+  auto out = torch::empty({x.size(0), N}, x.options());
+  torch::Tensor bias_f;
+  const float* bias_p = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    bias_f = bias->to(torch::kFloat32).contiguous();
+    bias_p = bias_f.data_ptr<float>();
+  }
+  if (x.scalar_type() == torch::kBFloat16) {
+    body(Store<c10::BFloat16>{out.data_ptr<c10::BFloat16>(), bias_p, N});
+  } else {
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "gemv: bf16 or float32 activations");
+    body(Store<float>{out.data_ptr<float>(), bias_p, N});
+  }
+  return out;
+}
+
+// A W4A8 product's x: quantized per row to signed 8 bits, each row's scale and each
+// group's sum of the codes.
+struct Int4Rows {
+  const int8_t* xq;     // [M, K] signed 8-bit x in [-127, 127]
+  const float* xscale;  // [M]
+  const int32_t* xsum;  // [M, K / kInt4Group] sums of xq per group
+  int64_t K;
+};
+
+// gemv_w4a8 of either build: checks x [M, K], w [N, K / 2] nibbles and scales [N, K / 32 * 2]
+// bf16 (scale, minimum), quantizes x by quantize(x, M, K, q, scales, sums) and returns what
+// product(rows, M, w, scales, N, store) writes.
+template <template <typename> class Store, typename Quantize, typename Product>
+torch::Tensor gemv_w4a8_with(const torch::Tensor& x, const torch::Tensor& w,
+                             const torch::Tensor& scales, const c10::optional<torch::Tensor>& bias,
+                             Quantize quantize, Product product) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && scales.dim() == 2, "gemv_w4a8: 2-D x, w, scales");
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_CHECK(K % kInt4Group == 0, "gemv_w4a8: K must be a multiple of ", kInt4Group);
+  TORCH_CHECK(N % 16 == 0, "gemv_w4a8: N must be a multiple of 16");
+  TORCH_CHECK(w.scalar_type() == torch::kUInt8 && w.size(1) == K / 2,
+              "gemv_w4a8: w is uint8 [N, K / 2] (two 4-bit codes a byte)");
+  TORCH_CHECK(scales.scalar_type() == torch::kBFloat16 && scales.size(0) == N &&
+                  scales.size(1) == K / kInt4Group * 2,
+              "gemv_w4a8: scales are bf16 [N, K / 32 * 2] (scale, minimum)");
+  TORCH_CHECK(x.is_contiguous() && w.is_contiguous() && scales.is_contiguous(),
+              "gemv_w4a8: contiguous inputs only");
+  auto xq = torch::empty({M, K}, x.options().dtype(torch::kInt8));
+  auto xscale = torch::empty({M}, x.options().dtype(torch::kFloat32));
+  auto xsum = torch::empty({M, K / kInt4Group}, x.options().dtype(torch::kInt32));
+  const Int4Rows rows{xq.data_ptr<int8_t>(), xscale.data_ptr<float>(), xsum.data_ptr<int32_t>(),
+                      K};
+  with_rows(x, [&](const auto* data) {
+    quantize(data, M, K, xq.data_ptr<int8_t>(), xscale.data_ptr<float>(),
+             xsum.data_ptr<int32_t>());
+  });
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  const auto* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr());
+  return with_output<Store>(x, N, bias,
+                            [&](const auto& store) { product(rows, M, wp, sp, N, store); });
+}
+
+}  // namespace omni_cpu
