@@ -71,6 +71,12 @@ def main() -> None:
         print(json.dumps(description, indent=2))
         return
 
+    from omni_cpu.launch.relaunch import relaunch_if_needed
+
+    # Once, before torch loads: this script re-executes itself with the stages' LD_PRELOAD
+    # so they can be forked from it, not started as fresh interpreters that import torch,
+    # vLLM and vLLM-Omni again (what `omni-cpu run` does; it returns where that cannot be).
+    relaunch_if_needed(plan)
     from omni_cpu.launch.pipeline import run_pipeline
 
     result = run_pipeline(plan, requests, [args.out], progress=print)
@@ -80,7 +86,7 @@ def main() -> None:
     )
 
 
-if __name__ == "__main__":  # the engines start in spawned processes: keep this guard
+if __name__ == "__main__":  # engines may start in spawned processes: keep this guard
     try:
         main()
     except OmniCpuError as error:

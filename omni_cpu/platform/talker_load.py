@@ -1,6 +1,7 @@
 """The talker stage's model as the stage and `check-weights` both load it, timed by phase.
 
-One path for the two: vLLM builds the talker and copies the checkpoint into it while
+One path for the two: vLLM builds the talker (without random values the load would
+overwrite: omni_cpu.platform.lean_load) and copies the checkpoint into it while
 omni_cpu.models.linears gives each linear its kernel (packing it, or taking it from
 the packed-weight cache of omni_cpu.kernels.weight_cache), the code predictor's
 linears are routed the same way, and the cache entry is written when anything was
@@ -36,6 +37,7 @@ from omni_cpu import envs
 from omni_cpu.kernels import fbgemm, gemv, weight_cache
 from omni_cpu.models import int8, linears, norms
 from omni_cpu.models.predictor import KERNEL_MODES, install_forward
+from omni_cpu.platform import lean_load
 
 # vllm-omni 0.30.0's Qwen3-TTS talker and its prompt builder set
 # `_embedding_dtype = torch.bfloat16` whatever the model dtype, so a float32 talker
@@ -171,7 +173,10 @@ def load_talker(
     """
     start = time.perf_counter()
     report = TalkerLoad(weights, packing=open_packing(model, revision, weights, dtype))
-    with linears.vllm_linears(weights, report.talker_kernels, report.packing):
+    with (
+        lean_load.no_random_init(),
+        linears.vllm_linears(weights, report.talker_kernels, report.packing),
+    ):
         loaded = load()
     match_embedding_dtype(loaded, dtype)
     report.fused_norms = dict(norms.install(loaded))
