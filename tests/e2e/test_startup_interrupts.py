@@ -11,12 +11,14 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from omni_cpu.process import proctree
-from tests.helpers.engines import OMNI_CPU, needs_runtime
+from tests.helpers.engines import OMNI_CPU, live_pids_with_token, needs_runtime
+from tests.helpers.leftovers import eventually
 from tests.helpers.serving import REPO, free_port
 
 pytestmark = [pytest.mark.e2e, needs_runtime]
@@ -77,7 +79,9 @@ def test_sigterm_during_serve_start_up_ends_the_stages_within_5_s(
 def test_sigint_during_run_start_up_prints_one_line(tiny_checkpoint: Path, tmp_path: Path) -> None:
     command = [OMNI_CPU, "run", "--model", str(tiny_checkpoint), "--text", "Hello.",
                "--out", str(tmp_path / "a.wav")]  # fmt: skip
-    run = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    token = uuid.uuid4().hex  # every process of the run carries it, seen or not
+    env = {**os.environ, "OMNI_CPU_E2E_TOKEN": token}
+    run = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
     try:
         tree = _engines_starting(run)
         run.send_signal(signal.SIGINT)
@@ -86,7 +90,8 @@ def test_sigint_during_run_start_up_prints_one_line(tiny_checkpoint: Path, tmp_p
         assert "Traceback" not in stderr and "Exception in thread" not in stderr, stderr[-3000:]
         assert stderr.strip().splitlines()[-1] == "interrupted"
         assert proctree.wait_gone(sorted(tree), 10) == []
-        assert list(tmp_path.iterdir()) == []
+        assert eventually(lambda: not live_pids_with_token(token), 5)
+        assert list(tmp_path.iterdir()) == []  # neither the WAV nor its partial file
     finally:
         if run.poll() is None:
             proctree.stop_tree(run.pid, 10)

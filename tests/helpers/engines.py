@@ -111,23 +111,3 @@ def run_omni_cpu(*args: str, timeout_s: float = 900, env: dict[str, str] | None 
         reader.join()
         pytest.fail(f"omni-cpu {' '.join(args)} ran over {timeout_s} s")
     return Run(process.returncode, out["stdout"], out["stderr"], token, seen, starts)
-
-
-def interrupt_omni_cpu(*args: str, sig: int, timeout_s: float = 600) -> Run:
-    """Start `omni-cpu ARGS`, send `sig` once both stage processes exist, wait for the exit."""
-    token = uuid.uuid4().hex
-    env = {**os.environ, "OMNI_CPU_E2E_TOKEN": token}
-    process = subprocess.Popen(
-        [OMNI_CPU, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
-    deadline = time.monotonic() + timeout_s
-    stages: list[int] = []
-    while len(stages) < 2 and process.poll() is None and time.monotonic() < deadline:
-        stages = [pid for pid in proctree.descendants(process.pid) if stage_of(pid) is not None]
-        time.sleep(0.5)
-    if len(stages) < 2:
-        process.kill()
-        pytest.fail("the stage processes never appeared")
-    process.send_signal(sig)
-    stdout, stderr = process.communicate(timeout=timeout_s)
-    return Run(process.returncode, stdout, stderr, token)
