@@ -17,9 +17,10 @@ demo: setup
 	$(BIN)/omni-cpu run --model $(TINY) --deploy-profile auto --stream \
 		--text "Hello from omni-cpu." --speaker ryan --max-frames 50 --out out/hello.wav
 
-# Set up, then run the whole test suite (what CI runs).
+# Set up, then run the whole test suite (what CI runs): the engine-starting tests one at a
+# time on one worker, everything else beside them on a second (tests/conftest.py).
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # The tests that need no inference runtime (seconds).
 test-fast:

@@ -39,6 +39,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     bar.unlink(missing_ok=True)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Engine-starting tests run one at a time, on one pytest-xdist worker (`make test`'s
+    `-n 2 --dist loadgroup`): two runs at once would share the stages' cores and
+    /dev/shm, which the fault tests check is left clean. The other worker takes the rest."""
+    for item in items:
+        if item.get_closest_marker("e2e") is not None:
+            item.add_marker(pytest.mark.xdist_group("engines"))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Raise the bar for a test not marked e2e, lower it for one that is, before its fixtures.

@@ -191,16 +191,8 @@ class LiveRun:
         return sorted(left), self.new_shm()
 
     def new_shm(self) -> list[str]:
-        """Entries made since the start, less what runs still going own and the OpenMP
-        files of live processes outside this run (another session's stages)."""
-        new = new_shm_entries(self.shm_before)
-        return [name for name in new if not self._someone_elses_openmp_file(name)]
-
-    def _someone_elses_openmp_file(self, name: str) -> bool:
-        if not name.startswith("__KMP_REGISTERED_LIB_"):
-            return False
-        pid = int(name.split("_")[5])
-        return pid not in self.tree and proctree.is_running(pid)
+        """Entries made since the start that are not someone else's (new_shm_entries)."""
+        return new_shm_entries(self.shm_before, self.tree)
 
 
 @pytest.mark.e2e

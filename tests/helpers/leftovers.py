@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
-from omni_cpu.process import shm
+from omni_cpu.process import proctree, shm
 
 SHM = Path("/dev/shm")
 
@@ -24,10 +24,20 @@ def eventually(check: Callable[[], bool], seconds: float = 10.0) -> bool:
     return check()
 
 
-def new_shm_entries(before: set[str]) -> list[str]:
-    """/dev/shm entries made since `before`, less what runs still going own (a concurrent
-    test's): their ledgers and the names those list."""
+def new_shm_entries(before: set[str], tree: Collection[int] = ()) -> list[str]:
+    """/dev/shm entries made since `before`, less what others still running own: the
+    ledgers of runs still going (a concurrent test's) and the names those list, and the
+    OpenMP registration files of live processes outside `tree`, the pids of the run
+    being checked (another test's or session's torch)."""
     others: set[str] = set()
     for ledger in shm.live_ledgers():
         others |= {ledger.path.name, *ledger.names}
-    return sorted(set(os.listdir(SHM)) - before - others)
+    new = sorted(set(os.listdir(SHM)) - before - others)
+    return [name for name in new if not _someone_elses_openmp_file(name, tree)]
+
+
+def _someone_elses_openmp_file(name: str, tree: Collection[int]) -> bool:
+    if not name.startswith("__KMP_REGISTERED_LIB_"):
+        return False
+    pid = int(name.split("_")[5])
+    return pid not in tree and proctree.is_running(pid)

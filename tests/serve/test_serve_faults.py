@@ -64,8 +64,12 @@ def test_a_killed_stage_is_named_by_health_and_the_server_exits_4(
         assert named is not None and f"pid {victim}" in named
         assert f"stage 0 (talker) engine core pid {victim} died" in log.read_text()
         assert proctree.wait_gone(tree, 5.0) == []
+
         # The semaphore the killed stage held among them (its run's ledger lists it).
-        assert eventually(lambda: not new_shm_entries(shm_before)), new_shm_entries(shm_before)
+        def left() -> list[str]:
+            return new_shm_entries(shm_before, tree)
+
+        assert eventually(lambda: not left()), left()
     finally:
         if server.poll() is None:
             proctree.stop_tree(server.pid, 30)
