@@ -250,16 +250,23 @@ inline float inverse_rms(vec::V squares, int64_t width, float eps) {
   return 1.f / std::sqrt(vec::sum(squares) / static_cast<float>(width) + eps);
 }
 
-// out = x * rsqrt(mean(x^2) + eps) * w, rounded once (vLLM's rms_norm).
+// 1 / sqrt(mean(x^2) + eps) of `width` values of x.
 template <typename T>
-void rms_norm(const T* x, const T* w, T* out, int64_t width, float eps) {
+inline float inverse_rms_of(const T* x, int64_t width, float eps) {
   using namespace vec;
   V squares = zero();
   for (int64_t j = 0; j < width; j += kLanes) {
     const V v = load(x + j);
     squares = add(squares, mul(v, v));
   }
-  const V inv = set1(inverse_rms(squares, width, eps));
+  return inverse_rms(squares, width, eps);
+}
+
+// out = x * rsqrt(mean(x^2) + eps) * w, rounded once (vLLM's rms_norm).
+template <typename T>
+void rms_norm(const T* x, const T* w, T* out, int64_t width, float eps) {
+  using namespace vec;
+  const V inv = set1(inverse_rms_of(x, width, eps));
   for (int64_t j = 0; j < width; j += kLanes)
     store(out + j, mul(mul(load(x + j), inv), load(w + j)));
 }
@@ -286,12 +293,7 @@ template <typename T>
 void norm_rope(const T* x, const T* w, const T* cos_sin, T* out, int64_t D, float eps) {
   using namespace vec;
   alignas(64) float normed[kMaxHead];
-  V squares = zero();
-  for (int64_t j = 0; j < D; j += kLanes) {
-    const V v = load(x + j);
-    squares = add(squares, mul(v, v));
-  }
-  const V inv = set1(inverse_rms(squares, D, eps));
+  const V inv = set1(inverse_rms_of(x, D, eps));
   for (int64_t j = 0; j < D; j += kLanes)
     store(normed + j, rounded<T>(mul(mul(load(x + j), inv), load(w + j))));
   const int64_t half = D / 2;
