@@ -38,6 +38,11 @@ def _switch(raw: str) -> str:
     return "off" if text in ("0", "false", "no") else text
 
 
+def _path_or_off(raw: str) -> str:
+    """A path as given, or `off` for the usual words for it."""
+    return "off" if _switch(raw) == "off" else raw.strip()
+
+
 def _count(raw: str) -> int:
     """A non-negative integer; anything unreadable counts as 0 (no limit)."""
     try:
@@ -206,6 +211,7 @@ WEIGHT_CACHE = _declare(
         "where packed/quantized talker weights are cached (default: packed/ in the kernel "
         "cache); off: pack at every start",
         "stage",
+        _path_or_off,
     )
 )
 INDUCTOR = _declare(

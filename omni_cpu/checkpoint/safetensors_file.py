@@ -26,6 +26,7 @@ from omni_cpu.checkpoint.layout import TensorSpec, numel
 DTYPE_CODES = {"bfloat16": "BF16", "float32": "F32"}
 DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
 ITEM_BYTES = {"bfloat16": 2, "float32": 4}
+MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own limit
 # The library orders tensors by dtype (larger alignment first), then by name.
 _DTYPE_RANK = {"float32": 0, "bfloat16": 1}
 
@@ -111,10 +112,25 @@ def write_file(
 
 
 def read_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file (tensor entries plus `__metadata__`)."""
+    """The JSON header of a safetensors file (tensor entries plus `__metadata__`).
+
+    Bounded like the `safetensors` library (MAX_HEADER_BYTES); ValueError for a file
+    that is not one (short, a header length past the limit, truncated, not a JSON object).
+    """
     with path.open("rb") as handle:
-        (length,) = struct.unpack("<Q", handle.read(8))
-        return json.loads(handle.read(length))
+        head = handle.read(8)
+        if len(head) != 8:
+            raise ValueError("shorter than a safetensors header")
+        (length,) = struct.unpack("<Q", head)
+        if length > MAX_HEADER_BYTES:
+            raise ValueError("not a safetensors file (header length)")
+        text = handle.read(length)
+    if len(text) != length:
+        raise ValueError("truncated header")
+    header = json.loads(text)
+    if not isinstance(header, dict):
+        raise ValueError("not a safetensors header")
+    return header
 
 
 def read_layout(path: Path) -> dict[str, TensorSpec]:

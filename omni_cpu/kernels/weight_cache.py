@@ -80,6 +80,10 @@ from typing import Any
 
 import torch
 
+from omni_cpu import envs
+from omni_cpu.checkpoint.safetensors_file import MAX_HEADER_BYTES, read_header
+from omni_cpu.hardware.numa import node_of_cpus, read_numa_nodes
+from omni_cpu.hardware.sysroot import SysRoot
 from omni_cpu.kernels import gemv
 
 LAYOUT_VERSION = "1"  # bump when the stored tensors of a packed class change meaning
@@ -87,10 +91,8 @@ FORMAT_MARK = "omni_cpu_packed_weights"  # the metadata field that says a file i
 MAX_BYTES = 8 << 30  # 0.6B in bf16, int8 and int4 is ~1.8 GB; the 1.7B's three ~5 GB
 MIN_FREE_BYTES = 1 << 30
 ALIGN = 64  # bytes: a cache line; every stored tensor size here is a multiple already
-MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own limit
 STALE_TEMP_S = 3600.0
 SEPARATOR = "|"  # between a layer's name and its tensor's name
-OFF = ("off", "0", "false", "no")
 
 DTYPE_CODES = {
     torch.bfloat16: "BF16",
@@ -103,10 +105,8 @@ DTYPE_CODES = {
 
 def cache_root() -> Path | None:
     """Where entries live (`OMNI_CPU_WEIGHT_CACHE`; default beside the kernel builds), or None."""
-    from omni_cpu import envs
-
     chosen = envs.OMNI_CPU_WEIGHT_CACHE
-    if chosen.lower() in OFF:
+    if chosen == "off":
         return None
     return Path(chosen) if chosen else gemv.cache_root() / "packed"
 
@@ -130,13 +130,15 @@ def file_fingerprint(path: Path) -> dict[str, Any]:
     }
 
 
-def numa_nodes() -> str:
-    """The NUMA nodes of the CPUs this process may run on ("0", "0,1"; "" where sysfs says none)."""
-    nodes: set[int] = set()
-    for cpu in os.sched_getaffinity(0):
-        for entry in Path(f"/sys/devices/system/cpu/cpu{cpu}").glob("node[0-9]*"):
-            nodes.add(int(entry.name.removeprefix("node")))
-    return ",".join(str(node) for node in sorted(nodes))
+def numa_nodes(sysroot: SysRoot | None = None) -> str:
+    """The NUMA nodes of the CPUs this process may run on ("0", "0,1"; "" where sysfs says none),
+    as the probe reads them (omni_cpu.hardware.numa)."""
+    allowed = os.sched_getaffinity(0)
+    nodes, stated = read_numa_nodes(sysroot or SysRoot(), allowed, None, None)
+    if not stated:
+        return ""
+    owner = node_of_cpus(nodes)
+    return ",".join(str(node) for node in sorted({owner[cpu] for cpu in allowed if cpu in owner}))
 
 
 def _sha256_of_files(paths: Iterable[Path]) -> str:
@@ -201,24 +203,6 @@ class _Layer:
     kernel: str
     shape: tuple[int, int]  # the float weight's [N, K]
     tensors: dict[str, torch.Tensor]
-
-
-def read_header(path: Path) -> dict[str, Any]:
-    """A safetensors file's JSON header (no torch needed); ValueError when it is not one."""
-    with path.open("rb") as handle:
-        head = handle.read(8)
-        if len(head) != 8:
-            raise ValueError("shorter than a safetensors header")
-        (length,) = struct.unpack("<Q", head)
-        if length > MAX_HEADER_BYTES:
-            raise ValueError("not a safetensors file (header length)")
-        text = handle.read(length)
-    if len(text) != length:
-        raise ValueError("truncated header")
-    header = json.loads(text)
-    if not isinstance(header, dict):
-        raise ValueError("not a safetensors header")
-    return header
 
 
 @dataclass

@@ -226,8 +226,9 @@ def test_past_the_cap_the_least_recently_used_entries_go(tmp_path: Path) -> None
 
 
 def test_off_turns_the_cache_off_and_a_folder_moves_it(monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("OMNI_CPU_WEIGHT_CACHE", "off")
-    assert weight_cache.cache_root() is None
+    for off in ("off", "no", " False "):  # the words every switch reads as off (envs)
+        monkeypatch.setenv("OMNI_CPU_WEIGHT_CACHE", off)
+        assert weight_cache.cache_root() is None
     monkeypatch.setenv("OMNI_CPU_WEIGHT_CACHE", str(tmp_path))
     assert weight_cache.cache_root() == tmp_path
     monkeypatch.delenv("OMNI_CPU_WEIGHT_CACHE")
@@ -277,3 +278,18 @@ def test_a_changed_kernel_source_names_another_build(monkeypatch, tmp_path: Path
     assert names[0] != names[1]
     files = [checkpoint(tmp_path / "ckpt")]
     assert key(files, build=names[0]).key != key(files, build=names[1]).key
+
+
+def test_the_key_names_the_numa_nodes_of_this_process_cpus(monkeypatch, tmp_path: Path) -> None:
+    """Read as the probe reads them: a replica bound to node 1 keys its own entry."""
+    from omni_cpu.hardware.sysroot import SysRoot
+    from tests.helpers.machines import FakeMachine
+
+    machine = FakeMachine(tmp_path / "root")
+    machine.write("/sys/devices/system/node/node0/cpulist", "0-1")
+    machine.write("/sys/devices/system/node/node1/cpulist", "2-3")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3})
+    assert weight_cache.numa_nodes(SysRoot(machine.root)) == "1"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1, 2})
+    assert weight_cache.numa_nodes(SysRoot(machine.root)) == "0,1"
+    assert weight_cache.numa_nodes(SysRoot(tmp_path / "none")) == ""
