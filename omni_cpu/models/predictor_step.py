@@ -28,23 +28,22 @@ the class: the AVX-512 one and the AVX2 one (`OMNI_CPU_GEMV=avx2`, or a CPU with
 avx512_bf16/VNNI), each on the weights it packed.
 
 Measured (benchmarks/stage_micro.py --only code-predictor-step: 0.6B shapes, random
-weights, bf16 activations, sampled frames, one thread, FusedRunner and the step
-alternating in one process, best of 20 rounds (the AVX2 build forced by
-OMNI_CPU_GEMV=avx2: 10); 2-core Zen 4 KVM guest,
-2026-12-02 03:00 UTC, other work on the box: load 5.1, a plain read 16.8 GB/s against
-21-25 quiet, so the lead's quiet re-measurement replaces these):
+weights, bf16 activations, sampled frames, FusedRunner and the step alternating in one
+process, median of 10 rounds; the AVX2 build forced by OMNI_CPU_GEMV=avx2; 2-core Zen 4
+KVM guest, quiet, 2026-12-02 06:05 UTC; every run and the 2-thread column in
+benchmarks/RESULTS.md, "the kernels at one and two threads"), one thread:
 
-| weights, module | FusedRunner | step per position | step, whole frame | MB/frame | read floor |
-|---|---|---|---|---|---|
-| bf16, AVX-512 | 181.5 ms | 153.2 ms | 147.4 ms | 2422 | 143.8 ms |
-| int8, AVX-512 | 106.9 ms | 90.6 ms | 80.3 ms | 1219 | 72.3 ms |
-| int4, AVX-512 | 78.7 ms | 63.4 ms | 51.4 ms | 757 | 44.9 ms |
-| bf16, AVX2 build | 261.3 ms | 213.3 ms | 201.2 ms | 2422 | 150.0 ms |
-| int8, AVX2 build | 138.1 ms | 102.8 ms | 94.3 ms | 1219 | 75.5 ms |
-| int4, AVX2 build | 86.5 ms | 56.0 ms | 55.7 ms | 757 | 46.9 ms |
+| weights, module | FusedRunner | step, whole frame | MB/frame | read floor |
+|---|---|---|---|---|
+| bf16, AVX-512 | 183.2 ms | 133.2 ms | 2422 | 117.7 ms |
+| int8, AVX-512 | 103.1 ms | 72.3 ms | 1219 | 59.2 ms |
+| int4, AVX-512 | 84.1 ms | 49.7 ms | 757 | 36.8 ms |
+| bf16, AVX2 build | 193.4 ms | 145.9 ms | 2422 | 106.6 ms |
+| int8, AVX2 build | 103.3 ms | 69.7 ms | 1219 | 53.7 ms |
+| int4, AVX2 build | 96.0 ms | 70.9 ms | 757 | 33.3 ms |
 
-The step saves 27-34 ms a frame on AVX-512 whatever the format (the calls, not the
-bytes), about 1,900 x 15 us; sampling in C++ ("whole frame") is 6-12 ms of it.
+The step saves 25-50 ms a frame whatever the format (the calls, not the bytes), about
+1,900 x 15 us; on two threads the frame takes 25-45 % less again (int4: 27.8 ms).
 
 Trade-off: the same rounding points as FusedRunner (every tensor it stores in the
 model's dtype is rounded here where it is); float32 summation order inside a norm,
@@ -59,21 +58,16 @@ weights): elsewhere (OMNI_CPU_GEMV=off, float32 weights on oneDNN, FBGEMM's int8
 AVX2) `build` returns None and the dispatcher (omni_cpu.models.predictor) installs
 FusedRunner, unchanged; `OMNI_CPU_CODE_PREDICTOR=ops` asks for it anyway.
 
-What is left, int4 on AVX-512 (the table's run): a frame streams 757 MB (15 passes
-over the 5 layers' 49.2 MB of packed weights and scales, the 2-position first one
-included, plus each lm head's 1.3 MB once), 44.9 ms at that moment's plain read; the
-frame took 51.4 ms, 87 % of the read's rate. perf of the frame (one thread): 90 % in
-the W4A8 tiles (at M = 1 they stream ~10 % below a plain read: the GEMV's own gap),
-~1.4 % attention, ~3 % norms, RoPE, SiLU, sampling and copies, ~0.3 % Python. On a
-quiet core reading 21-25 GB/s that is ~30-36 ms of streaming plus ~2-3 ms of the rest.
-The talker step's other part is the talker itself: its 28 layers' int4 weights (275 MB,
-13 ms at 21 GB/s) and vLLM's per-step engine work. `omni-cpu bench --concurrency 1,4
---frames 50 --weights int4` (03:01-03:04 UTC, load 4.5-7.8, main then this branch):
-talker step 103.6 -> 82.7 ms at one stream (code predictor 65.6 -> 40.9 ms), 169.6 ->
-132.1 at four; int8 159.4 -> 111.2 (107.1 -> 62.2); bf16 216.7 -> 211.4 (147.3 -> 128.2).
-The ~42 ms of the int4 step besides the code predictor is the talker's own; issue 19's
-<= 60 ms int4 talker step needs it near 25 ms as well as the code predictor at its
-~35 ms floor.
+What is left, int4 on AVX-512: a frame streams 757 MB (15 passes over the 5 layers' 49.2 MB
+of packed weights and scales, the 2-position first one included, plus each lm head's 1.3 MB
+once). perf of the frame (one thread, a busy box): 90 % in the W4A8 tiles (at M = 1 they
+stream ~10 % below a plain read: the GEMV's own gap), ~1.4 % attention, ~3 % norms, RoPE,
+SiLU, sampling and copies, ~0.3 % Python. In the pipeline (`omni-cpu bench --concurrency 1,4
+--frames 50 --weights W`, quiet, benchmarks/RESULTS.md "session 7's end against its start")
+the talker step went 116 -> 76 ms in int4 (code predictor 76 -> 39 ms), 166 -> 117 in int8,
+238 -> 191 in bf16, one stream. The ~37 ms of the int4 step besides the code predictor is
+the talker's own: its 28 layers' int4 weights (275 MB, 14 ms at the core's 19 GB/s) and
+vLLM's per-step engine work.
 """
 
 from __future__ import annotations
