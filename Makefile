@@ -1,5 +1,5 @@
 # The two commands of the README's quick start are `make demo` and `make test`.
-.PHONY: setup demo test test-fast lint profiles bench-micro clean
+.PHONY: setup demo test test-platform test-fast lint profiles bench-micro clean
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -21,6 +21,12 @@ demo: setup
 # time on one worker, everything else beside them on a second (tests/conftest.py).
 test: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(MAKE) test-platform
+
+# The CPU platform's and runner's checks, by the command the vLLM CPU backend's docs give,
+# run as written with the venv first on PATH.
+test-platform:
+	PATH=$(CURDIR)/$(BIN):$$PATH VLLM_TARGET_DEVICE=cpu pytest tests/platforms/test_cpu_platform.py tests/worker/test_cpu_ar_model_runner.py -m "core_model and cpu"
 
 # The tests that need no inference runtime (seconds).
 test-fast:

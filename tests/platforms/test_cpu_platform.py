@@ -1,6 +1,8 @@
 """The CPU OmniPlatform plugin, and the vLLM / vLLM-Omni internals it was written against.
 
-Run: VLLM_TARGET_DEVICE=cpu pytest tests/platforms -m "core_model and cpu"
+Run (with tests/worker/test_cpu_ar_model_runner.py, as the README's testing section shows):
+    VLLM_TARGET_DEVICE=cpu pytest tests/platforms/test_cpu_platform.py \
+        tests/worker/test_cpu_ar_model_runner.py -m "core_model and cpu"
 Each `test_pinned_*` fails when an upgrade moves something the platform relies on.
 """
 
