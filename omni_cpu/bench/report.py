@@ -47,6 +47,18 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
             _ratio(level["ttfa_p50_s"], level.get("predicted_ttfa_s")),
         )
     console.print(latency)
+    console.print(listener_table(data))
+    capacity = data.get("capacity")
+    if capacity is not None:
+        console.print(
+            f"stall-free streams: {capacity['stall_free_streams']} (p95 safe start within "
+            f"{capacity['safe_start_limit_s']:g} s; tried "
+            + ", ".join(
+                f"{n}: {'n/a' if s is None else f'{s:.2f} s'}" for n, s in capacity["tried"].items()
+            )
+            + ")",
+            highlight=False,
+        )
     prediction = data.get("prediction") or {}
     if prediction:
         console.print(
@@ -108,6 +120,28 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
         console.print(f"[dim]{key}: {text}[/]", highlight=False)
 
 
+def listener_table(data: dict[str, Any]) -> Table:
+    """What a listener hears per level: safe start, and a buffered player's gaps."""
+    levels = data["levels"]
+    buffer_ms = levels[0]["play_buffer_ms"] if levels else 0
+    table = Table(title=f"what a listener hears · player starts at first audio + {buffer_ms:g} ms")
+    for column in ("streams", "safe start p50 s", "safe start p95 s", "model p95 s"):
+        table.add_column(column, justify="right")
+    for column in ("stalled streams", "gaps p95", "silence p95 s"):
+        table.add_column(column, justify="right")
+    for level in levels:
+        table.add_row(
+            str(level["concurrency"]),
+            _num(level["safe_start_p50_s"]),
+            _num(level["safe_start_p95_s"]),
+            _num(level.get("predicted_safe_start_s")),
+            f"{level['stalled_streams']}/{level['requests']}",
+            _num(level["gaps_p95"], 1),
+            _num(level["stall_s_p95"]),
+        )
+    return table
+
+
 def require_matplotlib() -> None:
     """Fail before any engine starts when --plot cannot be honoured."""
     try:
@@ -119,7 +153,7 @@ def require_matplotlib() -> None:
 
 
 def write_plot(data: dict[str, Any], path: Path) -> None:
-    """RTF p50/p95 and TTFA p50/p95 against concurrency, side by side."""
+    """RTF and TTFA against concurrency; per stream, audio arrived against audio played."""
     require_matplotlib()
     import matplotlib
 
@@ -128,7 +162,7 @@ def write_plot(data: dict[str, Any], path: Path) -> None:
 
     levels = data["levels"]
     x = [level["concurrency"] for level in levels]
-    figure, (rtf_axes, ttfa_axes) = plt.subplots(1, 2, figsize=(10, 4))
+    figure, (rtf_axes, ttfa_axes, audio_axes) = plt.subplots(1, 3, figsize=(15, 4))
     for key, label in (("rtf_p50", "p50"), ("rtf_p95", "p95")):
         rtf_axes.plot(x, [level[key] for level in levels], marker="o", label=label)
     rtf_axes.axhline(1.0, color="grey", linestyle=":", label="real time")
@@ -140,7 +174,47 @@ def write_plot(data: dict[str, Any], path: Path) -> None:
         axes.set_xscale("log", base=2)
         axes.set_xticks(x, [str(value) for value in x])
         axes.legend()
+    _arrived_and_played(audio_axes, levels)
     figure.suptitle(f"{data['model']} · {data['frames']} frames/request")
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
+
+
+def _arrived_and_played(axes: Any, levels: list[dict[str, Any]]) -> None:
+    """Per stream: audio received (solid) and audio played (dashed) against wall time.
+
+    The player starts at first audio + the level's play buffer; where the dashed line
+    runs flat the listener hears silence.
+    """
+    from omni_cpu.speech.playback import StreamTrace
+
+    colors = iter(f"C{index % 10}" for index in range(1000))
+    for level in levels:
+        for number, stream in enumerate(level.get("streams", [])):
+            trace = StreamTrace()
+            for at, _offset, seconds in stream["chunks"]:
+                trace.add(at, round(seconds * 24_000))
+            if trace.ttfa_s is None:
+                continue
+            run = trace.playback(trace.ttfa_s + level["play_buffer_ms"] / 1000)
+            color = next(colors)
+            arrived_x, arrived_y = [0.0], [0.0]
+            played_x, played_y = [run.start_s], [0.0]
+            for (at, offset, seconds), play_at in zip(
+                stream["chunks"], run.chunk_play_s, strict=True
+            ):
+                arrived_x += [at, at]
+                arrived_y += [offset, offset + seconds]
+                played_x += [play_at, play_at + seconds]
+                played_y += [offset, offset + seconds]
+            label = f"{level['concurrency']} streams, #{number + 1}"
+            axes.plot(arrived_x, arrived_y, color=color, label=label)
+            axes.plot(played_x, played_y, color=color, linestyle="--")
+    axes.set(
+        xlabel="seconds since submission",
+        ylabel="seconds of audio",
+        title="arrived (solid) and played (dashed)",
+    )
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(fontsize="x-small")

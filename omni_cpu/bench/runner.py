@@ -13,8 +13,9 @@ from typing import Any
 from omni_cpu import envs
 from omni_cpu.bench import procstats
 from omni_cpu.bench.bandwidth import Triad, stage_read, triad_bandwidth, weight_streaming
+from omni_cpu.bench.capacity_search import search_capacity
 from omni_cpu.bench.session import EngineSession
-from omni_cpu.bench.stats import StreamTrace, summarize_streams
+from omni_cpu.bench.stats import summarize_streams
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
 from omni_cpu.launch.launch_plan import LaunchPlan
@@ -24,6 +25,7 @@ from omni_cpu.platform import steplog
 from omni_cpu.process import procfs
 from omni_cpu.process.stage_processes import stage_binds
 from omni_cpu.speech.codec import FRAME_SAMPLES
+from omni_cpu.speech.playback import PLAY_BUFFER_MS, StreamTrace
 from omni_cpu.speech.request import SpeechRequest
 
 QUERY_TYPES = ("CustomVoice", "VoiceDesign", "Base")
@@ -50,6 +52,11 @@ DERIVATIONS = {
     "chunk's decode, over the audio; compare with rtf_p50",
     "predicted_ttfa_s": "the cost model's first audio at the level: the prompts' prefill, one "
     "step, the first chunk's decode; compare with ttfa_p50_s",
+    "safe_start": "per stream: the largest (chunk arrival - audio before the chunk), i.e. the "
+    "earliest moment after submission a player can start and never go silent",
+    "stalled_streams": "streams with a gap for a player that starts at first audio + "
+    "play_buffer_ms and waits whenever the next chunk is late by more than 5 ms; stall_s is "
+    "the silence inside one stream",
 }
 
 
@@ -95,6 +102,8 @@ class Level:
     code_predictor_ms: float | None = None
     predicted_rtf: float | None = None
     predicted_ttfa_s: float | None = None
+    predicted_safe_start_s: float | None = None
+    streams: list[dict[str, Any]] = field(default_factory=list)  # StreamTrace.to_dict each
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,12 +111,14 @@ class Level:
             **self.summary,
             "predicted_rtf": self.predicted_rtf,
             "predicted_ttfa_s": self.predicted_ttfa_s,
+            "predicted_safe_start_s": self.predicted_safe_start_s,
             "talker_step_ms": self.talker_step_ms,
             "code_predictor_ms": self.code_predictor_ms,
             "code2wav_ms_per_frame": self.code2wav_ms_per_frame,
             "busy_fraction": self.busy_fraction,
             "stage_cpu_s": self.stage_cpu_s,
             "peak_rss_bytes": self.peak_rss_bytes,
+            "streams": self.streams,
         }
 
 
@@ -132,6 +143,8 @@ class BenchResult:
     stage_read: dict[str, Any] | None = None  # bandwidth.stage_read of the talker's CPUs
     # What the predictions assume: omni_cpu.plan.capacity's source, weights, assumptions.
     prediction: dict[str, Any] = field(default_factory=dict)
+    # `--find-capacity`: capacity_search.CapacitySearch.to_dict (None: fixed levels)
+    capacity: dict[str, Any] | None = None
 
     def weight_streaming(self) -> dict[str, Any]:
         single = next((lv for lv in self.levels if lv.concurrency == 1), None)
@@ -158,6 +171,7 @@ class BenchResult:
             "weight_streaming": self.weight_streaming(),
             "levels": [level.to_dict() for level in self.levels],
             "prediction": self.prediction,
+            "capacity": self.capacity,
             "derivations": DERIVATIONS,
         }
 
@@ -175,6 +189,7 @@ def _level(
     groups: dict[str, list[int]],
     stage_cpus: dict[str, str],
     step_dir: Path | None,
+    play_buffer_ms: float = PLAY_BUFFER_MS,
 ) -> Level:
     window_start = time.time()
     before = procstats.group_cpu_seconds(groups)
@@ -196,7 +211,9 @@ def _level(
             code2wav_ms = round(seconds * 1000 / frames / cores, 1)
     rss = procstats.group_peak_rss_bytes(groups)
     rss["driver"] = procfs.peak_rss_bytes(os.getpid())
-    level = Level(concurrency, summarize_streams(traces, wall_s), code2wav_ms, busy, cpu_s, rss)
+    summary = summarize_streams(traces, wall_s, play_buffer_ms)
+    level = Level(concurrency, summary, code2wav_ms, busy, cpu_s, rss)
+    level.streams = [trace.to_dict(play_buffer_ms) for trace in traces]
     if step_dir is not None:
         time.sleep(0.2)  # the workers' last lines of the level
         window = steplog.read_window(step_dir, window_start, time.time())
@@ -220,8 +237,14 @@ def run_bench(
     triad_bytes: int | None = None,
     progress: Callable[[str], None] = lambda message: None,
     verbose: bool = False,
+    play_buffer_ms: float = PLAY_BUFFER_MS,
+    safe_start_limit_s: float | None = None,
 ) -> BenchResult:
-    """Measure the triad, start the engines once, run warm-up then every level."""
+    """Measure the triad, start the engines once, run warm-up then every level.
+
+    With `safe_start_limit_s`, the levels are not `levels` but a search for the most
+    streams whose p95 safe start stays within it (`bench --find-capacity`).
+    """
     from omni_cpu.plan.footprint import footprint_for_model
 
     stage_cpus = stage_cpus_of(plan)
@@ -267,14 +290,38 @@ def run_bench(
         for index in range(warmup):
             progress(f"warm-up request {index + 1}/{warmup}")
             session.stream_batch(make_requests(1))
-        for concurrency in levels:
+
+        def measure(concurrency: int) -> Level:
             count = requests_per_level or concurrency
             progress(f"concurrency {concurrency}: {count} request(s)")
-            level = _level(session, concurrency, make_requests(count), groups, stage_cpus, step_dir)
+            level = _level(
+                session,
+                concurrency,
+                make_requests(count),
+                groups,
+                stage_cpus,
+                step_dir,
+                play_buffer_ms,
+            )
             # The request length that arrived (the talker may deliver one frame short).
-            length = level.summary.get("frames_per_request_p50") or frames
+            length = round(level.summary.get("frames_per_request_p50") or frames)
             level.predicted_rtf, level.predicted_ttfa_s = capacity.predict_request(
-                plan.profile, plan.replica, speed, concurrency, round(length)
+                plan.profile, plan.replica, speed, concurrency, length
+            )
+            level.predicted_safe_start_s = capacity.predict_safe_start(
+                plan.profile, plan.replica, speed, concurrency, length
             )
             result.levels.append(level)
+            return level
+
+        if safe_start_limit_s is None:
+            for concurrency in levels:
+                measure(concurrency)
+        else:
+            max_streams = plan.profile.replicas[plan.replica].stage(0).max_num_seqs
+            search = search_capacity(
+                lambda n: measure(n).summary["safe_start_p95_s"], safe_start_limit_s, max_streams
+            )
+            result.capacity = search.to_dict()
+            result.levels.sort(key=lambda level: level.concurrency)
     return result

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni_cpu.bench.stats import StreamTrace
 from omni_cpu.launch.pipeline import PipelineSession
+from omni_cpu.speech.playback import StreamTrace
 from omni_cpu.speech.request import SpeechRequest
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from omni_cpu.speech.codec import FRAME_SAMPLES, SAMPLE_RATE
+from omni_cpu.speech.playback import PLAY_BUFFER_MS, StreamTrace
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -21,68 +20,36 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-@dataclass
-class StreamTrace:
-    """One request's audio as it arrived: seconds since its batch was submitted, samples."""
-
-    chunk_times_s: list[float] = field(default_factory=list)
-    chunk_samples: list[int] = field(default_factory=list)
-
-    def add(self, at_s: float, samples: int) -> None:
-        self.chunk_times_s.append(at_s)
-        self.chunk_samples.append(samples)
-
-    @property
-    def samples(self) -> int:
-        return sum(self.chunk_samples)
-
-    @property
-    def audio_s(self) -> float:
-        return self.samples / SAMPLE_RATE
-
-    @property
-    def frames(self) -> float:
-        return self.samples / FRAME_SAMPLES
-
-    @property
-    def ttfa_s(self) -> float | None:
-        return self.chunk_times_s[0] if self.chunk_times_s else None
-
-    @property
-    def wall_s(self) -> float | None:
-        """Submission to the last chunk."""
-        return self.chunk_times_s[-1] if self.chunk_times_s else None
-
-    @property
-    def rtf(self) -> float | None:
-        """This request's wall time per second of its audio (below 1: faster than real time)."""
-        if not self.samples or self.wall_s is None:
-            return None
-        return self.wall_s / self.audio_s
-
-    @property
-    def cadence_ms_per_frame(self) -> float | None:
-        """Milliseconds between chunk arrivals per frame they carried, after the first chunk.
-
-        Each later chunk leaves the talker one chunk's worth of frames after the
-        previous one, so while code2wav keeps up this is the talker's time per frame
-        for this stream (at concurrency c, one talker step makes a frame for each of
-        the c streams). None with fewer than two chunks.
-        """
-        if len(self.chunk_times_s) < 2:
-            return None
-        later_frames = sum(self.chunk_samples[1:]) / FRAME_SAMPLES
-        if later_frames <= 0:
-            return None
-        return (self.chunk_times_s[-1] - self.chunk_times_s[0]) * 1000 / later_frames
-
-
 def _rounded(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def summarize_streams(traces: Sequence[StreamTrace], wall_s: float) -> dict[str, float | None]:
-    """TTFA/RTF percentiles, throughput and talker cadence over the streams of one level."""
+def listener_summary(
+    traces: Sequence[StreamTrace], play_buffer_ms: float = PLAY_BUFFER_MS
+) -> dict[str, float | int | None]:
+    """Safe start percentiles, and the gaps of a player starting at first audio + the buffer."""
+    starts = [t.safe_start_s for t in traces if t.safe_start_s is not None]
+    runs = [t.playback(t.ttfa_s + play_buffer_ms / 1000) for t in traces if t.ttfa_s is not None]
+    waits = [
+        t.safe_start_s - t.ttfa_s
+        for t in traces
+        if t.safe_start_s is not None and t.ttfa_s is not None
+    ]
+    return {
+        "safe_start_p50_s": _rounded(percentile(starts, 50)),
+        "safe_start_p95_s": _rounded(percentile(starts, 95)),
+        "safe_start_after_first_audio_p95_s": _rounded(percentile(waits, 95)),
+        "play_buffer_ms": play_buffer_ms,
+        "stalled_streams": sum(1 for run in runs if run.gaps),
+        "gaps_p95": _rounded(percentile([run.gaps for run in runs], 95), 1),
+        "stall_s_p95": _rounded(percentile([run.silence_s for run in runs], 95)),
+    }
+
+
+def summarize_streams(
+    traces: Sequence[StreamTrace], wall_s: float, play_buffer_ms: float = PLAY_BUFFER_MS
+) -> dict[str, float | None]:
+    """TTFA/RTF/safe start percentiles, stalls, throughput and talker cadence of one level."""
     ttfas = [t.ttfa_s for t in traces if t.ttfa_s is not None]
     rtfs = [t.rtf for t in traces if t.rtf is not None]
     cadences = [t.cadence_ms_per_frame for t in traces if t.cadence_ms_per_frame is not None]
@@ -98,4 +65,5 @@ def summarize_streams(traces: Sequence[StreamTrace], wall_s: float) -> dict[str,
         "audio_s_per_wall_s": _rounded(audio_s / wall_s if wall_s > 0 else None),
         "talker_ms_per_frame": _rounded(percentile(cadences, 50), 1),
         "frames_per_request_p50": _rounded(percentile([t.frames for t in traces], 50), 1),
+        **listener_summary(traces, play_buffer_ms),
     }

@@ -15,10 +15,15 @@ from omni_cpu.cli.common import (
     state,
 )
 from omni_cpu.cli.voice import BENCH_VOICE, Voice, bench_request, voice_options
+from omni_cpu.plan.listening import SAFE_START_LIMIT_S
+from omni_cpu.speech.playback import PLAY_BUFFER_MS
 
 _HELP = f"""\
 Measure the pipeline the way its users judge it: time to first audio (TTFA),
-real-time factor (RTF) and total throughput per concurrency level, with the
+real-time factor (RTF), what a listener hears (the safe start: the earliest
+moment a player can start and never go silent; and the gaps of a player that
+starts at first audio + --play-buffer-ms) and total throughput per concurrency
+level, with the
 talker's time per frame, each stage's peak memory and the machine's memory
 bandwidth (a STREAM-like triad taken before the engines start).
 
@@ -29,6 +34,10 @@ since random weights rarely stop on their own.
 Every request says the same sentence in the voice the options give (as for
 `run`); left out, a CustomVoice model speaks as ryan and a VoiceDesign model as
 {BENCH_VOICE!r}.
+
+--find-capacity raises the number of concurrent streams (1, 2, 4, ... then
+between the last two) until the p95 safe start passes --safe-start-limit, and
+reports the most streams that stayed under it (capacity.stall_free_streams).
 """
 
 
@@ -50,14 +59,40 @@ def bench_command(
         None, "--requests", min=1, help="Requests per level (default: the level's concurrency)."
     ),
     frames: int = typer.Option(
-        50, "--frames", min=2, help="Codec frames per request (80 ms of audio each)."
+        124,
+        "--frames",
+        min=2,
+        help="Codec frames per request (80 ms of audio each; 124 is a 10 s sentence).",
     ),
     warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured requests before level 1."),
     voice: Voice = Voice(),
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
     verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write RTF/TTFA vs concurrency PNG."),
+    play_buffer_ms: int = typer.Option(
+        PLAY_BUFFER_MS,
+        "--play-buffer-ms",
+        min=0,
+        help="The player's buffer past first audio, for stalled_streams and stall_s_p95.",
+    ),
+    find_capacity: bool = typer.Option(
+        False,
+        "--find-capacity",
+        help="Raise the streams until safe_start_p95_s passes --safe-start-limit; "
+        "report capacity.stall_free_streams (replaces --concurrency).",
+    ),
+    safe_start_limit: float = typer.Option(
+        SAFE_START_LIMIT_S,
+        "--safe-start-limit",
+        min=0.05,
+        help="Seconds: the latest p95 safe start --find-capacity calls stall-free.",
+    ),
+    plot: Path | None = typer.Option(
+        None,
+        "--plot",
+        help="Write a PNG: RTF/TTFA against concurrency, and per stream the audio "
+        "arrived against the audio played.",
+    ),
 ) -> None:
     from omni_cpu.bench.report import print_bench, require_matplotlib, write_plot
     from omni_cpu.bench.runner import parse_concurrency, run_bench
@@ -94,6 +129,8 @@ def bench_command(
         warmup=warmup,
         progress=progress,
         verbose=verbose,
+        play_buffer_ms=play_buffer_ms,
+        safe_start_limit_s=safe_start_limit if find_capacity else None,
     )
     data = result.to_dict()
     if plot is not None:

@@ -65,9 +65,7 @@ def _short(facts: Facts) -> str:
 
 def profile_table(profile: Profile) -> Table:
     table = Table(
-        title=f"Deploy profile: {profile.model}, {profile.dtype}, "
-        f"chunks {profile.streaming.initial_codec_chunk_frames}"
-        f"/{profile.streaming.codec_chunk_frames} frames",
+        title=f"Deploy profile: {profile.model}, {profile.dtype}, chunks {chunk_sizes(profile)}",
         title_justify="left",
     )
     # Short headers: the table must fit an 80-column terminal.
@@ -95,6 +93,15 @@ def profile_table(profile: Profile) -> Table:
     return table
 
 
+def chunk_sizes(profile: Profile) -> str:
+    """The chunk schedule in frames: `1,2,4→10` (a ramp, then the steady size) or `1/10`."""
+    streaming = profile.streaming
+    if streaming.codec_chunk_ramp:
+        ramp = ",".join(str(size) for size in streaming.codec_chunk_ramp[:-1])
+        return f"{ramp}→{streaming.codec_chunk_frames} frames"
+    return f"{streaming.initial_codec_chunk_frames}/{streaming.codec_chunk_frames} frames"
+
+
 def capacity_table(profile: Profile) -> Table | None:
     """Each replica's predicted capacity (omni_cpu.plan.capacity); None for older profiles."""
     capacity = profile.capacity
@@ -102,10 +109,16 @@ def capacity_table(profile: Profile) -> Table | None:
         return None
     table = Table(
         title=f"Predicted capacity ({capacity.source}, {capacity.weights} weights): "
-        f"{capacity.realtime_streams} stream(s) in real time",
+        f"{capacity.realtime_streams} stream(s) in real time"
+        + (
+            ""
+            if capacity.stall_free_streams is None
+            else f", {capacity.stall_free_streams} without a gap"
+        ),
         title_justify="left",
     )
-    for column in ("replica", "RTF 1", "first audio", "step 1 / max", "code2wav", "real time"):
+    columns = ("replica", "RTF 1", "first audio", "safe start", "step 1/max", "code2wav")
+    for column in (*columns, "real time", "no gap"):
         table.add_column(column, justify="right")
     for replica in profile.replicas:
         own = replica.capacity
@@ -115,9 +128,10 @@ def capacity_table(profile: Profile) -> Table | None:
             str(replica.index),
             f"{own.rtf_one_stream:.2f}",
             f"{own.ttfa_s:.2f} s",
-            f"{own.talker_step_ms:.0f} / {own.talker_step_ms_at_max_seqs:.0f} ms "
-            f"({own.max_num_seqs})",
+            "n/a" if own.safe_start_s is None else f"{own.safe_start_s:.2f} s",
+            f"{own.talker_step_ms:.0f}/{own.talker_step_ms_at_max_seqs:.0f} ms",
             f"{own.code2wav_ms_per_frame:.0f} ms",
             str(own.realtime_streams),
+            "n/a" if own.stall_free_streams is None else str(own.stall_free_streams),
         )
     return table

@@ -56,6 +56,7 @@ class LaunchPlan:
                 "initial_codec_chunk_frames": self.profile.streaming.initial_codec_chunk_frames,
                 "codec_chunk_frames": self.profile.streaming.codec_chunk_frames,
                 "codec_left_context_frames": self.profile.streaming.codec_left_context_frames,
+                "codec_chunk_ramp": list(self.profile.streaming.codec_chunk_ramp),
             },
             "stages": [
                 {

@@ -10,17 +10,23 @@ First audio is the prompt's prefill, one step, and code2wav's first 1-frame chun
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from omni_cpu import envs
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import ModelFootprint
+from omni_cpu.plan.listening import (
+    REFERENCE_FRAMES,
+    Schedule,
+    safe_start_p95_s,
+    stall_free_streams,
+)
 from omni_cpu.plan.speed import (
     SHARED,
     Calibration,
     SpeedInputs,
+    StageCores,
     code2wav_chunk_ms,
     code2wav_costs,
     code2wav_ms,
@@ -33,22 +39,6 @@ from omni_cpu.profile.model import Capacity, Profile, Replica, ReplicaCapacity
 
 CALIBRATED = "calibrated"
 BUILT_IN = "built-in"
-
-
-@dataclass(frozen=True)
-class StageCores:
-    """A replica's compute split as the cost model sees it."""
-
-    talker: int  # SHARED where both stages share every compute core
-    compute: int
-
-    @property
-    def talker_cores(self) -> int:
-        return self.compute if self.talker == SHARED else self.talker
-
-    @property
-    def code2wav_cores(self) -> int:
-        return self.compute if self.talker == SHARED else self.compute - self.talker
 
 
 def stage_cores(replica: Replica) -> StageCores:
@@ -136,11 +126,10 @@ def realtime_streams(
     return streams, f"{what}: {who} per frame, over the {limit:.0f} ms it plays"
 
 
-def replica_capacity(
-    replica: Replica, chunk: int, speed: SpeedInputs, first_chunk: int = 1
-) -> ReplicaCapacity:
-    """The capacity of one planned replica."""
+def replica_capacity(replica: Replica, schedule: Schedule, speed: SpeedInputs) -> ReplicaCapacity:
+    """The capacity of one planned replica, streaming in `schedule`'s chunks."""
     cores = stage_cores(replica)
+    chunk, first_chunk = schedule.steady, schedule.first
     max_seqs = replica.stage(0).max_num_seqs
     streams, why = realtime_streams(cores, chunk, speed, max_seqs)
     return ReplicaCapacity(
@@ -154,6 +143,8 @@ def replica_capacity(
         max_num_seqs=max_seqs,
         code2wav_ms_per_frame=round(code2wav_ms(cores.code2wav_cores, chunk, speed), 1),
         limit=why,
+        safe_start_s=round(safe_start_p95_s(cores, speed, schedule, 1, REFERENCE_FRAMES), 3),
+        stall_free_streams=stall_free_streams(cores, speed, schedule, max_seqs),
     )
 
 
@@ -185,8 +176,10 @@ def machine_capacity(
     """The machine's streams (every replica's) with the assumptions behind them."""
     replicas = tuple(replicas)
     total = sum(r.capacity.realtime_streams for r in replicas if r.capacity is not None)
+    stall_free = sum(r.capacity.stall_free_streams or 0 for r in replicas if r.capacity)
     return Capacity(
         realtime_streams=total,
+        stall_free_streams=stall_free,
         source=source_of(speed),
         weights=speed.weight_format,
         assumptions=assumptions(speed, isa, talker_cores),
@@ -202,10 +195,13 @@ def assumptions(speed: SpeedInputs, isa: str, talker_cores: int = 1) -> tuple[st
             f"{n} core(s) {gb:g} GB/s" for n, gb in sorted(measured.items())
         )
     else:
+        own = speed.class_speed
+        per_core = own.gemv_gb_s_per_core if own else costs.GEMV_GB_S_PER_CORE
+        whose = own.measured_on if own else "the 2-core Intel Xeon's"
         bandwidth = (
-            f"talker weights stream at {costs.GEMV_GB_S_PER_CORE:g} GB/s per core up to "
-            f"{costs.NODE_READ_GB_S:g} GB/s per node (built-in, uncalibrated: the 2-core Intel "
-            f"Xeon's; {talker_bandwidth_gb_s(talker_cores, speed):g} GB/s on the first "
+            f"talker weights stream at {per_core:g} GB/s per core up to "
+            f"{costs.NODE_READ_GB_S:g} GB/s per node (built-in, uncalibrated: {whose}; "
+            f"{talker_bandwidth_gb_s(talker_cores, speed):g} GB/s on the first "
             "replica's talker cores)"
         )
     streamed = speed.footprint.streamed_bytes_per_frame(speed.talker_dtype, speed.weights)
@@ -254,6 +250,7 @@ def profile_speed_inputs(
         weights=profile.env.get(envs.WEIGHTS.name, "model"),
         calibration=None if calibration is None else Calibration.from_dict(calibration),
         code2wav_decode=code2wav_decode,
+        cpu_class=isa_class(profile.machine.architecture, profile.machine.isa),
     )
 
 
@@ -266,6 +263,21 @@ def predict_request(
     first = profile.streaming.initial_codec_chunk_frames
     rtf = request_rtf(cores, chunk, speed, streams, frames, first)
     return round(rtf, 3), round(ttfa_ms(cores, speed, streams, first) / 1000, 3)
+
+
+def profile_schedule(profile: Profile) -> Schedule:
+    """The chunk schedule a profile sends a stream in."""
+    streaming = profile.streaming
+    ramp = streaming.codec_chunk_ramp or (streaming.initial_codec_chunk_frames,)
+    return Schedule(tuple(ramp), streaming.codec_chunk_frames)
+
+
+def predict_safe_start(
+    profile: Profile, replica_index: int, speed: SpeedInputs, streams: int, frames: int
+) -> float:
+    """Predicted p95 safe start (s) of `streams` requests of `frames` frames started together."""
+    cores = stage_cores(profile.replicas[replica_index])
+    return round(safe_start_p95_s(cores, speed, profile_schedule(profile), streams, frames), 3)
 
 
 def prediction_dict(profile: Profile, replica_index: int, speed: SpeedInputs) -> dict[str, Any]:

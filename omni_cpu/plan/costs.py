@@ -66,6 +66,31 @@ WEIGHT_FORMATS = {
     # (omni_cpu.kernels.gemv.INT4_GROUP).
     "int4": WeightFormat(bytes_per_weight=0.625, step_overhead_ms=41.0),
 }
+
+
+@dataclass(frozen=True)
+class CpuClassSpeed:
+    """Built-in talker speeds of an ISA class measured apart from the reference above."""
+
+    gemv_gb_s_per_core: float  # what one core's GEMV streams the talker's weights at
+    step_overhead_ms: dict[str, float]  # the step's rest at one stream, per --weights
+    measured_on: str  # the machine, in words a buyer can check
+
+
+# By ISA class (omni_cpu.plan.capacity.isa_class); a class not listed plans on the
+# reference numbers above (GEMV_GB_S_PER_CORE, WEIGHT_FORMATS), the Intel Xeon's, which
+# for an unmeasured class are the cautious side. AVX-512 with bf16 and no AMX (AMD Zen 4
+# / Zen 5): the 2-core AMD EPYC Zen 4 KVM guest, quiet, with the one-call code predictor
+# step (RESULTS 2026-12-02 04:25-04:38, "Speed"): the talker core reads 17.8-19.4 GB/s
+# (bench's talker_read_bandwidth, probe --calibrate 19.41); steps bf16 191, int8 117,
+# int4 76 ms less 3.31 / 1.65 / 1.03 GB at 19 GB/s: 17, 30 and 22 ms.
+CPU_CLASS_SPEEDS = {
+    "AVX-512 with bf16": CpuClassSpeed(
+        gemv_gb_s_per_core=19.0,
+        step_overhead_ms={"model": 17.0, "int8": 30.0, "int4": 22.0},
+        measured_on="the 2-core AMD EPYC Zen 4's",
+    ),
+}
 # The part of that overhead that divides over the talker's cores (the GEMV's work beyond
 # its streaming, the threaded kernels); the rest (the small torch calls' dispatch, Python)
 # runs on one core however many the stage has. Intel Xeon, int8, the talker stage alone

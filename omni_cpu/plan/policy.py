@@ -19,6 +19,7 @@ from omni_cpu.plan.capacity import isa_class, machine_capacity, replica_capacity
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.kernels import describe as describe_kernels
 from omni_cpu.plan.kernels import kernel_env
+from omni_cpu.plan.listening import choose_schedule, describe_schedule
 from omni_cpu.plan.placement import (
     MachineTooSmallError,
     PlanError,
@@ -357,19 +358,19 @@ def plan_profile(
         code2wav_dtype=options.code2wav_dtype or options.dtype or choose_dtype(facts),
         weights=options.weights,
         calibration=options.calibration,
+        cpu_class=isa_class(facts.architecture, facts.isa),
     )
     for index, node in enumerate(nodes):
         replica, chunk = _replica(index, node, facts, footprint, options, speed, len(nodes), notes)
         replicas.append(replica)
         chunks.append(chunk)
-    # What the plan carries, for the chunk every replica streams with.
+    # The chunks every replica streams in, fitted to the first one's speed, and what the
+    # plan carries with them.
+    cores = stage_cores(replicas[0])
+    schedule = choose_schedule(cores, speed, max(chunks))
+    notes.append(describe_schedule(cores, speed, schedule))
     replicas = [
-        dataclasses.replace(
-            replica,
-            capacity=replica_capacity(
-                replica, max(chunks), speed, costs.INITIAL_CODEC_CHUNK_FRAMES
-            ),
-        )
+        dataclasses.replace(replica, capacity=replica_capacity(replica, schedule, speed))
         for replica in replicas
     ]
     capacity = machine_capacity(
@@ -395,9 +396,10 @@ def plan_profile(
         model_kind=footprint.kind,
         dtype=dtype,
         streaming=Streaming(
-            initial_codec_chunk_frames=costs.INITIAL_CODEC_CHUNK_FRAMES,
-            codec_chunk_frames=max(chunks),
+            initial_codec_chunk_frames=schedule.first,
+            codec_chunk_frames=schedule.steady,
             codec_left_context_frames=costs.CODEC_LEFT_CONTEXT_FRAMES,
+            codec_chunk_ramp=schedule.connector_ramp,
         ),
         replicas=tuple(replicas),
         env=env,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omni_cpu.plan import costs
+from omni_cpu.plan.costs import CpuClassSpeed
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.profile.calibration import Calibration
 
@@ -31,11 +32,35 @@ class SpeedInputs:
     weights: str = "model"
     calibration: Calibration | None = None
     code2wav_decode: str = "stream"  # OMNI_CPU_CODE2WAV: stream or recompute
+    # The ISA class (omni_cpu.plan.capacity.isa_class) whose built-in speeds apply
+    # (costs.CPU_CLASS_SPEEDS); "" or an unlisted class: the reference constants.
+    cpu_class: str = ""
+
+    @property
+    def class_speed(self) -> CpuClassSpeed | None:
+        """This class's own built-in talker speeds, where it was measured apart."""
+        return costs.CPU_CLASS_SPEEDS.get(self.cpu_class)
 
     @property
     def weight_format(self) -> str:
         """The talker's weights as a user names them: int8, or the stage dtype."""
         return self.talker_dtype if self.weights == "model" else self.weights
+
+
+@dataclass(frozen=True)
+class StageCores:
+    """A replica's compute split as the cost model sees it."""
+
+    talker: int  # SHARED where both stages share every compute core
+    compute: int
+
+    @property
+    def talker_cores(self) -> int:
+        return self.compute if self.talker == SHARED else self.talker
+
+    @property
+    def code2wav_cores(self) -> int:
+        return self.compute if self.talker == SHARED else self.compute - self.talker
 
 
 def _speedup(cores: int, efficiency: float) -> float:
@@ -47,12 +72,19 @@ def talker_bandwidth_gb_s(cores: int, inputs: SpeedInputs) -> float:
     measured = inputs.calibration.bandwidth(cores) if inputs.calibration else None
     if measured:
         return measured
-    return min(max(cores, 1) * costs.GEMV_GB_S_PER_CORE, costs.NODE_READ_GB_S)
+    own = inputs.class_speed
+    per_core = own.gemv_gb_s_per_core if own else costs.GEMV_GB_S_PER_CORE
+    return min(max(cores, 1) * per_core, costs.NODE_READ_GB_S)
 
 
 def talker_overhead_ms(inputs: SpeedInputs, cores: int = 1) -> float:
     """The step's time that is not weight streaming, at one stream, on `cores` cores."""
-    overhead = costs.WEIGHT_FORMATS[inputs.weights].step_overhead_ms
+    own = inputs.class_speed
+    overhead = (
+        own.step_overhead_ms[inputs.weights]
+        if own
+        else costs.WEIGHT_FORMATS[inputs.weights].step_overhead_ms
+    )
     measured = inputs.calibration.small_op_us if inputs.calibration else 0.0
     if measured:
         overhead *= measured / costs.REFERENCE_SMALL_OP_US

@@ -155,6 +155,11 @@ def deploy_config_dict(profile: Profile, replica: int = 0) -> dict[str, Any]:
                     "codec_chunk_frames": profile.streaming.codec_chunk_frames,
                     "codec_left_context_frames": profile.streaming.codec_left_context_frames,
                     "initial_codec_chunk_frames": profile.streaming.initial_codec_chunk_frames,
+                    **(
+                        {"codec_chunk_ramp": list(profile.streaming.codec_chunk_ramp)}
+                        if profile.streaming.codec_chunk_ramp
+                        else {}
+                    ),
                 },
             }
         },

@@ -73,6 +73,10 @@ class ReplicaCapacity:
     max_num_seqs: int  # the batch the step above is for
     code2wav_ms_per_frame: float  # one stream's new frame on its cores, chunk costs included
     limit: str  # why realtime_streams is not higher
+    # One 124-frame (10 s) stream's earliest gap-free player start, s since submission.
+    safe_start_s: float | None = None
+    # Streams started together whose p95 safe start stays within 1 s (None: older profile).
+    stall_free_streams: int | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ class Capacity:
     source: str
     weights: str
     assumptions: tuple[str, ...] = ()
+    stall_free_streams: int | None = None  # every replica's, as ReplicaCapacity's
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,9 @@ class Streaming:
     initial_codec_chunk_frames: int
     codec_chunk_frames: int
     codec_left_context_frames: int
+    # vLLM-Omni's codec_chunk_ramp: the sizes of the first chunks, one each, before
+    # codec_chunk_frames ones (it replaces initial_codec_chunk_frames); () = no ramp.
+    codec_chunk_ramp: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,13 @@ COMMENTS = {
     "omni_cpu.replicas[].capacity.realtime_streams": "streams at RTF <= 1 (<= max_num_seqs)",
     "omni_cpu.replicas[].capacity.talker_step_ms_at_max_seqs": "one step, max_num_seqs streams",
     "omni_cpu.replicas[].capacity.max_num_seqs": "the streams of the step above",
+    "omni_cpu.replicas[].capacity.safe_start_s": (
+        "one 10 s stream: earliest gap-free player start after submission"
+    ),
+    "omni_cpu.replicas[].capacity.stall_free_streams": (
+        "streams started together, p95 safe start <= 1 s (serve's default admission)"
+    ),
+    "omni_cpu.capacity.stall_free_streams": "streams with p95 safe start <= 1 s, all replicas",
     "omni_cpu.env": "environment of every stage process",
     "omni_cpu.env.LD_PRELOAD": "Intel OpenMP / tcmalloc found on this machine",
     "omni_cpu.notes": "why the planner chose what it chose",
@@ -87,6 +94,9 @@ COMMENTS = {
     ),
     "connectors.connector_of_shared_memory.extra.initial_codec_chunk_frames": (
         "first chunk: time to first audio"
+    ),
+    "connectors.connector_of_shared_memory.extra.codec_chunk_ramp": (
+        "first chunks' sizes, then codec_chunk_frames: each arrives before it plays"
     ),
     "stages": "replica 0 (each replica's own sizes: omni_cpu.replicas)",
     "stages[].dtype": "engine arg --dtype",
@@ -321,6 +331,15 @@ def _number(reader: _Reader, key: str) -> float:
     return float(value)
 
 
+def _optional_number(reader: _Reader, key: str) -> float | None:
+    """A non-negative number a profile written before it existed leaves out."""
+    return None if reader.get(key, (int, float), optional=True) is None else _number(reader, key)
+
+
+def _optional_count(reader: _Reader, key: str) -> int | None:
+    return None if reader.get(key, int, optional=True) is None else reader.non_negative(key)
+
+
 def _replica_capacity(replica: _Reader) -> ReplicaCapacity:
     """A replica's predicted capacity, as `_omni_block` writes it (written, never planned from)."""
     reader = replica.child("capacity")
@@ -336,6 +355,8 @@ def _replica_capacity(replica: _Reader) -> ReplicaCapacity:
         max_num_seqs=reader.positive("max_num_seqs"),
         code2wav_ms_per_frame=_number(reader, "code2wav_ms_per_frame"),
         limit=reader.get("limit", str),
+        safe_start_s=_optional_number(reader, "safe_start_s"),
+        stall_free_streams=_optional_count(reader, "stall_free_streams"),
     )
 
 
@@ -349,6 +370,7 @@ def _capacity(reader: _Reader) -> Capacity:
         source=reader.get("source", str),
         weights=reader.get("weights", str),
         assumptions=tuple(assumptions),
+        stall_free_streams=_optional_count(reader, "stall_free_streams"),
     )
 
 
@@ -360,7 +382,12 @@ def _streaming(root: _Reader) -> Streaming:
     if connector.get("name", str) != "SharedMemoryConnector":
         raise ProfileError(f"{connector.path}.name must be SharedMemoryConnector")
     extra = connector.child("extra")
-    planned = ("codec_chunk_frames", "codec_left_context_frames", "initial_codec_chunk_frames")
+    planned = (
+        "codec_chunk_frames",
+        "codec_left_context_frames",
+        "initial_codec_chunk_frames",
+        "codec_chunk_ramp",
+    )
     extra.only(*CONNECTOR_DEFAULTS, *planned)
     for key, default in CONNECTOR_DEFAULTS.items():
         if key in extra.data and extra.data[key] != default:
@@ -372,7 +399,23 @@ def _streaming(root: _Reader) -> Streaming:
         initial_codec_chunk_frames=extra.positive("initial_codec_chunk_frames"),
         codec_chunk_frames=extra.positive("codec_chunk_frames"),
         codec_left_context_frames=extra.non_negative("codec_left_context_frames"),
+        codec_chunk_ramp=_chunk_ramp(extra),
     )
+
+
+def _chunk_ramp(extra: _Reader) -> tuple[int, ...]:
+    """vLLM-Omni's codec_chunk_ramp: at least two positive frame counts, or none."""
+    ramp = extra.get("codec_chunk_ramp", list, optional=True)
+    if ramp is None:
+        return ()
+    if len(ramp) < 2 or not all(
+        isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in ramp
+    ):
+        raise ProfileError(
+            f"{extra.path}.codec_chunk_ramp must list at least two positive frame counts",
+            "write it like [1, 2, 4, 10], or remove the line for no ramp",
+        )
+    return tuple(ramp)
 
 
 def _stage_sizes(root: _Reader) -> dict[int, dict[str, Any]]:

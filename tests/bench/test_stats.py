@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from omni_cpu.bench.stats import StreamTrace, percentile, summarize_streams
+from omni_cpu.bench.stats import percentile, summarize_streams
+from omni_cpu.speech.playback import StreamTrace
 
 FRAME = 1920
 
@@ -60,3 +61,55 @@ def test_level_summary_throughput_is_all_audio_over_level_wall() -> None:
     assert summary["audio_s_per_wall_s"] == pytest.approx(2.0)
     assert summary["ttfa_p50_s"] == pytest.approx(0.3)
     assert summary["rtf_p95"] == pytest.approx(1.0)
+
+
+# What a listener hears: one 1-frame chunk at 0.4 s, then 10 frames at 1.3 s and 10 at 2.0 s.
+# Offsets 0, 0.08 and 0.88 s: arrival - offset is 0.4, 1.22 and 1.12.
+def _gappy() -> StreamTrace:
+    return _trace([0.4, 1.3, 2.0], [1, 10, 10])
+
+
+def test_safe_start_is_the_largest_arrival_minus_audio_offset() -> None:
+    assert _gappy().safe_start_s == pytest.approx(1.22)
+
+
+def test_a_stream_whose_chunks_come_before_they_play_is_safe_at_first_audio() -> None:
+    trace = _trace([0.3, 0.35, 1.0], [1, 10, 10])  # 0.35 - 0.08, 1.0 - 0.88: never late
+    assert trace.safe_start_s == pytest.approx(0.3)
+    assert trace.playback(0.3).gaps == 0
+
+
+def test_a_player_starting_at_the_safe_start_never_goes_silent() -> None:
+    trace = _gappy()
+    run = trace.playback(trace.safe_start_s)
+    assert (run.gaps, run.silence_s) == (0, 0.0)
+
+
+def test_a_late_chunk_stalls_the_player_and_delays_the_rest() -> None:
+    run = _gappy().playback(0.65)  # first audio + 250 ms
+    # Chunk 1 plays at 0.73, arrives 1.3: 0.57 s of silence; chunk 2 is then due at
+    # 0.65 + 0.88 + 0.57 = 2.10 and arrived at 2.0: no second gap.
+    assert run.gaps == 1
+    assert run.silence_s == pytest.approx(0.57)
+    assert run.chunk_play_s == pytest.approx([0.65, 1.3, 2.10])
+
+
+def test_a_chunk_late_by_less_than_the_tolerance_is_not_a_gap() -> None:
+    trace = _trace([0.4, 0.483], [1, 10])  # due at 0.48, 3 ms late
+    assert trace.playback(0.4).gaps == 0
+
+
+def test_level_summary_reports_safe_start_and_stalls_at_the_play_buffer() -> None:
+    traces = [_gappy(), _trace([0.3, 0.35, 1.0], [1, 10, 10])]
+    summary = summarize_streams(traces, wall_s=2.0, play_buffer_ms=250)
+    assert summary["safe_start_p50_s"] == pytest.approx((1.22 + 0.3) / 2)
+    assert summary["safe_start_p95_s"] == pytest.approx(0.3 + 0.95 * 0.92)
+    assert summary["play_buffer_ms"] == 250
+    assert summary["stalled_streams"] == 1
+    assert summary["stall_s_p95"] == pytest.approx(0.95 * 0.57, abs=1e-3)
+
+
+def test_a_longer_play_buffer_hides_the_gap() -> None:
+    summary = summarize_streams([_gappy()], wall_s=2.0, play_buffer_ms=900)  # starts at 1.3
+    assert summary["stalled_streams"] == 0
+    assert summary["stall_s_p95"] == 0.0

@@ -103,9 +103,27 @@ def test_a_calibration_is_named_as_the_source_and_moves_the_prediction():
 
 
 def test_uncalibrated_assumptions_state_bandwidth_per_core_and_isa_class():
+    own = costs.CPU_CLASS_SPEEDS["AVX-512 with bf16"]
     lines = plan(2).capacity.assumptions
-    assert any(f"{costs.GEMV_GB_S_PER_CORE:g} GB/s per core" in line for line in lines)
+    assert any(f"{own.gemv_gb_s_per_core:g} GB/s per core" in line for line in lines)
+    assert any(own.measured_on in line for line in lines)
     assert any(line.startswith("ISA class AVX-512 with bf16") for line in lines)
+
+
+def test_a_class_measured_apart_plans_on_its_own_speeds_and_others_on_the_reference():
+    zen4 = plan(2).replicas[0].capacity
+    avx2 = plan(2, isa=AVX2).replicas[0].capacity
+    own = costs.CPU_CLASS_SPEEDS["AVX-512 with bf16"]
+    streamed = FOOTPRINT.streamed_bytes_per_frame("bfloat16", "model")
+    assert zen4.talker_step_ms == pytest.approx(
+        streamed / own.gemv_gb_s_per_core / 1e6 + own.step_overhead_ms["model"], abs=0.1
+    )
+    assert "AVX2" not in costs.CPU_CLASS_SPEEDS  # unmeasured: the cautious reference
+    assert any(
+        f"{costs.GEMV_GB_S_PER_CORE:g} GB/s per core" in line
+        for line in plan(2, isa=AVX2).capacity.assumptions
+    )
+    assert avx2.talker_step_ms > zen4.talker_step_ms
 
 
 def test_recompute_decode_costs_code2wav_its_re_decoded_frames():

@@ -9,6 +9,7 @@ the file states. A re-measured number changes calibrated.json; the constant foll
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -71,6 +72,13 @@ MODEL: dict[str, Callable[..., float]] = {
         SHARED_CORES, CHUNK_FRAMES, _inputs(weights), streams=1, frames=BENCH_FRAMES
     ),
     "process_overhead_gib": lambda which: getattr(costs, PROCESS_BYTES[which]) / costs.GIB,
+    # An ISA class measured apart (costs.CPU_CLASS_SPEEDS): "class_...:<class>:<args>".
+    "class_gemv_read_gb_s_one_core": lambda cpu_class: speed.talker_bandwidth_gb_s(
+        1, dataclasses.replace(_inputs(), cpu_class=cpu_class)
+    ),
+    "class_talker_step_ms": lambda cpu_class, weights: speed.talker_step_ms(
+        1, dataclasses.replace(_inputs(weights), cpu_class=cpu_class)
+    ),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from pathlib import Path
 
@@ -192,7 +193,9 @@ def test_a_yaml_alias_bomb_is_refused_at_once():
         ['  notes: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
         + [f"  n{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 6)]
     )
-    text = edited("  notes: []", bomb)
+    noteless = dump_profile(dataclasses.replace(PROFILE, notes=()))
+    assert "  notes: []" in noteless
+    text = noteless.replace("  notes: []", bomb, 1)
     with pytest.raises(ProfileError, match=r"line \d+: YAML alias \*a0 is not allowed"):
         parse_profile(text, "deploy.yaml")
 
@@ -221,3 +224,35 @@ def test_stages_that_share_cores_each_bind_a_team_to_every_core_and_split_stages
     assert talker["OMP_NUM_THREADS"] == code2wav["OMP_NUM_THREADS"] == "2"
     binds = {stage_env(split, 0, stage)["VLLM_CPU_OMP_THREADS_BIND"] for stage in (0, 1)}
     assert binds == {"0", "1"}
+
+
+def test_a_chunk_ramp_round_trips_and_reaches_the_connector():
+    ramped = dataclasses.replace(
+        PROFILE, streaming=dataclasses.replace(PROFILE.streaming, codec_chunk_ramp=(2, 4, 10))
+    )
+    text = dump_profile(ramped)
+    assert parse_profile(text) == ramped
+    extra = deploy_config_dict(ramped)["connectors"]["connector_of_shared_memory"]["extra"]
+    assert extra["codec_chunk_ramp"] == [2, 4, 10]
+    plain = dataclasses.replace(
+        PROFILE, streaming=dataclasses.replace(PROFILE.streaming, codec_chunk_ramp=())
+    )
+    connector = deploy_config_dict(plain)["connectors"]["connector_of_shared_memory"]
+    assert "codec_chunk_ramp" not in connector["extra"]
+
+
+@pytest.mark.parametrize("ramp", ["[10]", "[1, 0, 10]", "[1, true, 10]", '"1,2"'])
+def test_a_ramp_that_is_not_two_or_more_positive_counts_is_refused(ramp: str):
+    ramped = dataclasses.replace(
+        PROFILE, streaming=dataclasses.replace(PROFILE.streaming, codec_chunk_ramp=(2, 4, 10))
+    )
+    text = dump_profile(ramped)
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if "codec_chunk_ramp:" in line)
+    end = start + 1
+    while end < len(lines) and lines[end].lstrip().startswith("- "):
+        end += 1
+    indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
+    broken = "\n".join([*lines[:start], f"{indent}codec_chunk_ramp: {ramp}", *lines[end:]])
+    with pytest.raises(ProfileError, match="codec_chunk_ramp"):
+        parse_profile(broken)
