@@ -65,7 +65,8 @@ def _chunk_ms(frames: int, cores: StageCores, speed: SpeedInputs) -> float:
 
 
 def ttfa_ms(cores: StageCores, speed: SpeedInputs, streams: int = 1, first_chunk: int = 1) -> float:
-    """Submission to first audio: prefill of every stream's prompt, one step, the first chunk.
+    """Submission to first audio: prefill of every stream's prompt, the first chunk's steps
+    and its decode.
 
     Streams that start together share the prefill step; their first chunks decode in
     turn, so the middle stream waits for half of them.
@@ -73,7 +74,7 @@ def ttfa_ms(cores: StageCores, speed: SpeedInputs, streams: int = 1, first_chunk
     step = talker_step_ms(cores.talker_cores, speed)
     prefill = costs.TALKER_PREFILL_STEPS * step
     prefill *= 1 + (streams - 1) * costs.PREFILL_GROWTH_PER_STREAM
-    first = talker_step_ms(cores.talker_cores, speed, streams)
+    first = talker_step_ms(cores.talker_cores, speed, streams) * first_chunk
     decode = _chunk_ms(first_chunk, cores, speed) * (streams + 1) / 2
     return (prefill + first + decode) * _turns(cores)
 
