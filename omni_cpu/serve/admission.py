@@ -26,7 +26,8 @@ end and latency with it. This middleware sits in front of `POST /v1/audio/speech
   "no live replica") becomes the same 503.
 
 It keeps `omni_cpu_speech_requests_in_flight` in vLLM's Prometheus registry, which
-`/metrics` serves and the supervisor reads while draining.
+`/metrics` serves and the supervisor reads while draining, and times each streamed
+reply chunk by chunk (omni_cpu.serve.listening: first audio, safe start, gaps).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from omni_cpu.serve.knobs import IN_FLIGHT_METRIC, REJECTED_METRIC, AdmissionLimits
+from omni_cpu.serve.listening import StreamRecorder, stream_sample_rate
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -424,6 +426,8 @@ class SpeechAdmission:
                 REJECTED.labels(bad.reason).inc()
                 await _refuse(send, bad)
                 return
+            if fields.get("stream") is True:  # what a listener hears, on /metrics
+                send = StreamRecorder(stream_sample_rate(fields)).wrap(send)
             await self._answer(scope, replay(body, receive), send, timeout_s)
         finally:
             self.in_flight -= 1

@@ -54,6 +54,14 @@ STALLED = Counter(
 )
 
 
+def stream_sample_rate(fields: dict[str, Any]) -> int:
+    """The rate a speech request's audio comes at: its `sample_rate`, else the model's."""
+    rate = fields.get("sample_rate")
+    if isinstance(rate, int) and not isinstance(rate, bool) and rate > 0:
+        return rate
+    return SAMPLE_RATE
+
+
 class StreamRecorder:
     """One streamed speech reply, chunk by chunk, observed into the metrics at its end."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -167,6 +168,30 @@ def test_eight_concurrent_requests_succeed_or_get_429(server: Server):
             assert pcm_samples(data) % FRAME_SAMPLES == 0
         else:
             assert json.loads(data)["error"]["code"] == 429
+
+
+def _metric(text: str, name: str) -> float:
+    found = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_a_streamed_reply_is_timed_on_metrics_as_a_listener_hears_it(server: Server):
+    before = get(server.url("/metrics"))[1]
+    with streamed_pcm(server, max_new_tokens=20) as reply:
+        assert reply.status_code == 200
+        b"".join(reply.iter_bytes())
+    after = get(server.url("/metrics"))[1]
+    names = ("first_audio", "safe_start", "stall")
+    counts = {n: _metric(after, f"omni_cpu_stream_{n}_seconds_count") for n in names}
+    assert all(
+        counts[n] == _metric(before, f"omni_cpu_stream_{n}_seconds_count") + 1 for n in names
+    )
+    added = {
+        n: _metric(after, f"omni_cpu_stream_{n}_seconds_sum")
+        - _metric(before, f"omni_cpu_stream_{n}_seconds_sum")
+        for n in names
+    }
+    assert 0 < added["first_audio"] <= added["safe_start"]
 
 
 def test_metrics_and_health_are_served(server: Server):
