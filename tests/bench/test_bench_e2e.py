@@ -30,6 +30,15 @@ LEVEL_KEYS = {
     "peak_rss_bytes",
     "predicted_rtf",
     "predicted_ttfa_s",
+    "predicted_safe_start_s",
+    "safe_start_p50_s",
+    "safe_start_p95_s",
+    "safe_start_after_first_audio_p95_s",
+    "play_buffer_ms",
+    "stalled_streams",
+    "gaps_p95",
+    "stall_s_p95",
+    "streams",
 }
 
 
@@ -134,13 +143,75 @@ def test_every_level_carries_the_cost_models_prediction_beside_the_measurement(b
 
 
 def test_the_table_shows_measured_over_predicted(bench: dict) -> None:
+    text = _table(bench)
+    assert "RTF / model" in text and "TTFA / model" in text
+    one = bench["levels"][0]
+    assert f"{one['rtf_p50'] / one['predicted_rtf']:.2f}x ({one['predicted_rtf']:.2f})" in text
+
+
+def test_each_stream_reports_its_chunks_and_what_a_listener_hears(bench: dict) -> None:
+    for level in bench["levels"]:
+        assert len(level["streams"]) == level["requests"]
+        assert level["play_buffer_ms"] == 250
+        for stream in level["streams"]:
+            chunks = stream["chunks"]  # [arrival s, audio offset s, audio s]
+            assert [at for at, _, _ in chunks] == sorted(at for at, _, _ in chunks)
+            offsets = [round(sum(c[2] for c in chunks[:i]), 3) for i in range(len(chunks))]
+            assert [round(offset, 3) for _, offset, _ in chunks] == offsets
+            # The safe start is the largest arrival minus offset: at least first audio.
+            assert stream["safe_start_s"] == pytest.approx(
+                max(at - offset for at, offset, _ in chunks), abs=1e-3
+            )
+            assert stream["safe_start_s"] >= chunks[0][0] - 1e-3
+            assert stream["gaps"] >= 0 and stream["stall_s"] >= 0
+        assert level["safe_start_p95_s"] >= level["safe_start_p50_s"] > 0
+        assert 0 <= level["stalled_streams"] <= level["requests"]
+        assert level["predicted_safe_start_s"] > 0
+    text = _table(bench)
+    assert "safe start p95 s" in text and "stalled streams" in text
+
+
+@pytest.fixture(scope="module")
+def capacity_run(tiny_checkpoint: Path) -> dict:
+    run = run_omni_cpu(
+        "bench",
+        "--model",
+        str(tiny_checkpoint),
+        "--find-capacity",
+        "--frames",
+        "4",
+        "--warmup",
+        "0",
+        "--json",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.json()
+
+
+def test_find_capacity_raises_the_streams_until_the_safe_start_limit_or_max_num_seqs(
+    capacity_run: dict,
+) -> None:
+    capacity = capacity_run["capacity"]
+    tried = {int(n): s for n, s in capacity["tried"].items()}
+    levels = [level["concurrency"] for level in capacity_run["levels"]]
+    assert levels == sorted(tried)
+    assert levels[0] == 1
+    under = [n for n, s in tried.items() if s is not None and s <= capacity["safe_start_limit_s"]]
+    assert capacity["stall_free_streams"] == max(under, default=0)
+    over = [n for n in tried if n not in under]
+    # The edge is found: the next level over was measured over, or the search stopped at
+    # the most streams the talker runs at once.
+    assert capacity["stall_free_streams"] + 1 in over or (
+        capacity["stall_free_streams"] == capacity["max_streams"]
+    )
+    assert "stall-free streams" in _table(capacity_run)
+
+
+def _table(data: dict) -> str:
     from rich.console import Console
 
     from omni_cpu.bench.report import print_bench
 
     console = Console(record=True, width=200)
-    print_bench(console, bench)
-    text = console.export_text()
-    assert "RTF / model" in text and "TTFA / model" in text
-    one = bench["levels"][0]
-    assert f"{one['rtf_p50'] / one['predicted_rtf']:.2f}x ({one['predicted_rtf']:.2f})" in text
+    print_bench(console, data)
+    return console.export_text()
