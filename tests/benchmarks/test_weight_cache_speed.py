@@ -1,0 +1,42 @@
+"""The cache hit-against-miss benchmark's arithmetic, on made-up runs (no engines)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "weight_cache_speed.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("weight_cache_speed", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(cache: str, step: float) -> dict:
+    return {
+        "weight_cache": cache,
+        "talker_step_ms": step,
+        "code_predictor_ms": step / 2,
+        "code2wav_ms_per_frame": 50.0,
+        "rtf_p50": step / 80,
+    }
+
+
+def test_the_summary_sets_the_hits_median_over_the_misses() -> None:
+    summary = _module().summarize(
+        [_run("off", 60), _run("hit", 90), _run("off", 66), _run("hit", 80), _run("off", 70)]
+    )
+    assert summary["talker_step_ms"]["miss"] == 66
+    assert summary["talker_step_ms"]["hit"] == 85
+    assert summary["talker_step_ms"]["hit_over_miss"] == pytest.approx(85 / 66, abs=1e-3)
+    assert summary["code2wav_ms_per_frame"]["hit_over_miss"] == 1.0
+
+
+def test_a_run_that_packed_at_start_counts_as_a_miss_whatever_the_cache_said() -> None:
+    summary = _module().summarize([_run("miss", 60), _run("hit", 60)])
+    assert summary["talker_step_ms"]["hit_over_miss"] == 1.0
