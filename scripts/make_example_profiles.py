@@ -52,9 +52,10 @@ def capacity_rows(roots: dict[str, Path]) -> list[str]:
     from omni_cpu.plan.capacity import isa_class
 
     rows = [
-        "| profile | replicas | talker weights | streams in real time | RTF, 1 stream "
-        "| first audio | talker step, 1 / max_num_seqs streams | what stops more (replica 0) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| profile | replicas | talker weights | streams in real time | streams without a gap "
+        "| RTF, 1 stream | first audio | safe start, 1 stream "
+        "| talker step, 1 / max_num_seqs streams | what stops more (replica 0) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for dump_id, filename in EXAMPLES.items():
         facts = read_facts(roots[dump_id])
@@ -66,7 +67,8 @@ def capacity_rows(roots: dict[str, Path]) -> list[str]:
             rows.append(
                 f"| {label if weights == 'model' else f'`{filename}`'} | {len(profile.replicas)} "
                 f"| {profile.capacity.weights} | {profile.capacity.realtime_streams} "
-                f"| {own.rtf_one_stream:.2f} | {own.ttfa_s:.2f} s "
+                f"| {profile.capacity.stall_free_streams} "
+                f"| {own.rtf_one_stream:.2f} | {own.ttfa_s:.2f} s | {own.safe_start_s:.2f} s "
                 f"| {own.talker_step_ms:.0f} / {own.talker_step_ms_at_max_seqs:.0f} ms "
                 f"({own.max_num_seqs}) | {own.limit} |"
             )
