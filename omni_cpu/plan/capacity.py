@@ -31,6 +31,7 @@ from omni_cpu.plan.speed import (
     code2wav_costs,
     code2wav_ms,
     frame_ms,
+    prefill_ms,
     talker_bandwidth_gb_s,
     talker_overhead_ms,
     talker_step_ms,
@@ -71,8 +72,7 @@ def ttfa_ms(cores: StageCores, speed: SpeedInputs, streams: int = 1, first_chunk
     Streams that start together share the prefill step; their first chunks decode in
     turn, so the middle stream waits for half of them.
     """
-    step = talker_step_ms(cores.talker_cores, speed)
-    prefill = costs.TALKER_PREFILL_STEPS * step
+    prefill = prefill_ms(cores.talker_cores, speed)
     prefill *= 1 + (streams - 1) * costs.PREFILL_GROWTH_PER_STREAM
     first = talker_step_ms(cores.talker_cores, speed, streams) * first_chunk
     decode = _chunk_ms(first_chunk, cores, speed) * (streams + 1) / 2

@@ -75,6 +75,9 @@ class CpuClassSpeed:
     gemv_gb_s_per_core: float  # what one core's GEMV streams the talker's weights at
     step_overhead_ms: dict[str, float]  # the step's rest at one stream, per --weights
     measured_on: str  # the machine, in words a buyer can check
+    # One prompt's prefill and hand-offs before its first step, ms (None: the reference's
+    # TALKER_PREFILL_STEPS steps).
+    prefill_ms: float | None = None
 
 
 # By ISA class (omni_cpu.plan.capacity.isa_class); a class not listed plans on the
@@ -89,6 +92,10 @@ CPU_CLASS_SPEEDS = {
         gemv_gb_s_per_core=19.0,
         step_overhead_ms={"model": 17.0, "int8": 30.0, "int4": 22.0},
         measured_on="the 2-core AMD EPYC Zen 4's",
+        # First audio less one step and the 1-frame chunk's decode (108 ms in this model):
+        # bf16 520 - 191 - 108 = 221, int8 420 - 117 - 108 = 195, int4 430 - 76 - 108 = 246
+        # (same entry); the median. Without AMX the prefill is no fraction of a step.
+        prefill_ms=221.0,
     ),
 }
 # The part of that overhead that divides over the talker's cores (the GEMV's work beyond

@@ -27,6 +27,7 @@ from omni_cpu.plan.speed import (
     StageCores,
     code2wav_chunk_ms,
     frame_ms,
+    prefill_ms,
     talker_step_ms,
 )
 
@@ -113,7 +114,7 @@ def _step_ms(cores: StageCores, speed: SpeedInputs, streams: int, chunk: int) ->
 
 
 def _prefill_ms(cores: StageCores, speed: SpeedInputs, streams: int) -> float:
-    prefill = costs.TALKER_PREFILL_STEPS * talker_step_ms(cores.talker_cores, speed)
+    prefill = prefill_ms(cores.talker_cores, speed)
     return prefill * (1 + (streams - 1) * costs.PREFILL_GROWTH_PER_STREAM) * _turns(cores)
 
 

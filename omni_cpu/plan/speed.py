@@ -100,6 +100,14 @@ def talker_step_ms(cores: int, inputs: SpeedInputs, streams: int = 1) -> float:
     return one * (1 + (max(streams, 1) - 1) * costs.TALKER_STEP_GROWTH_PER_STREAM)
 
 
+def prefill_ms(cores: int, inputs: SpeedInputs) -> float:
+    """One prompt's prefill before its first step: the class's own, else in reference steps."""
+    own = inputs.class_speed
+    if own is not None and own.prefill_ms is not None:
+        return own.prefill_ms
+    return costs.TALKER_PREFILL_STEPS * talker_step_ms(cores, inputs)
+
+
 def talker_ms(cores: int, inputs: SpeedInputs) -> float:
     """The talker stage's time per frame at batch 1 on `cores` cores."""
     return talker_step_ms(cores, inputs)
