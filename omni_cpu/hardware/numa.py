@@ -15,9 +15,8 @@ directory is one node holding every online CPU and all of /proc/meminfo.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import dataclasses
+from collections.abc import Iterable
 
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.hardware.facts import (

@@ -208,7 +208,8 @@ def _replica(
         return first if first in memory_nodes else memory_nodes[0]
 
     talker_room = None
-    if len(memory_nodes) > 1:
+    # A spanning replica's talker interleaves over all its nodes: the home's budget holds it.
+    if len(memory_nodes) > 1 and not node.spanning:
         own = node_memory_bytes(facts, node.node_memory.get(memory_node_of(talker_cores)), notes)
         if own:
             talker_room = (
@@ -261,7 +262,11 @@ def _replica(
         ),
     )
     replica = Replica(
-        index=index, numa_node=node.node, frontend_cpus=cpu_list(frontend), stages=stages
+        index=index,
+        numa_node=node.node,
+        frontend_cpus=cpu_list(frontend),
+        stages=stages,
+        spanning=node.spanning,
     )
     return replica, chunk
 
