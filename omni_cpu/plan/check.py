@@ -13,7 +13,12 @@ from omni_cpu.profile.model import Profile
 
 
 def _node_of_cpu(facts: Facts) -> dict[int, int]:
-    return {cpu: node.id for node in facts.numa_nodes for cpu in parse_cpu_list(node.cpus)}
+    """CPU -> the first node listing it, as the planner reads it (repeats add nothing)."""
+    nodes: dict[int, int] = {}
+    for node in facts.numa_nodes:
+        for cpu in parse_cpu_list(node.cpus):
+            nodes.setdefault(cpu, node.id)
+    return nodes
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,12 @@ def split_cores(core_count: int, chunk_frames: int, inputs: SpeedInputs) -> tupl
 
 
 def _cpu_nodes(facts: Facts) -> dict[int, int]:
-    return {cpu: node.id for node in facts.numa_nodes for cpu in parse_cpu_list(node.cpus)}
+    """CPU -> the first node listing it (a node that repeats an earlier one adds nothing)."""
+    nodes: dict[int, int] = {}
+    for node in facts.numa_nodes:
+        for cpu in parse_cpu_list(node.cpus):
+            nodes.setdefault(cpu, node.id)
+    return nodes
 
 
 def _fingerprint(facts: Facts) -> str:
