@@ -244,12 +244,12 @@ def _group_homes(
 
 
 def gib_pair(first: int, second: int) -> tuple[str, str]:
-    """Two sizes in GiB at the fewest decimals (1 to 3) that tell them apart, else in MiB."""
+    """Two sizes in GiB at the fewest decimals (1 to 3) that tell them apart, else in bytes."""
     for decimals in (1, 2, 3):
         a, b = f"{first / costs.GIB:.{decimals}f}", f"{second / costs.GIB:.{decimals}f}"
         if a != b or first == second:
             return f"{a} GiB", f"{b} GiB"
-    return f"{first / 2**20:.0f} MiB", f"{second / 2**20:.0f} MiB"
+    return f"{first} bytes", f"{second} bytes"
 
 
 def _cap_to_quota(facts: Facts, homes: list[NodeCores], notes: list[str]) -> list[NodeCores]:

@@ -51,9 +51,7 @@ def test_the_whole_host_stays_under_its_own_key(machine):
 
 
 def test_cpus_spread_over_two_sockets_count_both(machine):
-    facts = read_facts(
-        _v2_container(_host_32_cpus_4_sockets_8_nodes(machine), "6-9", "1-2").root
-    )
+    facts = read_facts(_v2_container(_host_32_cpus_4_sockets_8_nodes(machine), "6-9", "1-2").root)
     assert facts.sockets == 2
     assert [(node.id, node.cpus) for node in facts.numa_nodes] == [(1, "6-7"), (2, "8-9")]
 

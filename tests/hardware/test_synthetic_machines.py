@@ -121,3 +121,17 @@ def test_junk_in_every_file_degrades_without_crashing(machine):
     facts = read_facts(machine.root)
     assert facts.architecture == "unknown"
     assert facts.limits.cpu_quota_cores is None
+
+
+def test_ia64_architecture_comes_from_cpuinfo_where_the_dump_has_no_arch_file(machine):
+    machine.write(
+        "/proc/cpuinfo",
+        "processor  : 0\nvendor     : GenuineIntel\narch       : IA-64\n"
+        "family     : Itanium 2\nmodel      : 2\nfeatures   : branchlong\n\n"
+        "processor  : 1\nvendor     : GenuineIntel\narch       : IA-64\n"
+        "family     : Itanium 2\nmodel      : 2\nfeatures   : branchlong\n",
+    )
+    machine.write("/sys/devices/system/cpu/online", "0-1")
+    facts = read_facts(machine.root)
+    assert facts.architecture == "ia64"
+    assert not any("architecture unknown" in note for note in facts.notes)

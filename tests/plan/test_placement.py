@@ -14,7 +14,7 @@ from omni_cpu.plan import MachineTooSmallError, footprint_for_model, plan_profil
 from omni_cpu.plan.check import check_profile
 from omni_cpu.profile import dump_profile, parse_profile
 from omni_cpu.profile.deploy import stage_env
-from tests.helpers.machines import FakeMachine
+from tests.helpers.machines import GIB, FakeMachine, machine
 
 FOOTPRINT = footprint_for_model("0.6b")
 GIB_KIB = 1024 * 1024
@@ -247,3 +247,12 @@ def test_a_gpu_memory_node_is_not_a_home_where_the_cpu_nodes_memory_is_unknown(t
     assert {s.memory_nodes for s in replica.stages} == {"0"}
     # Node 0 has what MemTotal leaves after the GPU's 96 GiB: 8 GiB, not 52.
     assert replica.stage(0).kv_cache_memory_bytes < 3 * 1024**3
+
+
+def test_the_1_7b_model_on_8_nodes_of_5_8_gib_spans_pairs_instead_of_refusing():
+    # No 5.8 GiB node holds the 1.7B talker; every pair of nodes holds a replica.
+    facts = machine({n: [2 * n, 2 * n + 1] for n in range(8)}, memory_per_node=int(5.8 * GIB))
+    profile = plan_profile(facts, footprint_for_model("1.7b"))
+    assert len(profile.replicas) == 4
+    assert all(replica.spanning for replica in profile.replicas)
+    assert all(len(replica.stage(0).memory_node_ids()) == 2 for replica in profile.replicas)
