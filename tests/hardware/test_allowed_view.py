@@ -107,3 +107,15 @@ def test_the_table_prints_the_host_in_one_row_and_every_cpu_list_as_ranges(machi
     assert rows["usable CPUs"] == "0-5"
     assert rows["NUMA nodes"].startswith("2")
     assert "0,1,2" not in done.stdout
+
+
+def test_validate_calls_a_cpu_outside_the_cpuset_barred_not_offline(machine):
+    from omni_cpu.plan import footprint_for_model, plan_profile
+    from omni_cpu.plan.check import check_profile
+
+    host = read_facts(_host_32_cpus_4_sockets_8_nodes(machine).root)
+    profile = plan_profile(host, footprint_for_model("0.6b"))
+    inside = read_facts(_v2_container(machine, "0-5", "0-1").root)
+    problems = check_profile(profile, inside)
+    assert any("outside this process's cgroup cpuset" in problem for problem in problems)
+    assert not any("offline" in problem for problem in problems)
