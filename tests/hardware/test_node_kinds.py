@@ -117,3 +117,18 @@ def test_a_dump_without_node_masks_counts_every_node_with_cpus(machine):
     facts = read_facts(machine.root)
     assert [n.kind for n in facts.numa_nodes] == [CPUS_AND_MEMORY, CPUS_AND_MEMORY]
     assert (facts.numa_node_count, facts.numa_count_basis) == (2, "nodes holding CPUs or memory")
+
+
+def test_repeated_nodes_without_meminfo_leave_the_box_all_of_memtotal(machine):
+    # Eight nodes naming CPUs 0-3 and no node meminfo: one node holding all 15.6 GiB
+    # (not an eighth of MemTotal each).
+    machine.cpus(online=list(range(4)))
+    for node in range(8):
+        machine.write(f"{NODE}/node{node}/cpulist", "0-3")
+    memory_kib = int(15.6 * GIB_KIB)
+    machine.meminfo(total_kib=memory_kib, available_kib=memory_kib - GIB_KIB)
+    facts = read_facts(machine.root)
+    assert facts.numa_node_count == 1
+    [replica] = plan_profile(facts, FOOTPRINT).replicas
+    assert replica.stage(0).memory_nodes == "0"
+    assert not any("gives it" in note for note in facts.notes)

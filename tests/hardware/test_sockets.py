@@ -82,3 +82,19 @@ def test_the_host_of_every_real_dump_names_its_online_cpus_and_nodes(dump, dump_
     assert dump_facts.host.online_cpus == dump_facts.online_cpus  # no cgroup in the dumps
     assert dump_facts.numa_node_count >= 1
     assert dump_facts.numa_count_basis
+
+
+def test_schema_2_facts_with_per_type_sockets_still_load(machine):
+    from omni_cpu.hardware.facts import Facts
+
+    machine.cpus(online=list(range(4))).node(0, "0-3")
+    saved = read_facts(machine.root).to_dict()
+    for key in ("host", "numa_node_count", "numa_count_basis", "sockets_by_core_type"):
+        del saved[key]
+    saved |= {"schema_version": 2, "sockets": [1, 1]}
+    for node in saved["numa_nodes"]:
+        for key in ("kind", "normal_memory", "initiators", "duplicate_of"):
+            del node[key]
+    loaded = Facts.from_dict(saved)
+    assert (loaded.sockets, loaded.sockets_by_core_type) == (1, [1, 1])
+    assert loaded.numa_node_count == 1 and loaded.host is None
