@@ -343,7 +343,15 @@ def _package_of(member: _Sibling) -> object:
 
 
 def count_packages(members: list[_Sibling]) -> int | None:
-    """Distinct packages of the CPUs; None where no CPU states its package."""
+    """Distinct packages of the CPUs; None where no CPU states its package.
+
+    One way of naming packages for all CPUs where it can be (ids where every CPU has
+    one, else sibling sets where every CPU has one), so no package counts twice.
+    """
+    if all(m.package_id is not None for m in members):
+        return len({m.package_id for m in members}) or None
+    if all(m.package for m in members):
+        return len({m.package for m in members}) or None
     packages = {_package_of(m) for m in members} - {None}
     return len(packages) or None
 

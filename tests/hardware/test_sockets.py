@@ -98,3 +98,9 @@ def test_schema_2_facts_with_per_type_sockets_still_load(machine):
     loaded = Facts.from_dict(saved)
     assert (loaded.sockets, loaded.sockets_by_core_type) == (1, [1, 1])
     assert loaded.numa_node_count == 1 and loaded.host is None
+
+
+def test_a_package_id_missing_on_some_cpus_does_not_count_their_package_twice(machine):
+    machine.cpus(online=list(range(8)), cores_per_socket=4)
+    _no_package_ids(machine, range(4, 8))  # CPUs 4-7 are package 1 by their sibling list
+    assert read_facts(machine.root).sockets == 2
