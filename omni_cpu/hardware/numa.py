@@ -132,18 +132,33 @@ def count_nodes(nodes: list[NumaNode], stated: bool) -> tuple[int, str]:
     """(how many nodes hold CPUs or usable memory, how that was counted)."""
     if not stated:
         return 1, "no NUMA data: one node assumed"
-    counted = [n for n in nodes if n.duplicate_of is None and (n.cpus or n.is_home())]
+    counted = [n for n in nodes if n.duplicate_of is None and _counts(n)]
     left_out: dict[str, list[int]] = {}
     for node in nodes:
         if node.duplicate_of is not None:
             left_out.setdefault("duplicates of earlier nodes", []).append(node.id)
-        elif not (node.cpus or node.is_home()):
-            left_out.setdefault(_NOT_COUNTED.get(node.kind, node.kind), []).append(node.id)
+        elif not _counts(node):
+            what = _NOT_COUNTED.get(node.kind, "no CPUs and no stated memory")
+            if node.is_home():
+                what = "no CPUs and no stated memory"
+            left_out.setdefault(what, []).append(node.id)
     basis = "nodes holding CPUs or memory"
     if left_out:
         parts = [f"{what} {format_cpu_list(ids)}" for what, ids in left_out.items()]
         basis += f" ({len(nodes)} listed; not counted: " + "; ".join(parts) + ")"
     return len(counted), basis
+
+
+def _counts(node: NumaNode) -> bool:
+    """A node with allowed CPUs, or without CPUs but with memory the kernel states.
+
+    A CPU-less node that states nothing (no mask, no meminfo: a GPU's node in a dump
+    that kept only cpumaps) is not known to hold usable memory, so it is not counted.
+    """
+    if node.cpus:
+        return True
+    stated = node.has_memory is True or bool(node.memory_bytes)
+    return stated and node.is_home()
 
 
 _NOT_COUNTED = {

@@ -132,3 +132,15 @@ def test_repeated_nodes_without_meminfo_leave_the_box_all_of_memtotal(machine):
     [replica] = plan_profile(facts, FOOTPRINT).replicas
     assert replica.stage(0).memory_nodes == "0"
     assert not any("gives it" in note for note in facts.notes)
+
+
+def test_cpu_less_nodes_that_state_no_memory_are_not_counted(machine):
+    # A dump that kept only cpumaps: the GPUs' nodes 250-255 name no CPUs and no memory.
+    machine.cpus(online=list(range(8)))
+    machine.write(f"{NODE}/node0/cpumap", "0f").write(f"{NODE}/node8/cpumap", "f0")
+    for gpu in range(250, 256):
+        machine.write(f"{NODE}/node{gpu}/cpumap", "00")
+    facts = read_facts(machine.root)
+    assert facts.numa_node_count == 2
+    assert "no CPUs and no stated memory 250-255" in facts.numa_count_basis
+    assert sorted(r.numa_node for r in plan_profile(facts, FOOTPRINT).replicas) == [0, 8]
