@@ -30,6 +30,7 @@ MEMORY_ONLY = "memory only"  # CXL, HBM or far memory in the kernel's normal zon
 DEVICE_MEMORY = "device memory"  # memory only in ZONE_MOVABLE (a GPU's, hot-plugged)
 GENERIC_INITIATOR = "generic initiator"  # an accelerator's node: no CPUs of its own
 EMPTY = "empty"  # neither CPUs nor memory (all its CPUs offline)
+NO_CPUS_MEMORY_UNSTATED = "no CPUs, memory not stated"  # a dump without masks or meminfo
 
 
 @dataclass(frozen=True)

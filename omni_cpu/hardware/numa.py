@@ -26,6 +26,7 @@ from omni_cpu.hardware.facts import (
     EMPTY,
     GENERIC_INITIATOR,
     MEMORY_ONLY,
+    NO_CPUS_MEMORY_UNSTATED,
     NumaNode,
 )
 from omni_cpu.hardware.sysroot import SysRoot, numbered_entries
@@ -106,6 +107,8 @@ def node_kind(node: NumaNode) -> str:
         return CPUS_AND_MEMORY if memory else CPUS_ONLY
     if not memory:
         return EMPTY
+    if node.has_memory is None and node.memory_bytes is None:
+        return NO_CPUS_MEMORY_UNSTATED
     # Memory the kernel keeps out of its normal zones (ZONE_MOVABLE only) on a node
     # without CPUs: a device's (a GPU's coherent memory, hot-plugged CXL or dax kmem).
     return DEVICE_MEMORY if node.normal_memory is False else MEMORY_ONLY
@@ -138,10 +141,7 @@ def count_nodes(nodes: list[NumaNode], stated: bool) -> tuple[int, str]:
         if node.duplicate_of is not None:
             left_out.setdefault("duplicates of earlier nodes", []).append(node.id)
         elif not _counts(node):
-            what = _NOT_COUNTED.get(node.kind, "no CPUs and no stated memory")
-            if node.is_home():
-                what = "no CPUs and no stated memory"
-            left_out.setdefault(what, []).append(node.id)
+            left_out.setdefault(_NOT_COUNTED.get(node.kind, node.kind), []).append(node.id)
     basis = "nodes holding CPUs or memory"
     if left_out:
         parts = [f"{what} {format_cpu_list(ids)}" for what, ids in left_out.items()]
@@ -166,6 +166,7 @@ _NOT_COUNTED = {
     GENERIC_INITIATOR: "generic initiators without memory",
     EMPTY: "neither CPUs nor memory",
     CPUS_ONLY: "memoryless nodes outside the cpuset",
+    NO_CPUS_MEMORY_UNSTATED: "no CPUs and no stated memory",
 }
 
 
