@@ -365,14 +365,12 @@ def _core_of(member: _Sibling) -> object:
     return ("cpu", member.cpu)
 
 
-def _collapse(values: list, none_if_all_none: bool = False) -> Any:
+def _collapse(values: list) -> Any:
     """One value on uniform machines, a list (one per core type) on hybrid ones."""
     if not values:
         return None
     if len(values) == 1:
         return values[0]
-    if none_if_all_none and all(v is None for v in values):
-        return None
     return values
 
 
