@@ -223,6 +223,19 @@ INDUCTOR = _declare(
         _flag,
     )
 )
+# A spanning replica's talker (omni_cpu.plan.placement): no one node holds it, so its
+# memory interleaves over every CPU_VISIBLE_MEMORY_NODES node, where vLLM binds a
+# worker's memory to its first CPU's node alone.
+INTERLEAVE_MEMORY = _declare(
+    Knob(
+        "OMNI_CPU_INTERLEAVE_MEMORY",
+        "0",
+        "1 interleaves the stage's memory over all its CPU_VISIBLE_MEMORY_NODES (the profile "
+        "sets it for a spanning replica's talker)",
+        "stage",
+        _flag,
+    )
+)
 STEP_LOG = _declare(
     Knob(
         "OMNI_CPU_STEP_LOG",
@@ -471,6 +484,7 @@ if TYPE_CHECKING:
     OMNI_CPU_KERNEL_CACHE: str
     OMNI_CPU_WEIGHT_CACHE: str
     VLLM_OMNI_CPU_INDUCTOR: bool
+    OMNI_CPU_INTERLEAVE_MEMORY: bool
     OMNI_CPU_STEP_LOG: str
     OMNI_CPU_STARTUP_DIR: str
     OMNI_CPU_TORCH_PROFILE: str

@@ -24,7 +24,7 @@ from omni_cpu.cli import (
     serve_cmd,
     tune_cmd,
 )
-from omni_cpu.cli.common import err_console, state
+from omni_cpu.cli.common import err_console, state, stdout_closed
 from omni_cpu.cli.helptext import reflow_app
 from omni_cpu.errors import OmniCpuError
 
@@ -96,9 +96,16 @@ def main() -> None:
     state.own_process = True
     try:
         _main()
+        code = 0
     except SystemExit as done:
-        code = done.code
-        _exit(code if isinstance(code, int) else (0 if code is None else 1))
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    except BrokenPipeError:
+        code = 0  # written while the reader had gone: what was asked is done
+    try:
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's teardown
+    except BrokenPipeError:
+        stdout_closed()
+    _exit(code)
 
 
 INTERRUPTED = 130  # exit code after Ctrl-C / SIGINT, as shells report it

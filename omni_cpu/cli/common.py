@@ -3,13 +3,36 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 
-console = Console()
+
+def stdout_closed() -> None:
+    """stdout's reader went away (`omni-cpu probe | head`): write the rest to /dev/null.
+
+    Not an error: the command goes on and exits with its own code, where rich would
+    exit 1 and typer turn the EPIPE into a silent exit 1.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.__stdout__.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    finally:
+        os.close(devnull)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        stdout_closed()
+
+
+console = _Console()
 # Errors stay on one line whatever the terminal width (scripts grep them).
 err_console = Console(stderr=True, soft_wrap=True)
 
@@ -38,5 +61,9 @@ VERBOSE_HELP = (
 
 def print_json(data: Any) -> None:
     """Machine-readable output: one JSON document on stdout, nothing else."""
-    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
-    sys.stdout.write("\n")
+    try:
+        json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_closed()

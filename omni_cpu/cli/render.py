@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.profile.model import Profile
 
@@ -13,37 +14,51 @@ def gib(value: int | None) -> str:
 
 
 def facts_table(facts: Facts) -> Table:
+    """What this process may use (hwloc's view); the whole machine in the `host` row."""
     table = Table(title=f"Machine ({facts.source})", show_header=False, title_justify="left")
     table.add_column("fact", style="bold")
     table.add_column("value")
     rows = [
         ("architecture", facts.architecture),
         ("vendor / model", f"{facts.vendor or '?'} / {', '.join(facts.model_names) or '?'}"),
-        ("sockets", str(facts.sockets)),
+        ("sockets", _sockets_text(facts)),
         ("cores per socket", str(facts.cores_per_socket)),
         ("threads per core", str(facts.threads_per_core)),
         ("online CPUs", facts.online_cpus),
         ("offline CPUs", facts.offline_cpus or "-"),
-        ("usable CPUs", ",".join(map(str, facts.usable_cpus())) if len(facts.usable_cpus()) < 9
-         else _short(facts)),
-        ("NUMA nodes" + ("" if facts.numa_stated else " (assumed)"), str(len(facts.numa_nodes))),
+        ("usable CPUs", format_cpu_list(facts.usable_cpus()) or "-"),
+        ("NUMA nodes" + ("" if facts.numa_stated else " (assumed)"), _nodes_text(facts)),
         ("ISA", " ".join(facts.isa) or "-"),
         ("memory", gib(facts.memory_total_bytes)),
         ("cgroup", _limits_text(facts)),
-    ]  # fmt: skip
+    ]
+    if facts.host is not None:
+        rows.append(("host", facts.host.describe()))
     for name, value in rows:
         table.add_row(name, value)
     for node in facts.numa_nodes:
-        kind = ""
-        if node.generic_initiator:
-            kind = " (generic initiator)"
-        elif node.has_memory is False:
-            kind = " (memoryless)"
+        kind = node.kind
+        if node.duplicate_of is not None:
+            kind = f"repeats node {node.duplicate_of}"
         table.add_row(
             f"  node {node.id}",
-            f"CPUs {node.cpus or '-'}, memory {gib(node.memory_bytes)}{kind}",
+            f"CPUs {node.cpus or '-'}, memory {gib(node.memory_bytes)} ({kind})",
         )
     return table
+
+
+def _sockets_text(facts: Facts) -> str:
+    text = "?" if facts.sockets is None else str(facts.sockets)
+    if facts.sockets_by_core_type:
+        per_type = ", ".join("?" if n is None else str(n) for n in facts.sockets_by_core_type)
+        text += f" (per core type: {per_type})"
+    return text
+
+
+def _nodes_text(facts: Facts) -> str:
+    if not facts.numa_count_basis:
+        return str(facts.numa_node_count)
+    return f"{facts.numa_node_count}: {facts.numa_count_basis}"
 
 
 def _limits_text(facts: Facts) -> str:
@@ -57,12 +72,6 @@ def _limits_text(facts: Facts) -> str:
     return f"v{limits.cgroup_version}: cpuset {cpuset}{mems}, quota {quota}, memory {memory}"
 
 
-def _short(facts: Facts) -> str:
-    from omni_cpu.cpulist import format_cpu_list
-
-    return format_cpu_list(facts.usable_cpus())
-
-
 def profile_table(profile: Profile) -> Table:
     table = Table(
         title=f"Deploy profile: {profile.model}, {profile.dtype}, chunks {chunk_sizes(profile)}",
@@ -74,7 +83,8 @@ def profile_table(profile: Profile) -> Table:
     for replica in profile.replicas:
         for stage in replica.stages:
             table.add_row(
-                str(replica.index),
+                # A spanning replica's talker memory interleaves over its nodes.
+                f"{replica.index} spanning" if replica.spanning else str(replica.index),
                 # Where its memory lives differs from its CPUs' node on grouped replicas
                 # and memoryless nodes.
                 stage.memory_nodes

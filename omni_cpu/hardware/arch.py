@@ -39,8 +39,18 @@ def read_architecture(sysroot: SysRoot, cpuinfo: CpuInfo) -> str:
     return architecture
 
 
+# Kernels that name their architecture in cpuinfo itself (ia64 writes `arch : IA-64`,
+# alpha `cpu : Alpha`), as uname -m prints it.
+_STATED_ARCH = {"ia-64": "ia64"}
+
+
 def architecture_from_cpuinfo(info: CpuInfo) -> str:
     """Derive uname -m from the shape of /proc/cpuinfo."""
+    stated = (info.first("arch") or "").strip().lower()
+    if stated in _STATED_ARCH:
+        return _STATED_ARCH[stated]
+    if (info.first("cpu") or "").lower() == "alpha":
+        return "alpha"
     vendor = info.first("vendor_id") or ""
     flags = f" {info.first('flags') or ''} "
     features = f" {info.first('features') or ''} "

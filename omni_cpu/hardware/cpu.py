@@ -12,6 +12,13 @@ packages (`package_cpus_list`, `physical_package_id`), PPTT or not. Where no
 package sibling list is given (old kernels) or every one is empty, the package
 ids group the CPUs. CPUs that /proc/cpuinfo leaves out (LXCFS lists a
 container's CPUs only) are of the first listed CPU's type.
+
+Sockets are counted once over every CPU, not per core type: the distinct
+`physical_package_id`s, and where an id is -1 or missing (s390 guests, some
+ppc64 LPARs) the distinct `core_siblings` sets, which the kernel documents as the
+CPUs of one package. A hybrid machine's per-type counts (lscpu's per-type lines)
+are kept beside it. A CPU without a thread-sibling list is a core of its own
+(or of its package's `core_id`), so cores per socket is never 0 where CPUs exist.
 """
 
 from __future__ import annotations
@@ -71,7 +78,8 @@ class Topology:
     vendor: str | None
     cpus: list[LogicalCpu]
     core_types: list[CoreType]
-    sockets: int | list[int | None] | None
+    sockets: int | None
+    sockets_by_core_type: list[int | None] | None
     cores_per_socket: int | list[int | None] | None
     threads_per_core: Any
 
@@ -147,11 +155,14 @@ def read_topology(
         )
         for s in siblings
     ]
+    per_type = [t.sockets for t in core_types]
+    unstated = sockets_unstated or any(s.book for s in siblings) or all(v is None for v in per_type)
     return Topology(
         vendor=_vendor(cpuinfo),
         cpus=cpus,
         core_types=core_types,
-        sockets=_collapse([t.sockets for t in core_types], none_if_all_none=True),
+        sockets=None if unstated else count_packages(siblings),
+        sockets_by_core_type=per_type if len(per_type) > 1 else None,
         cores_per_socket=_collapse([t.cores_per_socket for t in core_types]),
         threads_per_core=_collapse([t.threads_per_core for t in core_types]),
     )
@@ -298,7 +309,7 @@ def _count(
     sockets_unstated: bool,
 ) -> tuple[int | None, int | None, int | list[int] | None]:
     """(sockets, cores per socket, threads per core) of one core type, lscpu's way."""
-    cores = {m.threads for m in members if m.threads}
+    cores = {_core_of(m) for m in members}
     packages = {m.package for m in members if m.package}
     if not packages:
         # No package sibling lists (old kernels, empty masks): the package ids group
@@ -309,29 +320,57 @@ def _count(
                 by_id.setdefault(m.package_id, set()).add(m.cpu)
         packages = {frozenset(cpus) for cpus in by_id.values()}
     books = {m.book for m in members if m.book}
-    if not cores and not packages:
+    if not any(m.threads for m in members) and not packages:
         return None, None, None
-    sizes = sorted({len(core) for core in cores}) or [1]
+    sizes = sorted({len(m.threads) for m in members if m.threads}) or [1]
     threads: int | list[int] = sizes[0] if len(sizes) == 1 else sizes
     if max_thread_id is not None:
         threads = max_thread_id + 1  # s390 states its SMT width
     if sw_cores_per_socket is not None:
         cores_per_socket: int | None = sw_cores_per_socket
     else:
-        cores_per_socket = len(cores) // len(packages) if packages else None
+        cores_per_socket = max(1, len(cores) // len(packages)) if packages else None
     # s390 counts books/drawers, not sockets; DT-based aarch64 calls clusters packages.
     sockets = None if books or sockets_unstated or not packages else len(packages)
     return sockets, cores_per_socket, threads
 
 
-def _collapse(values: list, none_if_all_none: bool = False) -> Any:
+def _package_of(member: _Sibling) -> object:
+    """A CPU's package: its id where the kernel states one, else its core_siblings set."""
+    if member.package_id is not None:
+        return ("id", member.package_id)
+    return ("set", member.package) if member.package else None
+
+
+def count_packages(members: list[_Sibling]) -> int | None:
+    """Distinct packages of the CPUs; None where no CPU states its package.
+
+    One way of naming packages for all CPUs where it can be (ids where every CPU has
+    one, else sibling sets where every CPU has one), so no package counts twice.
+    """
+    if all(m.package_id is not None for m in members):
+        return len({m.package_id for m in members}) or None
+    if all(m.package for m in members):
+        return len({m.package for m in members}) or None
+    packages = {_package_of(m) for m in members} - {None}
+    return len(packages) or None
+
+
+def _core_of(member: _Sibling) -> object:
+    """A CPU's core: its thread siblings, else (package, core_id), else the CPU itself."""
+    if member.threads:
+        return member.threads
+    if member.core_id is not None:
+        return ("core", _package_of(member), member.core_id)
+    return ("cpu", member.cpu)
+
+
+def _collapse(values: list) -> Any:
     """One value on uniform machines, a list (one per core type) on hybrid ones."""
     if not values:
         return None
     if len(values) == 1:
         return values[0]
-    if none_if_all_none and all(v is None for v in values):
-        return None
     return values
 
 

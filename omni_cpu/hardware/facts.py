@@ -15,8 +15,22 @@ from omni_cpu.cpulist import parse_cpu_list
 
 # 2: nodes state has_memory / generic initiators / distances, limits carry cpuset.mems,
 # threads_per_core may list the distinct counts of one core type, facts carry notes
-# and the preload libraries found. Version-1 dicts still load (new fields default).
-SCHEMA_VERSION = 2
+# and the preload libraries found.
+# 3: CPUs, sockets and nodes are those the cgroup's cpuset allows (the whole machine
+# under `host`), nodes carry their kind and duplicates, sockets is one integer (the
+# per-core-type counts in `sockets_by_core_type`), `numa_node_count` says how it counted.
+# Older dicts still load (new fields default).
+SCHEMA_VERSION = 3
+
+# What a NUMA node is, from the kernel's node state masks (Documentation/ABI/stable/
+# sysfs-devices-node): has_cpu, has_memory, has_normal_memory, has_generic_initiator.
+CPUS_AND_MEMORY = "CPUs and memory"
+CPUS_ONLY = "CPUs only"  # memoryless: its CPUs allocate from the nearest node with memory
+MEMORY_ONLY = "memory only"  # CXL, HBM or far memory in the kernel's normal zones
+DEVICE_MEMORY = "device memory"  # memory only in ZONE_MOVABLE (a GPU's, hot-plugged)
+GENERIC_INITIATOR = "generic initiator"  # an accelerator's node: no CPUs of its own
+EMPTY = "empty"  # neither CPUs nor memory (all its CPUs offline)
+NO_CPUS_MEMORY_UNSTATED = "no CPUs, memory not stated"  # a dump without masks or meminfo
 
 
 @dataclass(frozen=True)
@@ -67,12 +81,29 @@ class NumaNode:
     generic_initiator: bool = False
     # The node's row of the SLIT distance table: node id -> distance (10 = local).
     distances: dict[int, int] = field(default_factory=dict)
+    # has_normal_memory where the dump states it: False on a node whose memory is all
+    # ZONE_MOVABLE (device memory: a GPU's, hot-plugged CXL); None where unstated.
+    normal_memory: bool | None = None
+    # One of the kinds above (CPUS_AND_MEMORY, ...), derived from the masks and files.
+    kind: str = CPUS_AND_MEMORY
+    # Nodes whose best initiators these are (access0/initiators, HMAT); () where unstated.
+    initiators: tuple[int, ...] = ()
+    # The earlier node this one repeats exactly (same CPUs, same memory): firmware
+    # that lists one node several times. Such a node is no home and is not counted.
+    duplicate_of: int | None = None
 
     def holds_memory(self) -> bool:
         """Whether allocations can land here: the mask where stated, else MemTotal."""
         if self.has_memory is not None:
             return self.has_memory
         return bool(self.memory_bytes)
+
+    def is_home(self) -> bool:
+        """Whether a replica's memory may live here: memory in the normal zones, no repeat."""
+        if self.duplicate_of is not None or self.kind in (CPUS_ONLY, DEVICE_MEMORY, EMPTY):
+            return False
+        # A generic initiator's node is a home only for memory it states it holds.
+        return self.kind != GENERIC_INITIATOR or self.holds_memory()
 
     def distance_to(self, other: int) -> int:
         """SLIT distance; without a table, 10 to itself and 20 to any other node."""
@@ -91,6 +122,27 @@ class Limits:
     cpu_quota_cores: float | None = None  # cpu.max / cfs quota as cores
     memory_max_bytes: int | None = None  # memory.max / v1 limit; None = unlimited
     affinity_cpus: str | None = None  # os.sched_getaffinity, live machine only
+
+
+@dataclass(frozen=True)
+class Host:
+    """The whole machine, where the facts above describe what this process may use."""
+
+    online_cpus: str
+    cpu_count: int
+    sockets: int | None
+    numa_node_count: int
+
+    def describe(self) -> str:
+        sockets = "? sockets" if self.sockets is None else _plural(self.sockets, "socket")
+        return (
+            f"{_plural(self.cpu_count, 'CPU')} ({self.online_cpus}), {sockets}, "
+            f"{_plural(self.numa_node_count, 'node')}"
+        )
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
 @dataclass(frozen=True)
@@ -115,9 +167,10 @@ class Facts:
     possible_cpus: str
     online_cpus: str
     offline_cpus: str
-    # Plain numbers on uniform machines, lists (one per core type) on hybrid
-    # ones, as lscpu prints them; sockets is None where the kernel does not say.
-    sockets: int | list[int | None] | None
+    # cores_per_socket / threads_per_core: plain numbers on uniform machines, lists (one
+    # per core type) on hybrid ones, as lscpu prints them. sockets is one number (the
+    # per-type counts are in sockets_by_core_type); None where the kernel does not say.
+    sockets: int | None
     cores_per_socket: int | list[int | None] | None
     threads_per_core: int | list[int | list[int] | None] | None
     core_types: list[CoreType]
@@ -141,6 +194,15 @@ class Facts:
     # under the root and, live, the running interpreter's prefix: part of the facts so
     # a plan from a saved `probe --json` equals the live one.
     preload_libraries: list[str] = field(default_factory=list)
+    # Sockets of each core type on hybrid machines (lscpu's per-type lines); None elsewhere.
+    sockets_by_core_type: list[int | None] | None = None
+    # The nodes that hold allowed CPUs or memory a replica may use (duplicates, device
+    # memory and generic initiators left out), and how that number was counted.
+    numa_node_count: int = 1
+    numa_count_basis: str = ""
+    # The whole machine (every online CPU, socket and node), where the cpuset and mems
+    # narrow what the fields above describe; None in facts saved before schema 3.
+    host: Host | None = None
     schema_version: int = SCHEMA_VERSION
 
     # -- derived views (pure) -------------------------------------------------
@@ -155,7 +217,8 @@ class Facts:
         nodes = {
             node.id
             for node in self.numa_nodes
-            if node.holds_memory() or (node.has_memory is None and node.memory_bytes is None)
+            if node.is_home()
+            and (node.holds_memory() or (node.has_memory is None and node.memory_bytes is None))
         }
         if self.limits.cpuset_mems is not None:
             allowed = set(parse_cpu_list(self.limits.cpuset_mems))
@@ -197,11 +260,20 @@ class Facts:
                 **{
                     **n,
                     "distances": {int(k): int(v) for k, v in n.get("distances", {}).items()},
+                    "initiators": tuple(n.get("initiators", ())),
                 }
             )
             for n in data.get("numa_nodes", [])
         ]
         data["limits"] = Limits(**data.get("limits", {}))
+        if isinstance(data.get("sockets"), list):  # schema 2 listed sockets per core type
+            per_type = data["sockets"]
+            data["sockets_by_core_type"] = per_type
+            data["sockets"] = None if any(v is None for v in per_type) else max(per_type)
+        if data.get("host") is not None:
+            data["host"] = Host(**data["host"])
+        if "numa_node_count" not in data:
+            data["numa_node_count"] = len(data["numa_nodes"])
         libnuma = data.get("libnuma")
         if libnuma is not None:
             libnuma = dict(libnuma)

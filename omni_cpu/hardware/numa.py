@@ -1,20 +1,34 @@
 """NUMA nodes from /sys/devices/system/node, and the one-node fallback.
 
-Node ids may be sparse (0, 2, 3). A node may hold memory and no CPUs (CXL, HBM,
-GPU memory), CPUs and no memory (memoryless), or be a generic initiator; the
-kernel's has_memory / has_generic_initiator masks say which, and each node's
-`distance` row says how far the others are. A node's cpulist can name CPUs that
-are not online (s390, hot-unplugged CPUs): only online CPUs are kept. A machine
-or dump without a node directory is one node holding every online CPU and all
-of /proc/meminfo.
+Node ids may be sparse (0, 2, 3). A node may hold memory and no CPUs (CXL, HBM),
+memory only in ZONE_MOVABLE (a GPU's memory, hot-plugged device memory: in
+has_memory, not in has_normal_memory), CPUs and no memory (memoryless), or be a
+generic initiator (an accelerator); the kernel's node state masks say which
+(Documentation/ABI/stable/sysfs-devices-node), each node's `distance` row says how
+far the others are and `access0/initiators` which nodes reach a memory node best
+(Documentation/admin-guide/mm/numaperf.rst). A node's cpulist can name CPUs that
+are not online (s390, hot-unplugged CPUs): only online CPUs are kept. A node that
+repeats an earlier one exactly (the same CPUs, the same memory: firmware listing one
+node several times) is marked a duplicate. A machine or dump without a node
+directory is one node holding every online CPU and all of /proc/meminfo.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
-from omni_cpu.hardware.facts import NumaNode
+from omni_cpu.hardware.facts import (
+    CPUS_AND_MEMORY,
+    CPUS_ONLY,
+    DEVICE_MEMORY,
+    EMPTY,
+    GENERIC_INITIATOR,
+    MEMORY_ONLY,
+    NO_CPUS_MEMORY_UNSTATED,
+    NumaNode,
+)
 from omni_cpu.hardware.sysroot import SysRoot, numbered_entries
 
 NODE_DIR = "/sys/devices/system/node"
@@ -49,6 +63,7 @@ def read_numa_nodes(
     """(nodes, stated): stated is False where one node had to be assumed."""
     online_set = set(online)
     has_memory = sysroot.read_cpu_list(f"{NODE_DIR}/has_memory")
+    has_normal = sysroot.read_cpu_list(f"{NODE_DIR}/has_normal_memory")
     initiators = set(sysroot.read_cpu_list(f"{NODE_DIR}/has_generic_initiator") or ())
     ids = numbered_entries(sysroot.listdir(NODE_DIR), "node")
     nodes = []
@@ -58,19 +73,22 @@ def read_numa_nodes(
         if cpus is None:
             cpus = sysroot.read_cpu_mask(f"{base}/cpumap") or ()
         meminfo = parse_meminfo(sysroot.read_text(f"{base}/meminfo"))
-        nodes.append(
-            NumaNode(
-                id=node_id,
-                cpus=format_cpu_list(cpu for cpu in cpus if cpu in online_set),
-                memory_bytes=meminfo.get("MemTotal"),
-                free_bytes=meminfo.get("MemFree"),
-                has_memory=None if has_memory is None else node_id in has_memory,
-                generic_initiator=node_id in initiators,
-                distances=_distances(sysroot.read_line(f"{base}/distance"), ids),
-            )
+        node = NumaNode(
+            id=node_id,
+            cpus=format_cpu_list(cpu for cpu in cpus if cpu in online_set),
+            memory_bytes=meminfo.get("MemTotal"),
+            free_bytes=meminfo.get("MemFree"),
+            has_memory=None if has_memory is None else node_id in has_memory,
+            generic_initiator=node_id in initiators,
+            distances=_distances(sysroot.read_line(f"{base}/distance"), ids),
+            normal_memory=None if has_normal is None else node_id in has_normal,
+            initiators=tuple(
+                numbered_entries(sysroot.listdir(f"{base}/access0/initiators"), "node")
+            ),
         )
+        nodes.append(dataclasses.replace(node, kind=node_kind(node)))
     if nodes:
-        return nodes, True
+        return mark_duplicates(nodes), True
     fallback = NumaNode(
         id=0,
         cpus=format_cpu_list(online),
@@ -78,6 +96,78 @@ def read_numa_nodes(
         free_bytes=memory_free_bytes,
     )
     return [fallback], False
+
+
+def node_kind(node: NumaNode) -> str:
+    """What the node is, from its CPUs and the kernel's node state masks."""
+    if node.generic_initiator and not node.cpus:
+        return GENERIC_INITIATOR
+    memory = node.holds_memory() or (node.has_memory is None and node.memory_bytes is None)
+    if node.cpus:
+        return CPUS_AND_MEMORY if memory else CPUS_ONLY
+    if not memory:
+        return EMPTY
+    if node.has_memory is None and node.memory_bytes is None:
+        return NO_CPUS_MEMORY_UNSTATED
+    # Memory the kernel keeps out of its normal zones (ZONE_MOVABLE only) on a node
+    # without CPUs: a device's (a GPU's coherent memory, hot-plugged CXL or dax kmem).
+    return DEVICE_MEMORY if node.normal_memory is False else MEMORY_ONLY
+
+
+def mark_duplicates(nodes: list[NumaNode]) -> list[NumaNode]:
+    """Nodes that repeat an earlier node's CPUs (and memory, where stated) exactly.
+
+    A CPU belongs to one node, so two nodes listing the same CPUs with the same memory
+    are one node listed twice (seen on firmware that repeats its only node).
+    """
+    first: dict[tuple[str, int | None], int] = {}
+    marked = []
+    for node in nodes:
+        key = (node.cpus, node.memory_bytes)
+        original = first.setdefault(key, node.id) if node.cpus else node.id
+        if original != node.id:
+            node = dataclasses.replace(node, duplicate_of=original)
+        marked.append(node)
+    return marked
+
+
+def count_nodes(nodes: list[NumaNode], stated: bool) -> tuple[int, str]:
+    """(how many nodes hold CPUs or usable memory, how that was counted)."""
+    if not stated:
+        return 1, "no NUMA data: one node assumed"
+    counted = [n for n in nodes if n.duplicate_of is None and _counts(n)]
+    left_out: dict[str, list[int]] = {}
+    for node in nodes:
+        if node.duplicate_of is not None:
+            left_out.setdefault("duplicates of earlier nodes", []).append(node.id)
+        elif not _counts(node):
+            left_out.setdefault(_NOT_COUNTED.get(node.kind, node.kind), []).append(node.id)
+    basis = "nodes holding CPUs or memory"
+    if left_out:
+        parts = [f"{what} {format_cpu_list(ids)}" for what, ids in left_out.items()]
+        basis += f" ({len(nodes)} listed; not counted: " + "; ".join(parts) + ")"
+    return len(counted), basis
+
+
+def _counts(node: NumaNode) -> bool:
+    """A node with allowed CPUs, or without CPUs but with memory the kernel states.
+
+    A CPU-less node that states nothing (no mask, no meminfo: a GPU's node in a dump
+    that kept only cpumaps) is not known to hold usable memory, so it is not counted.
+    """
+    if node.cpus:
+        return True
+    stated = node.has_memory is True or bool(node.memory_bytes)
+    return stated and node.is_home()
+
+
+_NOT_COUNTED = {
+    DEVICE_MEMORY: "device memory",
+    GENERIC_INITIATOR: "generic initiators without memory",
+    EMPTY: "neither CPUs nor memory",
+    CPUS_ONLY: "memoryless nodes outside the cpuset",
+    NO_CPUS_MEMORY_UNSTATED: "no CPUs and no stated memory",
+}
 
 
 def _distances(line: str | None, ids: list[int]) -> dict[int, int]:

@@ -13,7 +13,12 @@ from omni_cpu.profile.model import Profile
 
 
 def _node_of_cpu(facts: Facts) -> dict[int, int]:
-    return {cpu: node.id for node in facts.numa_nodes for cpu in parse_cpu_list(node.cpus)}
+    """CPU -> the first node listing it, as the planner reads it (repeats add nothing)."""
+    nodes: dict[int, int] = {}
+    for node in facts.numa_nodes:
+        for cpu in parse_cpu_list(node.cpus):
+            nodes.setdefault(cpu, node.id)
+    return nodes
 
 
 @dataclass(frozen=True)
@@ -45,8 +50,11 @@ def check_problems(
 ) -> list[Problem]:
     """`check_profile` with each problem's kind."""
     problems: list[Problem] = []
-    possible = set(parse_cpu_list(facts.possible_cpus)) | set(parse_cpu_list(facts.online_cpus))
-    online = set(parse_cpu_list(facts.online_cpus))
+    # The machine's online CPUs, not only the cpuset's: a CPU outside the cpuset is
+    # barred (said below), not offline.
+    host_online = facts.host.online_cpus if facts.host is not None else facts.online_cpus
+    online = set(parse_cpu_list(host_online))
+    possible = set(parse_cpu_list(facts.possible_cpus)) | online
     usable = set(facts.usable_cpus())
     node_of = _node_of_cpu(facts)
     memory_nodes = set(facts.usable_memory_nodes())

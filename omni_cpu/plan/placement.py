@@ -2,9 +2,14 @@
 
 Pure, like the rest of the planner. A home (omni_cpu.plan.topology) whose memory
 cannot hold a whole replica is merged with its nearest home by the distance
-table, smallest first, until every replica fits; a machine that cannot hold even
-one replica is refused in one line that names the memory needed and what would
-fit instead. A CPU quota (cgroup cpu.max / CFS) caps the cores each replica binds.
+table, smallest first, until every replica fits. vLLM binds a worker's memory to
+its first CPU's node, so the talker must fit one node of its group; where no node
+of the machine can hold it, the groups are formed again with the talker's memory
+interleaved over its group's nodes (a *spanning* replica, what vLLM's CPU
+backend does for a worker whose memory nodes are several). A machine that cannot
+hold even one replica is refused in one line that states what it needs and what
+it has, to the precision that shows the gap, and what would fit instead. A CPU
+quota (cgroup cpu.max / CFS) caps the cores each replica binds.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from omni_cpu import envs
 from omni_cpu.errors import OmniCpuError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
@@ -91,7 +97,7 @@ def node_memory_bytes(facts: Facts, node_memory: int | None, notes: list[str]) -
     Some virtual machines and sandboxes report node meminfo that sums to far less
     than the machine's MemTotal; then the nodes are scaled up to match it.
     """
-    stated = sum(n.memory_bytes or 0 for n in facts.numa_nodes)
+    stated = sum(n.memory_bytes or 0 for n in facts.numa_nodes if n.duplicate_of is None)
     total = facts.memory_total_bytes
     if node_memory and total and stated < costs.NODE_MEMORY_CREDIBLE_FRACTION * total:
         notes.append(
@@ -117,8 +123,9 @@ def home_memory_bytes(facts: Facts, home: NodeCores, notes: list[str]) -> int | 
     if facts.memory_total_bytes:
         # Nodes that do not state their memory share what MemTotal leaves after the
         # nodes that do (memory-only nodes, a GPU's memory), not a share of all of it.
-        stated = sum(node.memory_bytes or 0 for node in facts.numa_nodes)
-        unstated = sum(1 for node in facts.numa_nodes if not node.memory_bytes)
+        listed = [node for node in facts.numa_nodes if node.duplicate_of is None]
+        stated = sum(node.memory_bytes or 0 for node in listed)
+        unstated = sum(1 for node in listed if not node.memory_bytes)
         share = max(0, facts.memory_total_bytes - stated) // max(1, unstated)
         return sum(memory or share for memory in known)
     return None
@@ -150,15 +157,55 @@ def place_replicas(
     fit_available: bool,
     notes: list[str],
 ) -> list[NodeCores]:
-    """The homes replicas get: grouped until each holds a replica, then quota-capped."""
-    homes = nodes_with_cores(facts)
-    need = replica_need_bytes(footprint, dtype, weights)
+    """The homes replicas get: grouped until each holds a replica, then quota-capped.
 
+    Spanning replicas are planned only where no replica fits with its talker on one node.
+    """
+    homes = nodes_with_cores(facts)
+    try:
+        placed = _group_homes(facts, homes, footprint, dtype, weights, fit_available, False)
+    except MachineTooSmallError:
+        placed = _group_homes(facts, homes, footprint, dtype, weights, fit_available, True)
+    need = replica_need_bytes(footprint, dtype, weights)
+    talker_need = talker_node_need_bytes(footprint, dtype, weights)
+    for home in placed:
+        nodes = "+".join(str(node) for node in home.memory_node_ids())
+        if home.spanning:
+            room = largest_node_room(facts, home) or 0
+            need_text, room_text = gib_pair(talker_need, room)
+            notes.append(
+                f"no NUMA node holds the talker (it needs about {need_text} on one node, the "
+                f"largest gives it {room_text}): nodes {nodes} form one spanning replica whose "
+                f"talker memory interleaves over them ({envs.INTERLEAVE_MEMORY.name}=1)"
+            )
+        elif len(home.memory_node_ids()) > 1:
+            notes.append(
+                f"one node cannot hold a replica (needs {need / costs.GIB:.1f} GiB): nodes "
+                f"{nodes} form one replica with its memory bound to them"
+            )
+    return _cap_to_quota(facts, placed, notes)
+
+
+def _group_homes(
+    facts: Facts,
+    homes: list[NodeCores],
+    footprint: ModelFootprint,
+    dtype: str,
+    weights: str,
+    fit_available: bool,
+    spanning: bool,
+) -> list[NodeCores]:
+    """Merge the smallest home with its nearest until each holds a replica, or refuse.
+
+    `spanning`: a group's talker may interleave over its nodes, so only the group's
+    total memory must hold the replica.
+    """
+    need = replica_need_bytes(footprint, dtype, weights)
     talker_need = talker_node_need_bytes(footprint, dtype, weights)
 
     def fits(home: NodeCores, count: int) -> bool:
         budget = memory_budget(facts, home, count, fit_available, [])
-        room = largest_node_room(facts, home)
+        room = None if spanning else largest_node_room(facts, home)
         return (budget is None or budget >= need) and (room is None or room >= talker_need)
 
     while True:
@@ -168,8 +215,7 @@ def place_replicas(
             break
         if count == 1:
             budget = memory_budget(facts, homes[0], 1, fit_available, [])
-            room = largest_node_room(facts, homes[0])
-            raise refusal(facts, footprint, dtype, weights, budget or 0, fit_available, room)
+            raise refusal(facts, footprint, dtype, weights, budget or 0, fit_available)
         # Smallest first; it joins its nearest home, preferring one that is too small too.
         home = min(small, key=lambda h: (h.memory_bytes or 0, h.node))
         others = [other for other in homes if other is not home]
@@ -187,14 +233,23 @@ def place_replicas(
             [h for h in homes if h is not home and h is not partner] + [merged],
             key=lambda h: h.node,
         )
-    for home in homes:
-        if len(home.memory_node_ids()) > 1:
-            nodes = "+".join(str(node) for node in home.memory_node_ids())
-            notes.append(
-                f"one node cannot hold a replica (needs {need / costs.GIB:.1f} GiB): nodes "
-                f"{nodes} form one replica with its memory bound to them"
-            )
-    return _cap_to_quota(facts, homes, notes)
+    if not spanning:
+        return homes
+    return [
+        dataclasses.replace(home, spanning=True)
+        if len(home.memory_node_ids()) > 1 and (largest_node_room(facts, home) or 0) < talker_need
+        else home
+        for home in homes
+    ]
+
+
+def gib_pair(first: int, second: int) -> tuple[str, str]:
+    """Two sizes in GiB at the fewest decimals (1 to 3) that tell them apart, else in bytes."""
+    for decimals in (1, 2, 3):
+        a, b = f"{first / costs.GIB:.{decimals}f}", f"{second / costs.GIB:.{decimals}f}"
+        if a != b or first == second:
+            return f"{a} GiB", f"{b} GiB"
+    return f"{first} bytes", f"{second} bytes"
 
 
 def _cap_to_quota(facts: Facts, homes: list[NodeCores], notes: list[str]) -> list[NodeCores]:
@@ -225,52 +280,33 @@ def refusal(
     weights: str,
     budget: int,
     fit_available: bool,
-    node_room: int | None = None,
 ) -> MachineTooSmallError:
     """One line: what the model needs, what the machine gives, what would fit instead.
 
-    `node_room` is what the largest NUMA node gives where the replica spans nodes:
-    the talker's memory is bound to one node, so the machine's total is not enough.
+    Both sizes are printed at the precision that shows the gap (7.0 against 6.96 GiB,
+    never 7.0 against 7.0). A replica may span nodes, so the machine's memory decides.
     """
     need = replica_need_bytes(footprint, dtype, weights)
     have = max(budget, 0)
     what = "free memory" if fit_available else "memory"
+    need_text, have_text = gib_pair(need, have)
     message = (
-        f"{footprint.name} needs about {need / costs.GIB:.1f} GiB for one replica "
-        f"({dtype}, one stream) but this machine's {what} gives it {have / costs.GIB:.1f} GiB"
+        f"{footprint.name} needs about {need_text} for one replica "
+        f"({dtype}, one stream) but this machine's {what} gives it {have_text}"
     )
-    talker_need = talker_node_need_bytes(footprint, dtype, weights)
-    by_node = node_room is not None and have >= need and node_room < talker_need
-    if by_node:
-        message = (
-            f"{footprint.name} needs about {talker_need / costs.GIB:.1f} GiB on one NUMA node "
-            f"for its talker ({dtype}, one stream) but this machine's largest node gives it "
-            f"{max(node_room or 0, 0) / costs.GIB:.1f} GiB"
-        )
-    room = max(node_room, 0) if node_room is not None else None
-
-    def fits(model: ModelFootprint, option_weights: str) -> bool:
-        whole = replica_need_bytes(model, dtype, option_weights) <= have
-        return whole and (
-            room is None or talker_node_need_bytes(model, dtype, option_weights) <= room
-        )
-
-    # What would fit, each choice stated as the refusal was (per node or per machine).
-    need_of = talker_node_need_bytes if by_node else replica_need_bytes
     choices = _smaller_choices(facts, footprint, weights)
     fitting = [
-        f"{flag} (about {need_of(model, dtype, w) / costs.GIB:.1f} GiB)"
+        f"{flag} (about {gib_pair(replica_need_bytes(model, dtype, w), have)[0]})"
         for flag, model, w in choices
-        if fits(model, w)
+        if replica_need_bytes(model, dtype, w) <= have
     ]
     if fitting:
         return MachineTooSmallError(message, "would fit: " + "; ".join(fitting))
     tried = ", ".join(
-        f"{flag} {need_of(model, dtype, w) / costs.GIB:.1f} GiB" for flag, model, w in choices
+        f"{flag} {gib_pair(replica_need_bytes(model, dtype, w), have)[0]}"
+        for flag, model, w in choices
     )
-    wanted = talker_need if by_node else need
-    where = "a NUMA node" if by_node else "a machine"
-    fix = f"it needs {where} with about {(wanted + safety_margin(wanted)) / costs.GIB:.1f} GiB"
+    fix = f"it needs a machine with about {(need + safety_margin(need)) / costs.GIB:.1f} GiB"
     if tried:
         fix = f"nothing smaller fits ({tried}); {fix}"
     return MachineTooSmallError(message, fix)

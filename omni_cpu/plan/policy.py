@@ -95,7 +95,12 @@ def split_cores(core_count: int, chunk_frames: int, inputs: SpeedInputs) -> tupl
 
 
 def _cpu_nodes(facts: Facts) -> dict[int, int]:
-    return {cpu: node.id for node in facts.numa_nodes for cpu in parse_cpu_list(node.cpus)}
+    """CPU -> the first node listing it (a node that repeats an earlier one adds nothing)."""
+    nodes: dict[int, int] = {}
+    for node in facts.numa_nodes:
+        for cpu in parse_cpu_list(node.cpus):
+            nodes.setdefault(cpu, node.id)
+    return nodes
 
 
 def _fingerprint(facts: Facts) -> str:
@@ -209,7 +214,8 @@ def _replica(
         return first if first in memory_nodes else memory_nodes[0]
 
     talker_room = None
-    if len(memory_nodes) > 1:
+    # A spanning replica's talker interleaves over all its nodes: the home's budget holds it.
+    if len(memory_nodes) > 1 and not node.spanning:
         own = node_memory_bytes(facts, node.node_memory.get(memory_node_of(talker_cores)), notes)
         if own:
             talker_room = (
@@ -262,7 +268,11 @@ def _replica(
         ),
     )
     replica = Replica(
-        index=index, numa_node=node.node, frontend_cpus=cpu_list(frontend), stages=stages
+        index=index,
+        numa_node=node.node,
+        frontend_cpus=cpu_list(frontend),
+        stages=stages,
+        spanning=node.spanning,
     )
     return replica, chunk
 

@@ -1,10 +1,12 @@
 """Pure views of the facts that the planner reasons about: physical cores per memory home.
 
-A replica's home is a node its memory can come from: a node holding memory that
-the cgroup's cpuset.mems allows. CPUs on a node without such memory (memoryless
-nodes, nodes outside cpuset.mems) join the nearest home by the distance table.
-Memory-only nodes (CXL, HBM, GPU memory) never become a home of their own: a
-home has CPUs.
+A replica's home is a node its memory can come from: a node holding memory in the
+kernel's normal zones that the cgroup's cpuset.mems allows (not device memory, not
+a node that repeats another). CPUs on a node without such memory (memoryless
+nodes, nodes outside cpuset.mems) take the nearest memory by the distance table:
+the nearest node with CPUs and memory where one is as near as any, else the
+nearest memory-only node, which then homes those CPUs. A memory-only node with no
+CPUs nearer to it than to another home never becomes a home of its own.
 """
 
 from __future__ import annotations
@@ -35,16 +37,19 @@ class NodeCores:
     cpu_nodes: tuple[int, ...] = ()  # the nodes its cores sit on
     # Memory of each node in memory_nodes (None where unknown).
     node_memory: dict[int, int | None] = field(default_factory=dict)
+    # No one node holds the talker: its memory interleaves over memory_nodes.
+    spanning: bool = False
 
     def memory_node_ids(self) -> tuple[int, ...]:
         return self.memory_nodes or (self.node,)
 
 
 def _cpu_to_node(facts: Facts) -> dict[int, int]:
+    """CPU -> the first node listing it (a node that repeats an earlier one adds nothing)."""
     mapping: dict[int, int] = {}
     for node in facts.numa_nodes:
         for cpu in parse_cpu_list(node.cpus):
-            mapping[cpu] = node.id
+            mapping.setdefault(cpu, node.id)
     return mapping
 
 
@@ -99,16 +104,23 @@ def _homes(
     facts: Facts, by_node: dict[int, list[PhysicalCore]], memory: dict[int, int | None]
 ) -> list[NodeCores]:
     """Each CPU node's cores under the node its memory comes from."""
-    allowed = set(facts.usable_memory_nodes())
-    with_cpus = {node.id for node in facts.numa_nodes if node.cpus}
-    # A home has CPUs; memory-only nodes are a home only where nothing else is allowed.
-    candidates = sorted(allowed & with_cpus) or sorted(allowed)
+    allowed = sorted(facts.usable_memory_nodes())
+    with_cpus = [node for node in allowed if node in by_node]
     home_of: dict[int, int] = {}
     for cpu_node in sorted(by_node):
-        if cpu_node in candidates or not candidates:
+        if cpu_node in allowed or not allowed:
             home_of[cpu_node] = cpu_node
-        else:
-            home_of[cpu_node] = nearest(facts, cpu_node, candidates)
+            continue
+        # Its nearest memory; a node with CPUs of its own wins a tie (one replica there
+        # rather than a second home on a memory-only node).
+        closest = nearest(facts, cpu_node, allowed)
+        with_own = nearest(facts, cpu_node, with_cpus) if with_cpus else None
+        node = facts.node(cpu_node)
+        if with_own is not None and (
+            node is None or node.distance_to(with_own) <= node.distance_to(closest)
+        ):
+            closest = with_own
+        home_of[cpu_node] = closest
     grouped: dict[int, list[int]] = {}
     for cpu_node, home in home_of.items():
         grouped.setdefault(home, []).append(cpu_node)

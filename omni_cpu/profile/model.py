@@ -99,6 +99,9 @@ class Replica:
     frontend_cpus: str  # taskset of the API server / driver; "" = none reserved
     stages: tuple[StagePlan, ...]
     capacity: ReplicaCapacity | None = None  # None in profiles written before issue 23
+    # No one node holds its talker: the talker's memory interleaves over its memory
+    # nodes (OMNI_CPU_INTERLEAVE_MEMORY=1 in the talker's environment).
+    spanning: bool = False
 
     def stage(self, stage_id: int) -> StagePlan:
         for stage in self.stages:

@@ -77,6 +77,7 @@ COMMENTS = {
     "omni_cpu.replicas": "one pipeline per NUMA node (omni-cpu serve --replica N)",
     "omni_cpu.replicas[].numa_node": "its home: the first node its memory is on",
     "omni_cpu.replicas[].frontend_cpus": 'taskset of the API server; "" = none reserved',
+    "omni_cpu.replicas[].spanning": "talker memory interleaved: OMNI_CPU_INTERLEAVE_MEMORY=1",
     "omni_cpu.replicas[].stages[].cpus": "VLLM_CPU_OMP_THREADS_BIND (1 thread per core)",
     "omni_cpu.replicas[].stages[].numa_node": "the node its cores are on",
     "omni_cpu.replicas[].stages[].memory_nodes": "CPU_VISIBLE_MEMORY_NODES",
@@ -142,6 +143,8 @@ def _omni_block(profile: Profile) -> dict[str, Any]:
                 "index": replica.index,
                 "numa_node": replica.numa_node,
                 "frontend_cpus": replica.frontend_cpus,
+                # Written only where true: profiles of one-node replicas read as before.
+                **({"spanning": True} if replica.spanning else {}),
                 "stages": [_replica_stage(stage) for stage in replica.stages],
                 **({"capacity": dataclasses.asdict(replica.capacity)} if replica.capacity else {}),
             }
@@ -536,7 +539,7 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
     sizes = _stage_sizes(root)
     replicas = []
     for replica in omni.items("replicas"):
-        replica.only("index", "numa_node", "frontend_cpus", "stages", "capacity")
+        replica.only("index", "numa_node", "frontend_cpus", "spanning", "stages", "capacity")
         stages = []
         for stage in replica.items("stages"):
             stage_id = stage.non_negative("stage_id")
@@ -556,6 +559,7 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
                 frontend_cpus=replica.cpu_list("frontend_cpus", allow_empty=True),
                 stages=tuple(stages),
                 capacity=_replica_capacity(replica) if "capacity" in replica.data else None,
+                spanning=bool(replica.get("spanning", bool, optional=True)),
             )
         )
     if not replicas:

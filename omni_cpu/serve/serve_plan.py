@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from omni_cpu import envs
-from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.errors import InputError
 from omni_cpu.launch import logs, startup
 from omni_cpu.platform import DRIVER_ENV
@@ -58,7 +58,7 @@ class ServePlan:
         """The plan as one shell command line (what `--dry-run` prints), one option a line."""
         lines: list[list[str]] = []
         if self.replica_cpus:
-            lines.append(["taskset", "-c", ",".join(map(str, self.replica_cpus))])
+            lines.append(["taskset", "-c", format_cpu_list(self.replica_cpus)])
         lines.append(["env"])
         lines += [[f"{key}={value}"] for key, value in {**self.log_env, **self.env}.items()]
         lines.append([])

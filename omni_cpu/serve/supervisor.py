@@ -38,6 +38,7 @@ from typing import TextIO
 
 import psutil
 
+from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.errors import InputError, PortInUseError, StageError
 from omni_cpu.launch import logs
 from omni_cpu.process import proctree
@@ -272,7 +273,7 @@ class Supervisor:
                     ready = self.ready = True
                     if self.plan.frontend_cpus:
                         pinned = pin_frontend(self.child.pid, self.plan.frontend_cpus)
-                        cpus = ",".join(map(str, self.plan.frontend_cpus))
+                        cpus = format_cpu_list(self.plan.frontend_cpus)
                         self.say(f"API server {pinned} pinned to CPUs {cpus}")
                     self.say("ready")
             time.sleep(POLL_S)

@@ -52,7 +52,9 @@ def test_container_cpuset_restricts_usable_cpus(machine):
     machine.write("/sys/fs/cgroup/pod/app/cpuset.cpus.effective", "2-3,6")
     facts = read_facts(machine.root)
     assert facts.usable_cpus() == (2, 3, 6)
-    assert facts.online_cpus == "0-7"
+    # What this process may use, as hwloc reports it; the whole machine under `host`.
+    assert facts.online_cpus == "2-3,6"
+    assert facts.host is not None and facts.host.online_cpus == "0-7"
 
 
 def test_intel_hybrid_gives_one_core_type_per_kind(machine):
@@ -119,3 +121,17 @@ def test_junk_in_every_file_degrades_without_crashing(machine):
     facts = read_facts(machine.root)
     assert facts.architecture == "unknown"
     assert facts.limits.cpu_quota_cores is None
+
+
+def test_ia64_architecture_comes_from_cpuinfo_where_the_dump_has_no_arch_file(machine):
+    machine.write(
+        "/proc/cpuinfo",
+        "processor  : 0\nvendor     : GenuineIntel\narch       : IA-64\n"
+        "family     : Itanium 2\nmodel      : 2\nfeatures   : branchlong\n\n"
+        "processor  : 1\nvendor     : GenuineIntel\narch       : IA-64\n"
+        "family     : Itanium 2\nmodel      : 2\nfeatures   : branchlong\n",
+    )
+    machine.write("/sys/devices/system/cpu/online", "0-1")
+    facts = read_facts(machine.root)
+    assert facts.architecture == "ia64"
+    assert not any("architecture unknown" in note for note in facts.notes)

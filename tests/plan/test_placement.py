@@ -14,7 +14,7 @@ from omni_cpu.plan import MachineTooSmallError, footprint_for_model, plan_profil
 from omni_cpu.plan.check import check_profile
 from omni_cpu.profile import dump_profile, parse_profile
 from omni_cpu.profile.deploy import stage_env
-from tests.helpers.machines import FakeMachine
+from tests.helpers.machines import GIB, FakeMachine, machine
 
 FOOTPRINT = footprint_for_model("0.6b")
 GIB_KIB = 1024 * 1024
@@ -184,13 +184,46 @@ def test_unreadable_cpuinfo_plans_float32_with_a_note_not_silently(tmp_path):
     assert any("/proc/cpuinfo is unreadable" in note for note in profile.notes)
 
 
-def test_a_machine_whose_every_node_is_too_small_is_refused_with_exit_5(tmp_path):
-    # 8 GiB in all, but vLLM binds the talker's memory to one 2 GiB node.
-    nodes = {n: (f"{2 * n}-{2 * n + 1}", 2) for n in range(4)}
+def test_a_machine_whose_every_node_is_too_small_spans_its_nearest_nodes(tmp_path):
+    # 12 GiB in all, no 3 GiB node holds the talker: it spans nearest nodes (0-2, 1-3),
+    # its memory interleaved over them, and the table says so.
+    nodes = {n: (f"{2 * n}-{2 * n + 1}", 3) for n in range(4)}
+    near = {(0, 2), (2, 0), (1, 3), (3, 1)}
+    root = numa_machine(
+        tmp_path, nodes, lambda a, b: 10 if a == b else 12 if (a, b) in near else 30
+    ).root
+    profile = plan_profile(read_facts(root), FOOTPRINT)
+    assert all(replica.spanning for replica in profile.replicas)
+    assert sorted(r.stage(0).memory_nodes for r in profile.replicas) == ["0,2", "1,3"]
+    talker = stage_env(profile, 0, 0)
+    assert talker["OMNI_CPU_INTERLEAVE_MEMORY"] == "1"
+    assert "OMNI_CPU_INTERLEAVE_MEMORY" not in stage_env(profile, 0, 1)
+    assert parse_profile(dump_profile(profile)) == profile
+    assert any("spanning replica" in note for note in profile.notes)
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_cpu.cli", "probe", "--sysroot", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "spanning" in done.stdout
+
+
+def test_nodes_that_each_hold_the_talker_are_never_spanned(tmp_path):
+    nodes = {n: (f"{4 * n}-{4 * n + 3}", 8) for n in range(2)}
+    profile = plan_profile(read_facts(numa_machine(tmp_path, nodes).root), FOOTPRINT)
+    assert [r.spanning for r in profile.replicas] == [False, False]
+    assert all("OMNI_CPU_INTERLEAVE_MEMORY" not in stage_env(profile, r.index, 0)
+               for r in profile.replicas)  # fmt: skip
+
+
+def test_a_machine_too_small_in_all_is_refused_with_exit_5_in_one_line(tmp_path):
+    nodes = {n: (f"{2 * n}-{2 * n + 1}", 1) for n in range(2)}
     root = numa_machine(tmp_path, nodes).root
     with pytest.raises(MachineTooSmallError) as refused:
         plan_profile(read_facts(root), FOOTPRINT)
-    assert "on one NUMA node for its talker" in refused.value.one_line()
+    assert "for one replica" in refused.value.one_line()
     done = subprocess.run(
         [sys.executable, "-m", "omni_cpu.cli", "probe", "--sysroot", str(root)],
         capture_output=True,
@@ -199,7 +232,7 @@ def test_a_machine_whose_every_node_is_too_small_is_refused_with_exit_5(tmp_path
     )
     assert done.returncode == 5
     assert len(done.stderr.strip().splitlines()) == 1
-    assert "largest node gives it" in done.stderr
+    assert "this machine's memory gives it" in done.stderr
 
 
 def test_a_gpu_memory_node_is_not_a_home_where_the_cpu_nodes_memory_is_unknown(tmp_path):
@@ -214,3 +247,12 @@ def test_a_gpu_memory_node_is_not_a_home_where_the_cpu_nodes_memory_is_unknown(t
     assert {s.memory_nodes for s in replica.stages} == {"0"}
     # Node 0 has what MemTotal leaves after the GPU's 96 GiB: 8 GiB, not 52.
     assert replica.stage(0).kv_cache_memory_bytes < 3 * 1024**3
+
+
+def test_the_1_7b_model_on_8_nodes_of_5_8_gib_spans_pairs_instead_of_refusing():
+    # No 5.8 GiB node holds the 1.7B talker; every pair of nodes holds a replica.
+    facts = machine({n: [2 * n, 2 * n + 1] for n in range(8)}, memory_per_node=int(5.8 * GIB))
+    profile = plan_profile(facts, footprint_for_model("1.7b"))
+    assert len(profile.replicas) == 4
+    assert all(replica.spanning for replica in profile.replicas)
+    assert all(len(replica.stage(0).memory_node_ids()) == 2 for replica in profile.replicas)

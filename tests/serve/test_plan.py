@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from omni_cpu import envs
-from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.errors import InputError
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.profile import load_profile, save_profile
@@ -108,7 +108,7 @@ def test_server_starts_on_its_replicas_cpus_only(two_node_profile):
         expected |= set(parse_cpu_list(stage.cpus))
     assert set(plan.replica_cpus) == expected
     assert not expected & set(build_serve_plan("m", two_node_profile, replica=0).replica_cpus)
-    assert plan.shell().startswith(f"taskset -c {','.join(map(str, plan.replica_cpus))}")
+    assert plan.shell().startswith(f"taskset -c {format_cpu_list(plan.replica_cpus)}")
 
 
 def test_replica_past_the_profile_is_a_user_error():
