@@ -104,10 +104,17 @@ def profile_table(profile: Profile) -> Table:
 
 
 def chunk_sizes(profile: Profile) -> str:
-    """The chunk schedule in frames: `1,2,4→10` (a ramp, then the steady size) or `1/10`."""
+    """The chunk schedule in frames: `1,2×2,4→10` (a ramp, repeats counted, then the steady
+    size) or `1/10` (a first chunk, then the steady size)."""
     streaming = profile.streaming
     if streaming.codec_chunk_ramp:
-        ramp = ",".join(str(size) for size in streaming.codec_chunk_ramp[:-1])
+        runs: list[list[int]] = []  # [size, count], in order
+        for size in streaming.codec_chunk_ramp[:-1]:
+            if runs and runs[-1][0] == size:
+                runs[-1][1] += 1
+            else:
+                runs.append([size, 1])
+        ramp = ",".join(str(size) if n == 1 else f"{size}×{n}" for size, n in runs)
         return f"{ramp}→{streaming.codec_chunk_frames} frames"
     return f"{streaming.initial_codec_chunk_frames}/{streaming.codec_chunk_frames} frames"
 
