@@ -21,9 +21,11 @@ CustomVoice, `instructions` for VoiceDesign, `ref_audio` + `ref_text` (or
 a `file://` path under --ref-audio-dir, or, only with --allow-ref-audio-urls, an
 http(s) URL the server fetches.
 
-At most max_num_seqs + --max-waiting speech requests are admitted at once; more get
-429. SIGTERM (or Ctrl-C) drains: new requests and /health get 503, requests in flight
-finish (up to --drain-timeout), then every stage process is stopped.
+At most the streams the profile predicts this replica carries without a gap (p95
+safe start within 1 s, docs/listening.md) are admitted at once, or --max-in-flight, or
+max_num_seqs + --max-waiting where it predicts none; more get 429. SIGTERM (or Ctrl-C)
+drains: new requests and /health get 503, requests in flight finish (up to
+--drain-timeout), then every stage process is stopped.
 
 Examples:
 
@@ -50,7 +52,16 @@ def serve(
         None,
         "--max-waiting",
         min=0,
-        help="Speech requests admitted beyond the talker's max_num_seqs (default: max_num_seqs).",
+        help="Admit max_num_seqs + this many speech requests at once, in place of the "
+        "default (the profile's stall-free streams).",
+    ),
+    max_in_flight: int | None = typer.Option(
+        None,
+        "--max-in-flight",
+        min=1,
+        help="Speech requests admitted at once (default: the streams the profile predicts "
+        "this replica carries without a gap; where it predicts none, max_num_seqs + "
+        "--max-waiting).",
     ),
     max_input_chars: int | None = typer.Option(
         None,
@@ -117,6 +128,7 @@ def serve(
         host=host,
         port=port,
         max_waiting=max_waiting,
+        max_in_flight=max_in_flight,
         max_input_chars=max_input_chars,
         max_frames=max_frames,
         served_model_name=served_model_name,

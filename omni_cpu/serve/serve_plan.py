@@ -23,6 +23,7 @@ from omni_cpu.launch import logs, startup
 from omni_cpu.platform import DRIVER_ENV
 from omni_cpu.process.watch import stall_seconds
 from omni_cpu.profile import Profile, deploy_config_dict
+from omni_cpu.profile.model import Replica
 from omni_cpu.serve.knobs import MIDDLEWARE_PATH, AdmissionLimits
 
 TALKER_STAGE = 0
@@ -93,6 +94,30 @@ def default_workdir(port: int, pid: int | None = None) -> Path:
     return Path(tempfile.gettempdir()) / f"{WORKDIR_PREFIX}{port}-{owner}"
 
 
+def admission_limit(
+    replica: Replica, max_waiting: int | None = None, max_in_flight: int | None = None
+) -> tuple[int, str]:
+    """Speech requests admitted at once, and why that many.
+
+    By default the streams the replica carries without a gap (its profile's predicted
+    `stall_free_streams`, docs/listening.md); with --max-waiting, or where the profile
+    predicts none (or is older than the prediction), the talker's max_num_seqs running
+    plus that many waiting (default: max_num_seqs).
+    """
+    talker = replica.stage(TALKER_STAGE)
+    if max_in_flight is not None:
+        if max_in_flight < 1:
+            raise InputError(f"--max-in-flight {max_in_flight}", "give 1 or more")
+        return max_in_flight, "--max-in-flight"
+    stall_free = replica.capacity.stall_free_streams if replica.capacity else None
+    if max_waiting is None and stall_free:
+        return stall_free, "the streams this replica carries without a gap, predicted"
+    waiting = talker.max_num_seqs if max_waiting is None else max_waiting
+    if waiting < 0:
+        raise InputError(f"--max-waiting {waiting}", "give 0 or more")
+    return talker.max_num_seqs + waiting, f"{talker.max_num_seqs} running + {waiting} waiting"
+
+
 def build_serve_plan(
     model: str,
     profile: Profile,
@@ -102,6 +127,7 @@ def build_serve_plan(
     port: int = 8000,
     workdir: Path | None = None,
     max_waiting: int | None = None,
+    max_in_flight: int | None = None,
     max_input_chars: int | None = None,
     max_frames: int | None = None,
     served_model_name: str | None = None,
@@ -138,9 +164,7 @@ def build_serve_plan(
                 stage.setdefault("default_sampling_params", {})["max_tokens"] = max_frames
         notes.append(f"requests without max_new_tokens stop after {max_frames} codec frames")
 
-    waiting = talker.max_num_seqs if max_waiting is None else max_waiting
-    if waiting < 0:
-        raise InputError(f"--max-waiting {waiting}", "give 0 or more")
+    admitted, why = admission_limit(chosen, max_waiting, max_in_flight)
     # Text tokens never outnumber characters; half the talker's context stays for frames.
     chars = talker.max_model_len // 2 if max_input_chars is None else max_input_chars
     if ref_audio_dir is not None and not ref_audio_dir.is_dir():
@@ -149,7 +173,7 @@ def build_serve_plan(
             "name the folder whose files clients may send as file:// ref_audio",
         )
     limits = AdmissionLimits(
-        max_in_flight=talker.max_num_seqs + waiting,
+        max_in_flight=admitted,
         max_input_chars=max(0, chars),
         drain_file=str(folder / "draining"),
         allow_ref_audio_urls=allow_ref_audio_urls,
@@ -173,10 +197,7 @@ def build_serve_plan(
             f"a stage that holds work with no progress for {stall:g} s stops the server (exit 4; "
             f"{envs.STAGE_STALL_S.name})"
         )
-    notes.append(
-        f"at most {limits.max_in_flight} speech requests at once "
-        f"({talker.max_num_seqs} running + {waiting} waiting); more get 429"
-    )
+    notes.append(f"at most {limits.max_in_flight} speech requests at once ({why}); more get 429")
 
     env = {
         **DRIVER_ENV,

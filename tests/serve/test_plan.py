@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -195,3 +196,31 @@ def test_a_log_level_the_user_set_reaches_the_server():
     logs.merge_log_env(env, plan.log_env)
     assert env["VLLM_LOGGING_LEVEL"] == "DEBUG"
     assert env["PYTHONWARNINGS"].startswith("error::DeprecationWarning,ignore:")
+
+
+def test_admission_defaults_to_the_streams_the_replica_carries_without_a_gap():
+    profile = load_profile(EIGHT_NODES)
+    replica = profile.replicas[0]
+    carries = dataclasses.replace(
+        replica, capacity=dataclasses.replace(replica.capacity, stall_free_streams=3)
+    )
+    ramped = dataclasses.replace(profile, replicas=(carries, *profile.replicas[1:]))
+    plan = build_serve_plan("m", ramped)
+    assert plan.limits.max_in_flight == 3
+    assert any("without a gap" in note for note in plan.notes)
+    # --max-waiting asks for the talker's batch plus a queue; --max-in-flight says it outright.
+    seqs = replica.stage(0).max_num_seqs
+    assert build_serve_plan("m", ramped, max_waiting=2).limits.max_in_flight == seqs + 2
+    assert build_serve_plan("m", ramped, max_in_flight=5).limits.max_in_flight == 5
+
+
+def test_a_replica_predicted_to_carry_no_gap_free_stream_admits_its_batch_and_queue():
+    profile = load_profile(EIGHT_NODES)
+    assert profile.replicas[0].capacity.stall_free_streams == 0
+    seqs = profile.replicas[0].stage(0).max_num_seqs
+    assert build_serve_plan("m", profile).limits.max_in_flight == 2 * seqs
+
+
+def test_max_in_flight_below_one_is_refused():
+    with pytest.raises(InputError, match="--max-in-flight"):
+        build_serve_plan("m", load_profile(EIGHT_NODES), max_in_flight=0)
