@@ -78,6 +78,9 @@ class CpuClassSpeed:
     # One prompt's prefill and hand-offs before its first step, ms (None: the reference's
     # TALKER_PREFILL_STEPS steps).
     prefill_ms: float | None = None
+    # Code2wav's decoder per frame on one core, per dtype, inside the pipeline (the talker
+    # streaming its weights on the next core): None for the reference's.
+    code2wav_core_ms_per_frame: dict[str, float] | None = None
 
 
 # By ISA class (omni_cpu.plan.capacity.isa_class); a class not listed plans on the
@@ -96,6 +99,10 @@ CPU_CLASS_SPEEDS = {
         # bf16 520 - 191 - 108 = 221, int8 420 - 117 - 108 = 195, int4 430 - 76 - 108 = 246
         # (same entry); the median. Without AMX the prefill is no fraction of a step.
         prefill_ms=221.0,
+        # code2wav 55 / 54 / 53 ms a frame in the stage with 10-frame chunks (same entry),
+        # 54 = x + CODE2WAV_STAGE_MS_PER_FRAME + (CODE2WAV_CORE_MS_PER_CALL +
+        # CODEC_ENGINE_CALL_MS) / 10: x = 34.5 (the decoder alone: 32, RESULTS 10:57).
+        code2wav_core_ms_per_frame={"bfloat16": 34.5},
     ),
 }
 # The part of that overhead that divides over the talker's cores (the GEMV's work beyond

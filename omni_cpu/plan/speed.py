@@ -119,8 +119,12 @@ def code2wav_costs(inputs: SpeedInputs) -> tuple[float, float]:
     calibration = inputs.calibration
     per_frame = (calibration.code2wav_ms_per_frame if calibration else {}).get(dtype)
     per_call = (calibration.code2wav_ms_per_call if calibration else {}).get(dtype)
+    own = inputs.class_speed
+    built_in = (own.code2wav_core_ms_per_frame or {}) if own else {}
     return (
-        costs.CODE2WAV_CORE_MS_PER_FRAME[dtype] if per_frame is None else per_frame,
+        built_in.get(dtype, costs.CODE2WAV_CORE_MS_PER_FRAME[dtype])
+        if per_frame is None
+        else per_frame,
         costs.CODE2WAV_CORE_MS_PER_CALL[dtype] if per_call is None else per_call,
     )
 

@@ -79,6 +79,9 @@ MODEL: dict[str, Callable[..., float]] = {
     "class_talker_step_ms": lambda cpu_class, weights: speed.talker_step_ms(
         1, dataclasses.replace(_inputs(weights), cpu_class=cpu_class)
     ),
+    "class_code2wav_stage_ms_per_frame": lambda cpu_class, chunk: speed.code2wav_core_ms(
+        int(chunk), dataclasses.replace(_inputs(), cpu_class=cpu_class)
+    ),
     "class_first_audio_ms": lambda cpu_class, weights: capacity.ttfa_ms(
         SPLIT, dataclasses.replace(_inputs(weights), cpu_class=cpu_class)
     ),
