@@ -355,6 +355,25 @@ SERVE_TOKENIZER = _declare(
         "serve",
     )
 )
+SERVE_BODY_TIMEOUT_S = _declare(
+    Knob(
+        "OMNI_CPU_SERVE_BODY_TIMEOUT_S",
+        "30",
+        "seconds a client has to send a request's headers (else the connection is closed) "
+        "and then its body (else 408); the request holds no place while it sends. 0 = none",
+        "serve",
+        _seconds,
+    )
+)
+STAGE_PROGRESS_DIR = _declare(
+    Knob(
+        "OMNI_CPU_STAGE_PROGRESS_DIR",
+        "",
+        "set by omni-cpu, not by hand: the folder each stage counts its work steps in, "
+        "which the stall watch reads (progress is steps, not CPU time)",
+        "stage",
+    )
+)
 OWNER = _declare(
     Knob(
         "OMNI_CPU_OWNER",
@@ -487,6 +506,8 @@ if TYPE_CHECKING:
     OMNI_CPU_SERVE_DOWN_FILE: str
     OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN: int
     OMNI_CPU_SERVE_TOKENIZER: str
+    OMNI_CPU_SERVE_BODY_TIMEOUT_S: float
+    OMNI_CPU_STAGE_PROGRESS_DIR: str
     OMNI_CPU_OWNER: str
     OMNI_CPU_DRIVER: str
     OMNI_CPU_STAGE_START: str

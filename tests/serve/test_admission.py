@@ -120,12 +120,22 @@ def test_draining_refuses_new_speech_and_fails_health(tmp_path: Path):
     assert run(call(app, "/health", method="GET"))[0] == 503
 
 
-def test_other_endpoints_are_not_counted_or_limited():
+def test_endpoints_without_engine_work_are_not_counted_or_limited():
     inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits(max_in_flight=1, max_input_chars=1))
     app.in_flight = 1  # full
     assert run(call(app, "/v1/models", method="GET"))[0] == 200
-    assert run(call(app, "/v1/chat/completions", SPEECH))[0] == 200
+    assert run(call(app, "/v1/audio/voices", method="GET"))[0] == 200
+    assert run(call(app, "/v1/audio/voices/alice", method="DELETE"))[0] == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/audio/generate", "/v1/omni/sleep"])
+def test_routes_that_are_not_speech_get_404_before_the_server(path: str):
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    status, raw = run(call(app, path, SPEECH))
+    assert status == 404 and "not served by omni-cpu serve" in json.loads(raw)["error"]["message"]
+    assert inner.started == 0
 
 
 def test_limits_come_from_the_environment():
@@ -254,7 +264,7 @@ async def call_raw(app: Any, path: str, raw: bytes) -> tuple[int, bytes]:
     return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 
 
-@pytest.mark.parametrize("path", ["/v1/audio/speech", "/v1/chat/completions"])
+@pytest.mark.parametrize("path", ["/v1/audio/speech", "/v1/audio/speech/batch"])
 @pytest.mark.parametrize("depth", [2000, 100])
 def test_deeply_nested_json_is_400_not_a_recursion_error(path: str, depth: int):
     inner = SlowApp(released=True)
