@@ -77,6 +77,23 @@ def serve(
         help="Seconds a speech request may take (504, or its stream ends); 0 = none. "
         "A request's `timeout` field may ask for less.",
     ),
+    body_timeout: float | None = typer.Option(
+        None,
+        "--body-timeout",
+        min=0,
+        help="Seconds a client has to send a request's headers and body (else 408, or the "
+        "connection closes); it holds no place meanwhile. Default 30; 0 = none.",
+    ),
+    voices: Path | None = typer.Option(
+        None,
+        "--voices",
+        help="Folder of voices: its audio files (NAME.wav, NAME.txt the words) are uploaded "
+        "once ready, and uploads are kept there (default: the server's own folder, removed "
+        "at exit).",
+    ),
+    max_voices: int = typer.Option(
+        32, "--max-voices", min=1, help="Uploaded voices the server keeps at most."
+    ),
     ref_audio_dir: Path | None = typer.Option(
         None, "--ref-audio-dir", help="Folder whose files requests may name as file:// ref_audio."
     ),
@@ -122,6 +139,9 @@ def serve(
         served_model_name=served_model_name,
         drain_timeout_s=drain_timeout,
         request_timeout_s=request_timeout,
+        body_timeout_s=body_timeout,
+        voices_dir=voices,
+        max_voices=max_voices,
         ref_audio_dir=ref_audio_dir,
         allow_ref_audio_urls=allow_ref_audio_urls,
         accept_frame_limit=accept_frame_limit,

@@ -20,13 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from omni_cpu.serve.asgi import BadBody, Message, Receive, Scope, Send
+from omni_cpu.serve.asgi import ASGIApp, BadBody, Message, Receive, Scope, Send
 from omni_cpu.serve.checks import judge_fields, judge_ref_audio
-
-if TYPE_CHECKING:
-    from omni_cpu.serve.admission import SpeechAdmission
+from omni_cpu.serve.knobs import AdmissionLimits
 
 POLICY = 1008  # a config or text admission refuses
 TOO_BIG = 1009  # an utterance over the input limit
@@ -34,6 +32,21 @@ STAGE_DOWN = 1011
 DRAINING = 1012
 AT_CAPACITY = 1013
 MAX_REASON_BYTES = 123
+
+
+class Gate(Protocol):
+    """What the guard asks of admission (omni_cpu.serve.admission.SpeechAdmission)."""
+
+    app: ASGIApp
+    limits: AdmissionLimits
+    watch_s: float
+
+    def draining(self) -> bool: ...
+    def stage_down(self) -> str | None: ...
+    def admit_or_raise(self, places: int) -> None: ...
+    def release(self, places: int) -> None: ...
+    def client_waits(self, change: int) -> None: ...
+    def count_rejected(self, reason: str) -> None: ...
 
 
 def close_reason(message: str) -> str:
@@ -45,7 +58,7 @@ def close_reason(message: str) -> str:
 class StreamGuard:
     """One WebSocket session through admission."""
 
-    def __init__(self, gate: SpeechAdmission, scope: Scope, receive: Receive, send: Send) -> None:
+    def __init__(self, gate: Gate, scope: Scope, receive: Receive, send: Send) -> None:
         self.gate = gate
         self.scope = scope
         self._receive = receive
