@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,28 @@ def ref_audio_problem(fields: dict[str, Any], ref_audio_dir: str = "") -> str | 
     return None
 
 
+# OpenAI's formats that vLLM-Omni 0.30.0 does not encode, and why (its encoder is
+# libsndfile's, which has no AAC).
+UNENCODED_FORMATS = {
+    "aac": "AAC is not among the formats this server encodes (libsndfile has no AAC encoder)",
+}
+ENCODED_FORMATS = "wav, pcm, flac, mp3, opus"
+
+
+def judge_format(fields: dict[str, Any], where: str = "") -> None:
+    """Refuse (BadBody) a response_format OpenAI knows but this server cannot encode."""
+    asked = fields.get("response_format")
+    why = UNENCODED_FORMATS.get(asked) if isinstance(asked, str) else None
+    if why is not None:
+        raise BadBody(
+            400,
+            f"response_format {asked}: {why}; ask for one of {ENCODED_FORMATS} (mp3 or opus "
+            "for a compressed stream)",
+            f"{where}response_format",
+            "unsupported_format",
+        )
+
+
 def judge_fields(fields: dict[str, Any], limits: AdmissionLimits, where: str = "") -> None:
     """Refuse (BadBody) what needs no audio decoding to judge: the URL policy, input length.
 
@@ -118,6 +141,8 @@ def judge_fields(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
     """
     if not limits.allow_ref_audio_urls and ref_audio_is_url(fields):
         raise BadBody(400, URL_REFUSED, f"{where}ref_audio", "ref_audio_url")
+    judge_sampling(fields, where)
+    judge_format(fields, where)
     length = input_length(fields) if limits.max_input_chars else None
     if length is not None and length > limits.max_input_chars:
         raise BadBody(
@@ -127,6 +152,42 @@ def judge_fields(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
             f"{where}input",
             "input_too_long",
         )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+# The sampling values `extra_params` may set (vLLM-Omni copies them onto the talker's
+# sampling parameters, where a bad one is a 500 and a traceback): what each takes.
+SAMPLING_RULES: dict[str, tuple[Any, str]] = {
+    "temperature": (lambda v: (n := _number(v)) is not None and n >= 0, "a number of 0 or more"),
+    "top_p": (
+        lambda v: (n := _number(v)) is not None and 0 < n <= 1,
+        "a number above 0, at most 1",
+    ),
+    "top_k": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= -1,
+        "a whole number, -1 (off) or more",
+    ),
+}
+
+
+def judge_sampling(fields: dict[str, Any], where: str = "") -> None:
+    """Refuse (BadBody, naming the field) sampling values the engine would fail on."""
+    extra = fields.get("extra_params")
+    if extra is None:
+        return
+    if not isinstance(extra, dict):
+        raise BadBody(
+            400, f"{where}extra_params must be a JSON object", f"{where}extra_params", "invalid"
+        )
+    for name, (takes, what) in SAMPLING_RULES.items():
+        if name in extra and extra[name] is not None and not takes(extra[name]):
+            field = f"{where}extra_params.{name}"
+            raise BadBody(400, f"{field} is {extra[name]!r}; give {what}", field, "invalid")
 
 
 def judge_ref_audio(fields: dict[str, Any], limits: AdmissionLimits, where: str = "") -> None:

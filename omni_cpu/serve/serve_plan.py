@@ -86,6 +86,14 @@ WORKDIR_PREFIX = "omni-cpu-serve-"
 DEFAULT_MAX_VOICES = 32  # uploaded voices a server keeps (vLLM-Omni's SPEAKER_MAX_UPLOADED)
 
 
+TRACKER_QUIET = "ignore::UserWarning:multiprocessing.resource_tracker"
+
+
+def _quiet_tracker(user_filters: str) -> str:
+    """The user's warning filters, and the resource tracker's warnings off."""
+    return ",".join(part for part in (user_filters, TRACKER_QUIET) if part)
+
+
 def default_workdir(port: int, pid: int | None = None) -> Path:
     """This server's folder for the deploy config and drain flag: per port and process.
 
@@ -200,6 +208,9 @@ def build_serve_plan(
         # default is a hidden folder in the user's home), and how many it keeps.
         "SPEAKER_SAMPLES_DIR": str(voices),
         "SPEAKER_MAX_UPLOADED": str(max_voices),
+        # Python's resource tracker prints two lines for every shared-memory segment it
+        # finds gone at exit (thousands after a long run; the stage guard sweeps them).
+        "PYTHONWARNINGS": _quiet_tracker(os.environ.get("PYTHONWARNINGS", "")),
         # Each stage counts its work steps here; the stall watch reads them.
         envs.STAGE_PROGRESS_DIR.name: str(folder / "progress"),
         # Every node the replica's stages may take memory from (a grouped replica's nodes).

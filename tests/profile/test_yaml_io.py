@@ -221,3 +221,35 @@ def test_stages_that_share_cores_each_bind_a_team_to_every_core_and_split_stages
     assert talker["OMP_NUM_THREADS"] == code2wav["OMP_NUM_THREADS"] == "2"
     binds = {stage_env(split, 0, stage)["VLLM_CPU_OMP_THREADS_BIND"] for stage in (0, 1)}
     assert binds == {"0", "1"}
+
+
+def test_a_fifo_nobody_writes_to_is_refused_not_a_hang(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from omni_cpu.profile import yaml_io
+
+    monkeypatch.setattr(yaml_io, "PIPE_WAIT_S", 0.5)
+    fifo = tmp_path / "deploy.yaml"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(ProfileError, match="pipe nobody wrote") as caught:
+        yaml_io.load_profile(fifo)
+    assert time.monotonic() - started < 5
+    assert "give the profile as a file" in caught.value.one_line()
+
+
+def test_a_profile_written_into_a_fifo_is_read(tmp_path):
+    import os
+    import threading
+
+    from omni_cpu.profile import yaml_io
+
+    fifo = tmp_path / "deploy.yaml"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(TEXT))
+    writer.start()
+    try:
+        assert yaml_io.load_profile(fifo) == PROFILE
+    finally:
+        writer.join(10)

@@ -493,3 +493,57 @@ def test_a_timeout_field_that_is_not_positive_seconds_is_400(timeout: Any):
         )
     )
     assert status == 400 and json.loads(raw)["error"]["param"] == "timeout" and inner.started == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"temperature": -1}, "extra_params.temperature"),
+        ({"temperature": "hot"}, "extra_params.temperature"),
+        ({"top_p": 0}, "extra_params.top_p"),
+        ({"top_k": 2.5}, "extra_params.top_k"),
+    ],
+)
+def test_a_sampling_value_the_engine_would_fail_on_is_400_naming_the_field(extra, field):
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "extra_params": extra}))
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == field and field in error["message"]
+    assert inner.started == 0
+
+
+def test_sampling_values_the_engine_takes_reach_it():
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    extra = {"temperature": 0.7, "top_p": 0.9, "top_k": 50}
+    assert run(call(app, "/v1/audio/speech", {**SPEECH, "extra_params": extra}))[0] == 200
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408_and_holds_no_place():
+    async def scenario() -> tuple[int, bytes, int]:
+        inner = SlowApp(released=True)
+        app = SpeechAdmission(inner, AdmissionLimits(max_in_flight=1, body_timeout_s=0.3))
+        sent: list[dict] = []
+        seen: list[int] = []
+
+        async def receive() -> dict:
+            if not seen:
+                seen.append(app.in_flight)
+                return {"type": "http.request", "body": b"{", "more_body": True}
+            await asyncio.sleep(5)  # the rest never comes
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "path": "/v1/audio/speech", "method": "POST", "headers": []}
+        slow = asyncio.create_task(app(scope, receive, send))
+        await asyncio.sleep(0.1)
+        during = await call(app, "/v1/audio/speech", SPEECH)  # the slow one holds no place
+        await slow
+        status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+        return status, during[1], during[0]
+
+    status, _, during = run(scenario())
+    assert status == 408 and during == 200

@@ -195,3 +195,40 @@ def test_a_log_level_the_user_set_reaches_the_server():
     logs.merge_log_env(env, plan.log_env)
     assert env["VLLM_LOGGING_LEVEL"] == "DEBUG"
     assert env["PYTHONWARNINGS"].startswith("error::DeprecationWarning,ignore:")
+
+
+LEAKS_SHARED_MEMORY = """
+import os
+from multiprocessing import shared_memory
+segments = [shared_memory.SharedMemory(create=True, size=4096) for _ in range(20)]
+for segment in segments:  # gone behind the tracker's back, as the stage guard sweeps them
+    os.remove("/dev/shm/" + segment.name.lstrip("/"))
+os._exit(0)
+"""
+
+
+def _tracker_lines(env: dict[str, str]) -> list[str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", LEAKS_SHARED_MEMORY],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return [line for line in done.stderr.splitlines() if "resource_tracker" in line]
+
+
+def test_the_server_stops_without_the_resource_trackers_lines():
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES))
+    bare = {key: value for key, value in os.environ.items() if key != "PYTHONWARNINGS"}
+    assert _tracker_lines(bare)  # what a long-running server printed by the thousand
+    assert _tracker_lines({**bare, "PYTHONWARNINGS": plan.env["PYTHONWARNINGS"]}) == []
+
+
+def test_the_users_own_warning_filters_are_kept(monkeypatch):
+    monkeypatch.setenv("PYTHONWARNINGS", "error::DeprecationWarning")
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES))
+    assert plan.env["PYTHONWARNINGS"].startswith("error::DeprecationWarning,")
