@@ -286,6 +286,16 @@ SERVE_MAX_INPUT_CHARS = _declare(
         _count,
     )
 )
+SERVE_MAX_LONG_INPUT_CHARS = _declare(
+    Knob(
+        "OMNI_CPU_SERVE_MAX_LONG_INPUT_CHARS",
+        "0",
+        "longest `input` a non-streamed speech request may send when it is split into "
+        "sentences (parts of at most the input limit, audio joined); longer: 400. 0 = no split",
+        "serve",
+        _count,
+    )
+)
 SERVE_MAX_BODY_BYTES = _declare(
     Knob(
         "OMNI_CPU_SERVE_MAX_BODY_BYTES",
@@ -498,6 +508,7 @@ if TYPE_CHECKING:
     OMNI_CPU_SERVE_REQUEST_TIMEOUT_S: float
     OMNI_CPU_SERVE_MAX_IN_FLIGHT: int
     OMNI_CPU_SERVE_MAX_INPUT_CHARS: int
+    OMNI_CPU_SERVE_MAX_LONG_INPUT_CHARS: int
     OMNI_CPU_SERVE_MAX_BODY_BYTES: int
     OMNI_CPU_SERVE_REF_AUDIO_DIR: str
     OMNI_CPU_SERVE_DRAIN_FILE: str

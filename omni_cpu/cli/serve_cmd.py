@@ -58,6 +58,13 @@ def serve(
         min=0,
         help="Longest input text (default: half the talker's max_model_len; 0: no limit).",
     ),
+    max_long_input_chars: int | None = typer.Option(
+        None,
+        "--max-long-input-chars",
+        min=0,
+        help="Longest input a non-streamed request may send, spoken in sentences of at most "
+        "--max-input-chars each, one answer (default: 4 times --max-input-chars; 0: no split).",
+    ),
     max_frames: int | None = typer.Option(
         None,
         "--max-frames",
@@ -135,6 +142,7 @@ def serve(
         port=port,
         max_waiting=max_waiting,
         max_input_chars=max_input_chars,
+        max_long_input_chars=max_long_input_chars,
         max_frames=max_frames,
         served_model_name=served_model_name,
         drain_timeout_s=drain_timeout,

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 from typing import Any
 
@@ -56,6 +57,7 @@ from omni_cpu.serve.body import parse_fields, read_limited_body
 from omni_cpu.serve.checks import (
     audio_bytes_problem,
     batch_items,
+    input_length,
     judge_fields,
     judge_ref_audio,
 )
@@ -65,6 +67,7 @@ from omni_cpu.serve.knobs import (
     REJECTED_METRIC,
     AdmissionLimits,
 )
+from omni_cpu.serve.long_input import FORMATS, SAMPLE_RATE, encode, split_input
 from omni_cpu.serve.routes import Door, door
 from omni_cpu.serve.stream_guard import StreamGuard
 
@@ -292,19 +295,111 @@ class SpeechAdmission:
     ) -> None:
         limits = self.limits
         try:
-            judge_fields(fields, limits)
-            self._judge_context(fields)
+            parts = await self._parts(fields)
+            judged = fields if parts is None else {**fields, "input": parts[0]}
+            judge_fields(judged, limits)
+            for part in parts or [fields.get("input")]:
+                self._judge_context({**fields, "input": part})
             timeout_s = self._timeout_s(fields)
         except BadBody as bad:
             self.count_rejected(bad.reason)
             await refuse(send, bad)
             return
-        await self._admitted(
-            send,
-            1,
-            lambda: judge_ref_audio(fields, limits),
-            lambda: self._answer(scope, receive, send, timeout_s),
+
+        async def answer() -> None:
+            if parts is None:
+                await self._answer(scope, receive, send, timeout_s)
+            else:
+                await self._speak_in_parts(scope, receive, send, fields, parts, timeout_s)
+
+        await self._admitted(send, 1, lambda: judge_ref_audio(fields, limits), answer)
+
+    async def _parts(self, fields: dict[str, Any]) -> list[str] | None:
+        """The parts a long `input` is spoken in, None when it is short enough for one request.
+
+        Raises BadBody for a long input this server does not split (streamed, a sentence
+        longer than the input limit).
+        """
+        limits = self.limits
+        length = input_length(fields)
+        if not (limits.max_input_chars and length and length > limits.max_input_chars):
+            return None
+        most = limits.max_input_chars
+        if limits.max_long_input_chars <= most:
+            return None  # no splitting: judge_fields refuses it with the limit
+        if length > limits.max_long_input_chars:
+            raise BadBody(
+                400,
+                f"input is {length} characters; this server speaks at most "
+                f"{limits.max_long_input_chars} in one request, in sentences of at most {most} "
+                "(split the text into several requests)",
+                "input",
+                "input_too_long",
+            )
+        if fields.get("stream"):
+            raise BadBody(
+                400,
+                f"input is {length} characters; a streamed request takes at most {most} (send "
+                "long text over the WebSocket /v1/audio/speech/stream, which speaks it in "
+                "sentences, or do not stream it)",
+                "input",
+                "input_too_long",
+            )
+        parts = await asyncio.to_thread(split_input, str(fields["input"]), most)
+        if parts is None:
+            raise BadBody(
+                400,
+                f"input has a sentence over {most} characters; this server speaks long input "
+                "in sentences (end sentences sooner, or split the text into several requests)",
+                "input",
+                "input_too_long",
+            )
+        return parts
+
+    async def _speak_in_parts(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        fields: dict[str, Any],
+        parts: list[str],
+        timeout_s: float,
+    ) -> None:
+        """Each part asked of the server as PCM, in turn; the audio joined into one answer."""
+        response_format = str(fields.get("response_format") or "wav")
+        rate = fields.get("sample_rate")
+        rate = rate if isinstance(rate, int) and not isinstance(rate, bool) else SAMPLE_RATE
+        if response_format not in FORMATS:
+            response_format = "wav"  # the server's own answer to a format it does not know
+        pcm: list[bytes] = []
+        for part in parts:
+            asked = {**fields, "input": part, "response_format": "pcm", "stream": False}
+            body = json.dumps(asked).encode()
+            headers = [
+                (k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"
+            ]
+            part_scope = {
+                **scope,
+                "headers": [*headers, (b"content-length", str(len(body)).encode())],
+            }
+            reply = Collected()
+            await self._answer(part_scope, replay(body, receive), reply.send, timeout_s)
+            if reply.status != 200:
+                await reply.forward(send)  # the part's error is the request's
+                return
+            pcm.append(reply.body)
+        data, media_type = await asyncio.to_thread(encode, b"".join(pcm), response_format, rate)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", media_type.encode()),
+                    (b"content-length", str(len(data)).encode()),
+                ],
+            }
         )
+        await send({"type": "http.response.body", "body": data})
 
     async def _batch(
         self, scope: Scope, receive: Receive, send: Send, fields: dict[str, Any]
@@ -494,6 +589,27 @@ class SpeechAdmission:
         return None
 
     down_wait_s = 1.5  # the supervisor looks every 0.25 s
+
+
+class Collected:
+    """A `send` that keeps a whole response (a part of a long input's answer)."""
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.messages: list[Message] = []
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+        self.messages.append(message)
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.messages if "body" in m)
+
+    async def forward(self, send: Send) -> None:
+        for message in self.messages:
+            await send(message)
 
 
 def _is_multipart(scope: Scope) -> bool:

@@ -83,6 +83,8 @@ class ServePlan:
 
 
 WORKDIR_PREFIX = "omni-cpu-serve-"
+# A long non-streamed input is split into sentences: at most this many parts by default.
+LONG_INPUT_PARTS = 4
 DEFAULT_MAX_VOICES = 32  # uploaded voices a server keeps (vLLM-Omni's SPEAKER_MAX_UPLOADED)
 
 
@@ -114,6 +116,7 @@ def build_serve_plan(
     workdir: Path | None = None,
     max_waiting: int | None = None,
     max_input_chars: int | None = None,
+    max_long_input_chars: int | None = None,
     max_frames: int | None = None,
     served_model_name: str | None = None,
     drain_timeout_s: float = 30.0,
@@ -173,10 +176,18 @@ def build_serve_plan(
         tokenizer=model,
         ref_audio_dir=str(ref_audio_dir.resolve()) if ref_audio_dir is not None else "",
         request_timeout_s=request_timeout_s,
+        max_long_input_chars=max(
+            0, LONG_INPUT_PARTS * chars if max_long_input_chars is None else max_long_input_chars
+        ),
         body_timeout_s=(
             AdmissionLimits().body_timeout_s if body_timeout_s is None else body_timeout_s
         ),
     )
+    if limits.max_long_input_chars > limits.max_input_chars > 0:
+        notes.append(
+            f"input over {limits.max_input_chars} characters, up to "
+            f"{limits.max_long_input_chars}, is spoken in sentences (one answer); longer: 400"
+        )
     if request_timeout_s < 0:
         raise InputError(f"--request-timeout {request_timeout_s:g}", "give 0 (none) or more")
     if request_timeout_s:

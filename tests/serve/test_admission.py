@@ -547,3 +547,66 @@ def test_a_body_that_does_not_arrive_in_time_is_408_and_holds_no_place():
 
     status, _, during = run(scenario())
     assert status == 408 and during == 200
+
+
+class PcmApp:
+    """Stands in for vLLM-Omni: answers each speech request with one frame of PCM per word."""
+
+    def __init__(self) -> None:
+        self.inputs: list[str] = []
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        fields = json.loads((await receive())["body"])
+        assert fields["response_format"] == "pcm" and not fields["stream"]
+        self.inputs.append(fields["input"])
+        frame = (len(self.inputs) * 100).to_bytes(2, "little") * 1920  # 16-bit samples
+        data = frame * len(fields["input"].split())
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": data})
+
+
+LONG = "The first sentence is here. A second one follows it. And then a third. The end."
+
+
+def test_long_input_is_spoken_in_sentences_as_one_wav():
+    import io
+
+    soundfile = pytest.importorskip("soundfile")
+    inner = PcmApp()
+    app = SpeechAdmission(inner, AdmissionLimits(max_input_chars=30, max_long_input_chars=120))
+    status, data = run(call(app, "/v1/audio/speech", {**SPEECH, "input": LONG}))
+    assert status == 200
+    assert inner.inputs == [
+        "The first sentence is here.",
+        "A second one follows it.",
+        "And then a third. The end.",
+    ]
+    audio, rate = soundfile.read(io.BytesIO(data), dtype="int16")
+    assert rate == 24000 and len(audio) == 1920 * len(LONG.split())  # every part, no gap
+    assert audio[0] == 100 and audio[-1] == 300  # in order
+
+
+def test_long_input_over_the_split_limit_is_400_naming_both_limits():
+    inner = PcmApp()
+    app = SpeechAdmission(inner, AdmissionLimits(max_input_chars=30, max_long_input_chars=60))
+    status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "input": LONG}))
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == "input"
+    assert "at most 60" in error["message"] and "at most 30" in error["message"]
+    assert inner.inputs == []
+
+
+def test_streamed_long_input_is_400_pointing_at_the_websocket():
+    inner = PcmApp()
+    app = SpeechAdmission(inner, AdmissionLimits(max_input_chars=30, max_long_input_chars=120))
+    status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "input": LONG, "stream": True}))
+    assert status == 400 and "/v1/audio/speech/stream" in json.loads(raw)["error"]["message"]
+
+
+def test_aac_is_400_saying_why():
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "response_format": "aac"}))
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == "response_format"
+    assert "AAC" in error["message"] and "mp3" in error["message"]

@@ -30,6 +30,7 @@ import pytest
 from omni_cpu.process import proctree
 from tests.helpers.leftovers import SHM, eventually, new_shm_entries
 from tests.helpers.serving import (
+    FRAME_SAMPLES,
     REQUEST_TIMEOUT_S,
     Server,
     get,
@@ -48,6 +49,7 @@ ws_client = pytest.importorskip("websockets.sync.client")
 BODY_TIMEOUT_S = 2
 LIMIT = 2  # max_num_seqs 1 + --max-waiting 1
 MAX_FRAMES = 12
+MAX_INPUT_CHARS = 40  # one request's text; 4 times that is spoken in sentences
 
 
 def _voice_wav(path: Path, seconds: float = 2.0, nan: bool = False) -> Path:
@@ -81,6 +83,7 @@ def server(folder: Path, voices: Path) -> Iterator[Server]:
     server = start_server(
         model, folder / "serve.log", "--deploy-profile", str(profile),
         "--max-frames", str(MAX_FRAMES), "--max-waiting", "1", "--accept-frame-limit",
+        "--max-input-chars", str(MAX_INPUT_CHARS),
         "--body-timeout", str(BODY_TIMEOUT_S), "--voices", str(voices), "--drain-timeout", "120",
     )  # fmt: skip
     yield from serving(server)
@@ -319,6 +322,34 @@ def test_a_websocket_session_speaks_and_stays_open_between_utterances(server: Se
         connection.close()
 
 
+def test_long_input_is_spoken_in_sentences_as_one_wav(server: Server):
+    text = " ".join(f"Sentence number {index} is here." for index in range(5))
+    assert MAX_INPUT_CHARS < len(text) <= 4 * MAX_INPUT_CHARS
+    body = {"model": server.model, **_clone(input=text), "response_format": "wav"}
+    status, reply = post_json(server.url("/v1/audio/speech"), body)
+    assert status == 200, reply[:300]
+    audio, rate = soundfile.read(io.BytesIO(reply), dtype="int16")
+    assert rate == 24000 and len(audio) % FRAME_SAMPLES == 0
+    assert len(audio) > 4 * (MAX_FRAMES - 1) * FRAME_SAMPLES  # every sentence spoke
+
+
+def test_streamed_long_input_is_400_pointing_at_the_websocket(server: Server):
+    body = {"model": server.model, **_clone(input="Hello there. " * 5), "stream": True}
+    status, reply = post_json(server.url("/v1/audio/speech"), body)
+    assert status == 400 and "/v1/audio/speech/stream" in _error(reply)["message"]
+
+
+def test_validation_errors_are_400_naming_the_field(server: Server):
+    for extra, field in (
+        ({"extra_params": {"temperature": -1}}, "extra_params.temperature"),
+        ({"response_format": "aac"}, "response_format"),
+    ):
+        status, reply = post_json(
+            server.url("/v1/audio/speech"), {"model": server.model, **_clone(), **extra}
+        )
+        assert status == 400 and _error(reply)["param"] == field, reply[:300]
+
+
 # --- 3. voices: checked, kept where serve says, preloaded ----------------------------------
 
 
@@ -410,3 +441,4 @@ def test_sigterm_lets_a_websocket_utterance_and_a_batch_finish(server: Server):
     assert server.process.wait(timeout=180) == 0
     assert proctree.wait_gone(tree, 5.0) == []
     assert eventually(lambda: not new_shm_entries(shm_before, tree))
+    assert "resource_tracker" not in server.log.read_text()  # a quiet stop
