@@ -13,7 +13,9 @@ SERVE_HELP = """Serve speech over HTTP with vLLM-Omni's own OpenAI-compatible se
 Starts `vllm-omni serve MODEL --omni` with the CPU platform selected and one replica of
 the deploy profile applied: per-stage core binding, KV cache bytes, batch limits, chunk
 sizes, the replica's NUMA node, and the API server pinned to the reserved front-end
-CPUs. Endpoints: POST /v1/audio/speech, GET /v1/models, /health, /metrics.
+CPUs. Endpoints: POST /v1/audio/speech, POST /v1/audio/speech/batch, the WebSocket
+/v1/audio/speech/stream, /v1/audio/voices, GET /v1/models, /health, /metrics; every
+other route vLLM-Omni mounts gets 404.
 
 Every task type of the model is served the way vLLM-Omni serves it: `voice` for
 CustomVoice, `instructions` for VoiceDesign, `ref_audio` + `ref_text` (or
@@ -21,8 +23,9 @@ CustomVoice, `instructions` for VoiceDesign, `ref_audio` + `ref_text` (or
 a `file://` path under --ref-audio-dir, or, only with --allow-ref-audio-urls, an
 http(s) URL the server fetches.
 
-At most max_num_seqs + --max-waiting speech requests are admitted at once; more get
-429. SIGTERM (or Ctrl-C) drains: new requests and /health get 503, requests in flight
+At most max_num_seqs + --max-waiting speech requests are admitted at once (a batch item,
+a WebSocket utterance and a voice upload count too, once their body is in); more get
+429. A body not in within --body-timeout gets 408. SIGTERM (or Ctrl-C) drains: new requests and /health get 503, requests in flight
 finish (up to --drain-timeout), then every stage process is stopped.
 
 Examples:

@@ -237,9 +237,6 @@ def _quiet_thread_errors(previous: Callable[[Any], None]) -> Callable[[Any], Non
     return hook
 
 
-TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
-
-
 class _StallAlarm:
     """`run`'s eye on its stages while they start and generate.
 
@@ -349,7 +346,7 @@ class PipelineSession:
         logs.apply_to_this_process(self.verbose)
         # The resource tracker unlinks what the stopped stages left when this process
         # ends, and warns about each kind; that is the cleanup working, not a leak.
-        logs.add_warning_filter(TRACKER_QUIET)
+        logs.add_warning_filter(logs.TRACKER_QUIET)
         start = time.perf_counter()
         try:
             from vllm_omni.entrypoints.omni import Omni

@@ -88,12 +88,9 @@ LONG_INPUT_PARTS = 4
 DEFAULT_MAX_VOICES = 32  # uploaded voices a server keeps (vLLM-Omni's SPEAKER_MAX_UPLOADED)
 
 
-TRACKER_QUIET = "ignore::UserWarning:multiprocessing.resource_tracker"
-
-
 def _quiet_tracker(user_filters: str) -> str:
     """The user's warning filters, and the resource tracker's warnings off."""
-    return ",".join(part for part in (user_filters, TRACKER_QUIET) if part)
+    return ",".join(part for part in (user_filters, logs.TRACKER_QUIET) if part)
 
 
 def default_workdir(port: int, pid: int | None = None) -> Path:
@@ -219,8 +216,7 @@ def build_serve_plan(
         # default is a hidden folder in the user's home), and how many it keeps.
         "SPEAKER_SAMPLES_DIR": str(voices),
         "SPEAKER_MAX_UPLOADED": str(max_voices),
-        # Python's resource tracker prints two lines for every shared-memory segment it
-        # finds gone at exit (thousands after a long run; the stage guard sweeps them).
+        # The resource tracker's lines at exit (logs.TRACKER_QUIET), thousands after a long run.
         "PYTHONWARNINGS": _quiet_tracker(os.environ.get("PYTHONWARNINGS", "")),
         # Each stage counts its work steps here; the stall watch reads them.
         envs.STAGE_PROGRESS_DIR.name: str(folder / "progress"),
