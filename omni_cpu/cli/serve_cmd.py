@@ -25,8 +25,9 @@ http(s) URL the server fetches.
 
 At most max_num_seqs + --max-waiting speech requests are admitted at once (a batch item,
 a WebSocket utterance and a voice upload count too, once their body is in); more get
-429. A body not in within --body-timeout gets 408. SIGTERM (or Ctrl-C) drains: new requests and /health get 503, requests in flight
-finish (up to --drain-timeout), then every stage process is stopped.
+429. A body not in within --body-timeout gets 408. SIGTERM (or Ctrl-C) drains: new
+requests and /health get 503, requests in flight finish (up to --drain-timeout), then
+every stage process is stopped.
 
 Examples:
 

@@ -17,8 +17,11 @@ _INSTALLED: dict[str, float] = {}
 
 def _close_if_no_request(protocol: Any) -> None:
     transport = getattr(protocol, "transport", None)
-    no_request = getattr(protocol, "cycle", None) is None
-    if no_request and transport is not None and not transport.is_closing():
+    if transport is None or transport.is_closing():
+        return
+    if transport.get_protocol() is not protocol:
+        return  # upgraded to a WebSocket, which has timeouts of its own
+    if getattr(protocol, "cycle", None) is None:
         transport.close()
 
 

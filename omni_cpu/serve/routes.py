@@ -102,9 +102,13 @@ _MATCHERS = [(method, _regex(pattern), door) for (method, pattern), door in ROUT
 def door(method: str, path: str) -> Door | None:
     """The door of a request (`method` WEBSOCKET for a WebSocket), None for no known route.
 
-    HEAD is GET's. A path under /metrics (vLLM mounts Prometheus' app there) is free.
+    HEAD is GET's; OPTIONS (a CORS preflight) is free where a served route is. A path
+    under /metrics (vLLM mounts Prometheus' app there) is free.
     """
     method = "GET" if method == "HEAD" else method
+    if method == "OPTIONS":  # a CORS preflight: vLLM's CORS middleware answers it
+        known = {door(other, path) for other in ("GET", "POST", "DELETE")} - {None}
+        return Door.FREE if known - {Door.NOT_SERVED} else None
     if method == "GET" and (path == "/metrics" or path.startswith("/metrics/")):
         return Door.FREE
     for known, regex, found in _MATCHERS:

@@ -232,3 +232,20 @@ def test_the_users_own_warning_filters_are_kept(monkeypatch):
     monkeypatch.setenv("PYTHONWARNINGS", "error::DeprecationWarning")
     plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES))
     assert plan.env["PYTHONWARNINGS"].startswith("error::DeprecationWarning,")
+
+
+def test_uploaded_voices_live_in_the_servers_own_folder_unless_voices_names_one(tmp_path):
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), workdir=tmp_path / "work")
+    assert plan.env["SPEAKER_SAMPLES_DIR"] == str(tmp_path / "work" / "voices")  # removed at exit
+    kept = build_serve_plan(
+        "ckpt", load_profile(EIGHT_NODES), voices_dir=tmp_path / "voices", max_voices=5
+    )
+    assert kept.env["SPEAKER_SAMPLES_DIR"] == str((tmp_path / "voices").resolve())
+    assert kept.env["SPEAKER_MAX_UPLOADED"] == "5"
+    assert kept.voices_dir == str((tmp_path / "voices").resolve())
+
+
+def test_stages_count_their_steps_in_the_servers_folder(tmp_path):
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), workdir=tmp_path / "work")
+    assert plan.env[envs.STAGE_PROGRESS_DIR.name] == plan.progress_dir
+    assert plan.progress_dir.startswith(str(tmp_path / "work"))

@@ -135,3 +135,9 @@ def test_a_route_no_table_names_is_404():
     app = SpeechAdmission(inner, AdmissionLimits())
     assert asyncio.run(knock(app, "POST", "/v2/something/new"))["status"] == 404
     assert inner.reached == []
+
+
+def test_a_cors_preflight_passes_where_a_served_route_is():
+    assert door("OPTIONS", "/v1/audio/speech") is Door.FREE
+    assert door("OPTIONS", "/v1/audio/voices/alice") is Door.FREE
+    assert door("OPTIONS", "/v1/omni/sleep") is None

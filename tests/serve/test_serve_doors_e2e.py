@@ -49,6 +49,7 @@ ws_client = pytest.importorskip("websockets.sync.client")
 BODY_TIMEOUT_S = 2
 LIMIT = 2  # max_num_seqs 1 + --max-waiting 1
 MAX_FRAMES = 12
+MAX_VOICES = 4
 MAX_INPUT_CHARS = 40  # one request's text; 4 times that is spoken in sentences
 
 
@@ -83,7 +84,7 @@ def server(folder: Path, voices: Path) -> Iterator[Server]:
     server = start_server(
         model, folder / "serve.log", "--deploy-profile", str(profile),
         "--max-frames", str(MAX_FRAMES), "--max-waiting", "1", "--accept-frame-limit",
-        "--max-input-chars", str(MAX_INPUT_CHARS),
+        "--max-input-chars", str(MAX_INPUT_CHARS), "--max-voices", str(MAX_VOICES),
         "--body-timeout", str(BODY_TIMEOUT_S), "--voices", str(voices), "--drain-timeout", "120",
     )  # fmt: skip
     yield from serving(server)
@@ -318,6 +319,7 @@ def test_a_websocket_session_speaks_and_stays_open_between_utterances(server: Se
         for _ in range(2):
             audio, done = _utterance(connection)
             assert done["type"] == "session.done" and audio > 0
+            time.sleep(BODY_TIMEOUT_S + 1)  # a pause is not an HTTP request that never came
     finally:
         connection.close()
 
@@ -372,6 +374,14 @@ def test_an_uploaded_voice_is_kept_in_the_voices_folder(server: Server, folder: 
     assert any(name.startswith("guest") for name in set(os.listdir(voices)) - before)
     home = Path.home() / ".cache" / "vllm-omni" / "speakers"
     assert not list(home.glob("guest_*")) if home.exists() else True
+
+
+def test_uploads_past_the_voice_quota_are_refused(server: Server, folder: Path):
+    wav = _voice_wav(folder / "extra.wav")
+    refusals = [_upload(server, f"extra{index}", wav) for index in range(MAX_VOICES + 1)]
+    assert refusals[-1][0] == 400 and b"limit reached (4)" in refusals[-1][1], refusals[-1]
+    status, listing = get(server.url("/v1/audio/voices"))
+    assert status == 200 and len(json.loads(listing)["uploaded_voices"]) == MAX_VOICES
 
 
 def test_a_preloaded_voice_speaks_by_name(server: Server):
