@@ -404,7 +404,28 @@ def test_a_preloaded_voice_speaks_by_name(server: Server):
     assert status == 200, reply[:300]
 
 
-# --- 4. the reference-audio bomb -----------------------------------------------------------
+# --- 4. progress is work done: each stage counts its steps for the stall watch -----------
+
+
+def test_the_stages_count_their_work_steps_where_the_stall_watch_reads_them(server: Server):
+    import tempfile
+
+    from omni_cpu.process.progress import read_steps
+
+    (workdir,) = Path(tempfile.gettempdir()).glob(f"omni-cpu-serve-{server.port}-*")
+    before = read_steps(workdir / "progress")
+    status, reply = post_json(server.url("/v1/audio/speech"), {"model": server.model, **_clone()})
+    assert status == 200, reply[:300]
+    after = read_steps(workdir / "progress")
+    kinds = {path.name.split("-")[0] for path in (workdir / "progress").glob("*.steps")}
+    assert kinds == {"talker", "code2wav"}
+    moved = [pid for pid, steps in after.items() if steps > before.get(pid, 0)]
+    assert len(moved) == 2  # both stages did work for the request
+    stage_pids = set(proctree.descendants(server.process.pid))
+    assert set(after) <= stage_pids
+
+
+# --- 5. the reference-audio bomb -----------------------------------------------------------
 
 
 def test_a_reference_declaring_minutes_of_audio_is_400_without_growing_the_server(
@@ -427,7 +448,7 @@ def test_a_reference_declaring_minutes_of_audio_is_400_without_growing_the_serve
     assert procfs.peak_rss_bytes(api_server) - rss < 100 << 20  # 230 MB if decoded
 
 
-# --- 5. drain sees batch and WebSocket work (runs last: stops the server) ------------------
+# --- 6. drain sees batch and WebSocket work (runs last: stops the server) ------------------
 
 
 def test_sigterm_lets_a_websocket_utterance_and_a_batch_finish(server: Server):
