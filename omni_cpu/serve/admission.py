@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 from typing import Any
 
@@ -620,7 +621,11 @@ def _is_multipart(scope: Scope) -> bool:
 
 
 async def _form_file(scope: Scope, body: bytes, field: str) -> bytes | None:
-    """The bytes of the file a multipart form sends as `field`, None if it sends none."""
+    """The bytes of the file a multipart form sends as `field`, None if it sends none.
+
+    Raises BadBody for a form starlette cannot read, and for a `speaker_embedding`
+    (the other way to upload a voice) that is not a list of finite numbers.
+    """
     from starlette.requests import Request
 
     async def receive() -> Message:
@@ -632,9 +637,29 @@ async def _form_file(scope: Scope, body: bytes, field: str) -> bytes | None:
     except Exception as error:  # starlette's parser refuses what it cannot read
         raise BadBody(400, f"cannot read the form: {error}", field, "bad_form") from None
     try:
+        _judge_embedding(form.get("speaker_embedding"))
         upload = form.get(field)
         if upload is None or isinstance(upload, str):
             return None
         return await upload.read()
     finally:
         await form.close()
+
+
+def _judge_embedding(text: Any) -> None:
+    if not isinstance(text, str):
+        return
+    try:
+        values = json.loads(text)
+    except ValueError:
+        return  # vLLM-Omni answers malformed JSON itself
+    finite = isinstance(values, list) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
+    )
+    if not finite:
+        raise BadBody(
+            400,
+            "speaker_embedding must be a JSON list of finite numbers (no NaN or infinity)",
+            "speaker_embedding",
+            "ref_audio",
+        )

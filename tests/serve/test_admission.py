@@ -610,3 +610,34 @@ def test_aac_is_400_saying_why():
     error = json.loads(raw)["error"]
     assert status == 400 and error["param"] == "response_format"
     assert "AAC" in error["message"] and "mp3" in error["message"]
+
+
+def _form(fields: dict[str, str]) -> tuple[bytes, bytes]:
+    boundary = "omniboundary"
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+        for k, v in fields.items()
+    ]
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}".encode()
+
+
+def test_a_voice_embedding_with_nan_is_400_before_the_server():
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    body, content_type = _form(
+        {"name": "ghost", "consent": "c", "speaker_embedding": json.dumps([0.1, float("nan")])}
+    )
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    headers = [(b"content-type", content_type)]
+    scope = {"type": "http", "path": "/v1/audio/voices", "method": "POST", "headers": headers}
+    run(app(scope, receive, send))
+    assert sent[0]["status"] == 400 and inner.started == 0
+    assert b"finite" in b"".join(m.get("body", b"") for m in sent[1:])
