@@ -55,6 +55,16 @@ def close_reason(message: str) -> str:
     return data.decode(errors="ignore")
 
 
+def _is_session_done(text: str) -> bool:
+    """Whether the handler's message ends an utterance (its text may quote the words)."""
+    if "session.done" not in text:
+        return False
+    try:
+        return json.loads(text).get("type") == "session.done"
+    except (ValueError, AttributeError):
+        return False
+
+
 class StreamGuard:
     """One WebSocket session through admission."""
 
@@ -141,7 +151,7 @@ class StreamGuard:
             if waiting:
                 self.gate.client_waits(-1)
         text = message.get("text")
-        if kind == "websocket.send" and isinstance(text, str) and "session.done" in text:
+        if kind == "websocket.send" and isinstance(text, str) and _is_session_done(text):
             self._end_utterance()
 
     async def receive(self) -> Message:
