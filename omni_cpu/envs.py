@@ -252,8 +252,8 @@ STAGE_STALL_S = _declare(
     Knob(
         "OMNI_CPU_STAGE_STALL_S",
         "30",
-        "seconds a stage may hold work without progress (serve: engine steps that did work; "
-        "run: CPU time) before run/serve call it hung (exit 4; /health 503 naming it). 0 = never",
+        "seconds a stage may hold work without progress (engine steps that did work) before "
+        "run/serve call it hung (exit 4; /health 503 naming it). 0 = never",
         "cli",
         _seconds,
     )

@@ -10,15 +10,20 @@ counting costs no system call; the watch reads the files.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
+import shutil
 import struct
+import tempfile
 from pathlib import Path
 
 from omni_cpu import envs
+from omni_cpu.process import proctree
 
 _COUNT = struct.Struct("<Q")
 SUFFIX = ".steps"
+RUN_PREFIX = "omni-cpu-progress-"  # `run`'s folder in the temp directory, per driver pid
 
 
 class StepCounter:
@@ -68,3 +73,22 @@ def read_steps(directory: Path) -> dict[int, int]:
         if pid.isdigit() and len(data) == _COUNT.size:
             counts[int(pid)] = _COUNT.unpack(data)[0]
     return counts
+
+
+def run_progress_dir(temp_dir: Path | None = None) -> Path:
+    """A folder for this process's stages to count in (`run`; serve keeps its own folder).
+
+    Named for this process, so a run that was killed leaves a folder the next run
+    removes (its process is gone), as serve's folders are swept.
+    """
+    base = Path(tempfile.gettempdir()) if temp_dir is None else temp_dir
+    for entry in base.glob(f"{RUN_PREFIX}*"):
+        pid = entry.name[len(RUN_PREFIX) :]
+        if not pid.isdigit() or int(pid) == os.getpid() or proctree.is_running(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.stat().st_uid == os.getuid():
+                shutil.rmtree(entry)
+    folder = base / f"{RUN_PREFIX}{os.getpid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder

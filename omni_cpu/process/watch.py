@@ -7,8 +7,8 @@ went and a process that is gone can no longer be asked which stage it was.
 Hung (`ProgressWatch`): a stage process that stops (SIGSTOP, a debugger, a
 deadlock, a swap storm) does not die, so nothing fails: requests wait forever and
 `/health` keeps saying 200.
-Progress is work done: the engine steps each stage counts (omni_cpu.process.progress)
-where the stages count them (serve), else CPU time (an idle stage's poll loop burns
+Progress is work done: the engine steps each stage counts (omni_cpu.process.progress;
+run and serve have their stages count them), else CPU time (an idle stage's poll loop burns
 some, so CPU time sees only a stopped stage). While work is held (a `run` is
 generating, or a server has requests in flight that are not waiting on their
 client), when no stage has made progress for `stall_s` (OMNI_CPU_STAGE_STALL_S), the

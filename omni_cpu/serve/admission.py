@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import math
 import os
 from typing import Any
 
@@ -58,17 +56,17 @@ from omni_cpu.serve.body import parse_fields, read_limited_body
 from omni_cpu.serve.checks import (
     audio_bytes_problem,
     batch_items,
-    input_length,
     judge_fields,
     judge_ref_audio,
 )
+from omni_cpu.serve.forms import form_file, is_multipart
 from omni_cpu.serve.knobs import (
     IN_FLIGHT_METRIC,
     ON_CLIENT_METRIC,
     REJECTED_METRIC,
     AdmissionLimits,
 )
-from omni_cpu.serve.long_input import FORMATS, SAMPLE_RATE, encode, split_input
+from omni_cpu.serve.long_input import long_parts, speak_in_parts
 from omni_cpu.serve.routes import Door, door
 from omni_cpu.serve.stream_guard import StreamGuard
 
@@ -258,7 +256,7 @@ class SpeechAdmission:
         )
         if gone:
             return body, {}, True
-        if _is_multipart(scope):
+        if is_multipart(scope):
             return body, {}, False
         if len(body) > THREAD_PARSE_BYTES:
             return body, await asyncio.to_thread(parse_fields, body), False
@@ -296,7 +294,7 @@ class SpeechAdmission:
     ) -> None:
         limits = self.limits
         try:
-            parts = await self._parts(fields)
+            parts = await long_parts(fields, limits)
             judged = fields if parts is None else {**fields, "input": parts[0]}
             judge_fields(judged, limits)
             for part in parts or [fields.get("input")]:
@@ -311,96 +309,9 @@ class SpeechAdmission:
             if parts is None:
                 await self._answer(scope, receive, send, timeout_s)
             else:
-                await self._speak_in_parts(scope, receive, send, fields, parts, timeout_s)
+                await speak_in_parts(self._answer, scope, receive, send, fields, parts, timeout_s)
 
         await self._admitted(send, 1, lambda: judge_ref_audio(fields, limits), answer)
-
-    async def _parts(self, fields: dict[str, Any]) -> list[str] | None:
-        """The parts a long `input` is spoken in, None when it is short enough for one request.
-
-        Raises BadBody for a long input this server does not split (streamed, a sentence
-        longer than the input limit).
-        """
-        limits = self.limits
-        length = input_length(fields)
-        if not (limits.max_input_chars and length and length > limits.max_input_chars):
-            return None
-        most = limits.max_input_chars
-        if limits.max_long_input_chars <= most:
-            return None  # no splitting: judge_fields refuses it with the limit
-        if length > limits.max_long_input_chars:
-            raise BadBody(
-                400,
-                f"input is {length} characters; this server speaks at most "
-                f"{limits.max_long_input_chars} in one request, in sentences of at most {most} "
-                "(split the text into several requests)",
-                "input",
-                "input_too_long",
-            )
-        if fields.get("stream"):
-            raise BadBody(
-                400,
-                f"input is {length} characters; a streamed request takes at most {most} (send "
-                "long text over the WebSocket /v1/audio/speech/stream, which speaks it in "
-                "sentences, or do not stream it)",
-                "input",
-                "input_too_long",
-            )
-        parts = await asyncio.to_thread(split_input, str(fields["input"]), most)
-        if parts is None:
-            raise BadBody(
-                400,
-                f"input has a sentence over {most} characters; this server speaks long input "
-                "in sentences (end sentences sooner, or split the text into several requests)",
-                "input",
-                "input_too_long",
-            )
-        return parts
-
-    async def _speak_in_parts(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        fields: dict[str, Any],
-        parts: list[str],
-        timeout_s: float,
-    ) -> None:
-        """Each part asked of the server as PCM, in turn; the audio joined into one answer."""
-        response_format = str(fields.get("response_format") or "wav")
-        rate = fields.get("sample_rate")
-        rate = rate if isinstance(rate, int) and not isinstance(rate, bool) else SAMPLE_RATE
-        if response_format not in FORMATS:
-            response_format = "wav"  # the server's own answer to a format it does not know
-        pcm: list[bytes] = []
-        for part in parts:
-            asked = {**fields, "input": part, "response_format": "pcm", "stream": False}
-            body = json.dumps(asked).encode()
-            headers = [
-                (k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"
-            ]
-            part_scope = {
-                **scope,
-                "headers": [*headers, (b"content-length", str(len(body)).encode())],
-            }
-            reply = Collected()
-            await self._answer(part_scope, replay(body, receive), reply.send, timeout_s)
-            if reply.status != 200:
-                await reply.forward(send)  # the part's error is the request's
-                return
-            pcm.append(reply.body)
-        data, media_type = await asyncio.to_thread(encode, b"".join(pcm), response_format, rate)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", media_type.encode()),
-                    (b"content-length", str(len(data)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": data})
 
     async def _batch(
         self, scope: Scope, receive: Receive, send: Send, fields: dict[str, Any]
@@ -441,7 +352,7 @@ class SpeechAdmission:
     async def _voice(self, scope: Scope, receive: Receive, send: Send, body: bytes) -> None:
         """An uploaded voice's audio passes the reference-audio checks before it is stored."""
         try:
-            audio = await _form_file(scope, body, "audio_sample")
+            audio = await form_file(scope, body, "audio_sample")
         except BadBody as bad:
             self.count_rejected(bad.reason)
             await refuse(send, bad)
@@ -590,76 +501,3 @@ class SpeechAdmission:
         return None
 
     down_wait_s = 1.5  # the supervisor looks every 0.25 s
-
-
-class Collected:
-    """A `send` that keeps a whole response (a part of a long input's answer)."""
-
-    def __init__(self) -> None:
-        self.status = 0
-        self.messages: list[Message] = []
-
-    async def send(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.status = int(message["status"])
-        self.messages.append(message)
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(m.get("body", b"") for m in self.messages if "body" in m)
-
-    async def forward(self, send: Send) -> None:
-        for message in self.messages:
-            await send(message)
-
-
-def _is_multipart(scope: Scope) -> bool:
-    for name, value in scope.get("headers", []):
-        if name.lower() == b"content-type":
-            return value.lower().startswith(b"multipart/")
-    return False
-
-
-async def _form_file(scope: Scope, body: bytes, field: str) -> bytes | None:
-    """The bytes of the file a multipart form sends as `field`, None if it sends none.
-
-    Raises BadBody for a form starlette cannot read, and for a `speaker_embedding`
-    (the other way to upload a voice) that is not a list of finite numbers.
-    """
-    from starlette.requests import Request
-
-    async def receive() -> Message:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    request = Request(dict(scope), receive)
-    try:
-        form = await request.form(max_files=2, max_fields=16)
-    except Exception as error:  # starlette's parser refuses what it cannot read
-        raise BadBody(400, f"cannot read the form: {error}", field, "bad_form") from None
-    try:
-        _judge_embedding(form.get("speaker_embedding"))
-        upload = form.get(field)
-        if upload is None or isinstance(upload, str):
-            return None
-        return await upload.read()
-    finally:
-        await form.close()
-
-
-def _judge_embedding(text: Any) -> None:
-    if not isinstance(text, str):
-        return
-    try:
-        values = json.loads(text)
-    except ValueError:
-        return  # vLLM-Omni answers malformed JSON itself
-    finite = isinstance(values, list) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
-    )
-    if not finite:
-        raise BadBody(
-            400,
-            "speaker_embedding must be a JSON list of finite numbers (no NaN or infinity)",
-            "speaker_embedding",
-            "ref_audio",
-        )

@@ -128,3 +128,18 @@ def test_a_stage_that_makes_steps_is_not_a_stall(tmp_path):
             assert _watch_steps(str(tmp_path), child, 2.0) is None
         finally:
             child.kill()
+
+
+def test_a_run_progress_folder_left_by_a_killed_run_goes_with_the_next_run(tmp_path):
+    from omni_cpu.process.progress import RUN_PREFIX, run_progress_dir
+
+    with subprocess.Popen([sys.executable, "-c", "pass"]) as gone:
+        gone.wait()
+    stale = tmp_path / f"{RUN_PREFIX}{gone.pid}"
+    stale.mkdir()
+    (stale / "talker-1.steps").write_bytes(b"\0" * 8)
+    alive = tmp_path / f"{RUN_PREFIX}1"  # pid 1 runs: not ours to judge
+    alive.mkdir()
+    mine = run_progress_dir(tmp_path)
+    assert mine == tmp_path / f"{RUN_PREFIX}{os.getpid()}" and mine.is_dir()
+    assert not stale.exists() and alive.exists()
