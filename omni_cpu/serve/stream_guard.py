@@ -189,7 +189,12 @@ class StreamGuard:
         if kind == "session.config":
             judge_fields(fields, limits)
             if "ref_audio" in fields:
-                await asyncio.to_thread(judge_ref_audio, fields, limits)
+                # Decoding holds a place, so at most the limit's worth of memory decodes at once.
+                self.gate.admit_or_raise(1)
+                try:
+                    await asyncio.to_thread(judge_ref_audio, fields, limits)
+                finally:
+                    self.gate.release(1)
         elif kind == "input.text" and isinstance(fields.get("text"), str):
             if not self.utterance_open:
                 self.gate.admit_or_raise(1)
