@@ -265,8 +265,8 @@ STAGE_STALL_S = _declare(
     Knob(
         "OMNI_CPU_STAGE_STALL_S",
         "30",
-        "seconds a stage may hold work without using CPU before run/serve call it hung "
-        "(exit 4; /health 503 naming it). 0 = never",
+        "seconds a stage may hold work without progress (engine steps that did work) before "
+        "run/serve call it hung (exit 4; /health 503 naming it). 0 = never",
         "cli",
         _seconds,
     )
@@ -295,6 +295,16 @@ SERVE_MAX_INPUT_CHARS = _declare(
         "OMNI_CPU_SERVE_MAX_INPUT_CHARS",
         "0",
         "longest `input` text in characters; longer: 400. 0 = no limit",
+        "serve",
+        _count,
+    )
+)
+SERVE_MAX_LONG_INPUT_CHARS = _declare(
+    Knob(
+        "OMNI_CPU_SERVE_MAX_LONG_INPUT_CHARS",
+        "0",
+        "longest `input` a non-streamed speech request may send when it is split into "
+        "sentences (parts of at most the input limit, audio joined); longer: 400. 0 = no split",
         "serve",
         _count,
     )
@@ -366,6 +376,25 @@ SERVE_TOKENIZER = _declare(
         "",
         "checkpoint whose tokenizer measures prompts for the context check",
         "serve",
+    )
+)
+SERVE_BODY_TIMEOUT_S = _declare(
+    Knob(
+        "OMNI_CPU_SERVE_BODY_TIMEOUT_S",
+        "30",
+        "seconds a client has to send a request's headers (else the connection is closed) "
+        "and then its body (else 408); the request holds no place while it sends. 0 = none",
+        "serve",
+        _seconds,
+    )
+)
+STAGE_PROGRESS_DIR = _declare(
+    Knob(
+        "OMNI_CPU_STAGE_PROGRESS_DIR",
+        "",
+        "set by omni-cpu, not by hand: the folder each stage counts its work steps in, "
+        "which the stall watch reads (progress is steps, not CPU time)",
+        "stage",
     )
 )
 OWNER = _declare(
@@ -493,6 +522,7 @@ if TYPE_CHECKING:
     OMNI_CPU_SERVE_REQUEST_TIMEOUT_S: float
     OMNI_CPU_SERVE_MAX_IN_FLIGHT: int
     OMNI_CPU_SERVE_MAX_INPUT_CHARS: int
+    OMNI_CPU_SERVE_MAX_LONG_INPUT_CHARS: int
     OMNI_CPU_SERVE_MAX_BODY_BYTES: int
     OMNI_CPU_SERVE_REF_AUDIO_DIR: str
     OMNI_CPU_SERVE_DRAIN_FILE: str
@@ -501,6 +531,8 @@ if TYPE_CHECKING:
     OMNI_CPU_SERVE_DOWN_FILE: str
     OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN: int
     OMNI_CPU_SERVE_TOKENIZER: str
+    OMNI_CPU_SERVE_BODY_TIMEOUT_S: float
+    OMNI_CPU_STAGE_PROGRESS_DIR: str
     OMNI_CPU_OWNER: str
     OMNI_CPU_DRIVER: str
     OMNI_CPU_STAGE_START: str

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -275,53 +276,62 @@ def run_bench(
         stage_read=talker_read,
         prediction=capacity.prediction_dict(plan.profile, plan.replica, speed),
     )
-    # Stage workers inherit this and log each step's wall time (read per level).
-    if not envs.OMNI_CPU_STEP_LOG:
-        os.environ[envs.STEP_LOG.name] = tempfile.mkdtemp(prefix="omni-cpu-steps-")
+    # Stage workers inherit this and log each step's wall time (read per level); a folder
+    # made here is bench's own and goes when the run ends (one the user named stays).
+    own_step_dir = not envs.OMNI_CPU_STEP_LOG
+    if own_step_dir:
+        os.environ[envs.STEP_LOG.name] = tempfile.mkdtemp(prefix=steplog.STEP_DIR_PREFIX)
     step_dir = Path(envs.OMNI_CPU_STEP_LOG)
-    progress("loading the talker and code2wav engines")
-    with EngineSession(plan, verbose=verbose) as session:
-        result.load_s = session.load_s
-        result.startup = dict(session.startup)
-        result.stage_startup = dict(session.stage_startup)
-        result.stage_start = session.stage_start
-        groups = procstats.stage_groups(session.stage_pids, stage_binds(plan.deploy_config))
-        progress(f"engines up in {sum(session.startup.values()):.1f} s")
-        for index in range(warmup):
-            progress(f"warm-up request {index + 1}/{warmup}")
-            session.stream_batch(make_requests(1))
+    try:
+        progress("loading the talker and code2wav engines")
+        with EngineSession(plan, verbose=verbose) as session:
+            result.load_s = session.load_s
+            result.startup = dict(session.startup)
+            result.stage_startup = dict(session.stage_startup)
+            result.stage_start = session.stage_start
+            groups = procstats.stage_groups(session.stage_pids, stage_binds(plan.deploy_config))
+            progress(f"engines up in {sum(session.startup.values()):.1f} s")
+            for index in range(warmup):
+                progress(f"warm-up request {index + 1}/{warmup}")
+                session.stream_batch(make_requests(1))
 
-        def measure(concurrency: int) -> Level:
-            count = requests_per_level or concurrency
-            progress(f"concurrency {concurrency}: {count} request(s)")
-            level = _level(
-                session,
-                concurrency,
-                make_requests(count),
-                groups,
-                stage_cpus,
-                step_dir,
-                play_buffer_ms,
-            )
-            # The request length that arrived (the talker may deliver one frame short).
-            length = round(level.summary.get("frames_per_request_p50") or frames)
-            level.predicted_rtf, level.predicted_ttfa_s = capacity.predict_request(
-                plan.profile, plan.replica, speed, concurrency, length
-            )
-            level.predicted_safe_start_s = capacity.predict_safe_start(
-                plan.profile, plan.replica, speed, concurrency, length
-            )
-            result.levels.append(level)
-            return level
+            def measure(concurrency: int) -> Level:
+                count = requests_per_level or concurrency
+                progress(f"concurrency {concurrency}: {count} request(s)")
+                level = _level(
+                    session,
+                    concurrency,
+                    make_requests(count),
+                    groups,
+                    stage_cpus,
+                    step_dir,
+                    play_buffer_ms,
+                )
+                # The request length that arrived (the talker may deliver one frame short).
+                length = round(level.summary.get("frames_per_request_p50") or frames)
+                level.predicted_rtf, level.predicted_ttfa_s = capacity.predict_request(
+                    plan.profile, plan.replica, speed, concurrency, length
+                )
+                level.predicted_safe_start_s = capacity.predict_safe_start(
+                    plan.profile, plan.replica, speed, concurrency, length
+                )
+                result.levels.append(level)
+                return level
 
-        if safe_start_limit_s is None:
-            for concurrency in levels:
-                measure(concurrency)
-        else:
-            max_streams = plan.profile.replicas[plan.replica].stage(0).max_num_seqs
-            search = search_capacity(
-                lambda n: measure(n).summary["safe_start_p95_s"], safe_start_limit_s, max_streams
-            )
-            result.capacity = search.to_dict()
-            result.levels.sort(key=lambda level: level.concurrency)
+            if safe_start_limit_s is None:
+                for concurrency in levels:
+                    measure(concurrency)
+            else:
+                max_streams = plan.profile.replicas[plan.replica].stage(0).max_num_seqs
+                search = search_capacity(
+                    lambda n: measure(n).summary["safe_start_p95_s"],
+                    safe_start_limit_s,
+                    max_streams,
+                )
+                result.capacity = search.to_dict()
+                result.levels.sort(key=lambda level: level.concurrency)
+    finally:
+        if own_step_dir:
+            os.environ.pop(envs.STEP_LOG.name, None)
+            shutil.rmtree(step_dir, ignore_errors=True)
     return result

@@ -13,7 +13,9 @@ SERVE_HELP = """Serve speech over HTTP with vLLM-Omni's own OpenAI-compatible se
 Starts `vllm-omni serve MODEL --omni` with the CPU platform selected and one replica of
 the deploy profile applied: per-stage core binding, KV cache bytes, batch limits, chunk
 sizes, the replica's NUMA node, and the API server pinned to the reserved front-end
-CPUs. Endpoints: POST /v1/audio/speech, GET /v1/models, /health, /metrics.
+CPUs. Endpoints: POST /v1/audio/speech, POST /v1/audio/speech/batch, the WebSocket
+/v1/audio/speech/stream, /v1/audio/voices, GET /v1/models, /health, /metrics; every
+other route vLLM-Omni mounts gets 404.
 
 Every task type of the model is served the way vLLM-Omni serves it: `voice` for
 CustomVoice, `instructions` for VoiceDesign, `ref_audio` + `ref_text` (or
@@ -23,9 +25,10 @@ http(s) URL the server fetches.
 
 At most the streams the profile predicts this replica carries without a gap (p95
 safe start within 1 s, docs/listening.md) are admitted at once, or --max-in-flight, or
-max_num_seqs + --max-waiting where it predicts none; more get 429. SIGTERM (or Ctrl-C)
-drains: new requests and /health get 503, requests in flight finish (up to
---drain-timeout), then every stage process is stopped.
+max_num_seqs + --max-waiting where it predicts none (a batch item, a WebSocket utterance
+and a voice upload count too, once their body is in); more get 429. A body not in within
+--body-timeout gets 408. SIGTERM (or Ctrl-C) drains: new requests and /health get 503,
+requests in flight finish (up to --drain-timeout), then every stage process is stopped.
 
 Examples:
 
@@ -69,6 +72,13 @@ def serve(
         min=0,
         help="Longest input text (default: half the talker's max_model_len; 0: no limit).",
     ),
+    max_long_input_chars: int | None = typer.Option(
+        None,
+        "--max-long-input-chars",
+        min=0,
+        help="Longest input a non-streamed request may send, spoken in sentences of at most "
+        "--max-input-chars each, one answer (default: 4 times --max-input-chars; 0: no split).",
+    ),
     max_frames: int | None = typer.Option(
         None,
         "--max-frames",
@@ -87,6 +97,23 @@ def serve(
         min=0,
         help="Seconds a speech request may take (504, or its stream ends); 0 = none. "
         "A request's `timeout` field may ask for less.",
+    ),
+    body_timeout: float | None = typer.Option(
+        None,
+        "--body-timeout",
+        min=0,
+        help="Seconds a client has to send a request's headers and body (else 408, or the "
+        "connection closes); it holds no place meanwhile. Default 30; 0 = none.",
+    ),
+    voices: Path | None = typer.Option(
+        None,
+        "--voices",
+        help="Folder of voices: its audio files (NAME.wav, NAME.txt the words) are uploaded "
+        "once ready, and uploads are kept there (default: the server's own folder, removed "
+        "at exit).",
+    ),
+    max_voices: int = typer.Option(
+        32, "--max-voices", min=1, help="Uploaded voices the server keeps at most."
     ),
     ref_audio_dir: Path | None = typer.Option(
         None, "--ref-audio-dir", help="Folder whose files requests may name as file:// ref_audio."
@@ -130,10 +157,14 @@ def serve(
         max_waiting=max_waiting,
         max_in_flight=max_in_flight,
         max_input_chars=max_input_chars,
+        max_long_input_chars=max_long_input_chars,
         max_frames=max_frames,
         served_model_name=served_model_name,
         drain_timeout_s=drain_timeout,
         request_timeout_s=request_timeout,
+        body_timeout_s=body_timeout,
+        voices_dir=voices,
+        max_voices=max_voices,
         ref_audio_dir=ref_audio_dir,
         allow_ref_audio_urls=allow_ref_audio_urls,
         accept_frame_limit=accept_frame_limit,

@@ -61,6 +61,12 @@ def apply_to_this_process(verbose: bool) -> None:
         warnings.filterwarnings("ignore", message=_DEPRECATED_ROPE_CHECK, category=FutureWarning)
 
 
+# Python's resource tracker warns about every shared-memory segment it finds already
+# unlinked at exit (two lines each, thousands after a long server run): the stage guard
+# sweeping them, not a leak.
+TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
+
+
 def merge_log_env(environ: MutableMapping[str, str], log_env: dict[str, str]) -> None:
     """Add `log_env` (an `engine_log_env`) to `environ`: values already there win.
 

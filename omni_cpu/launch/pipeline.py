@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import os
 import re
+import shutil
 import signal
 import tempfile
 import threading
@@ -31,6 +32,7 @@ from omni_cpu.launch.launch_plan import DRIVER_ENV_DEFAULTS, LaunchPlan
 from omni_cpu.platform import stage_startup
 from omni_cpu.process import proctree, stage_processes
 from omni_cpu.process.guard import StageGuard
+from omni_cpu.process.progress import run_progress_dir
 from omni_cpu.process.watch import StageWatch, stall_seconds
 from omni_cpu.speech.codec import SAMPLE_RATE
 from omni_cpu.speech.prompts import PromptBuilder, check_prompt_lengths, request_index
@@ -237,9 +239,6 @@ def _quiet_thread_errors(previous: Callable[[Any], None]) -> Callable[[Any], Non
     return hook
 
 
-TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
-
-
 class _StallAlarm:
     """`run`'s eye on its stages while they start and generate.
 
@@ -338,6 +337,7 @@ class PipelineSession:
         self._guard: StageGuard | None = None
         self._watch: StageWatch | None = None
         self._alarm: _StallAlarm | None = None
+        self._progress_dir: str | None = None  # where the stages count their work steps
 
     @property
     def talker_max_model_len(self) -> int:
@@ -349,7 +349,7 @@ class PipelineSession:
         logs.apply_to_this_process(self.verbose)
         # The resource tracker unlinks what the stopped stages left when this process
         # ends, and warns about each kind; that is the cleanup working, not a leak.
-        logs.add_warning_filter(TRACKER_QUIET)
+        logs.add_warning_filter(logs.TRACKER_QUIET)
         start = time.perf_counter()
         try:
             from vllm_omni.entrypoints.omni import Omni
@@ -372,7 +372,11 @@ class PipelineSession:
             ENGINES_STARTED.set()
             self._guard = StageGuard(self._output_folders).__enter__()
             binds = stage_processes.stage_binds(self.plan.deploy_config)
-            self._watch = StageWatch(os.getpid(), binds, stall_seconds())
+            # The stages (started below, with this environment) count their work steps
+            # there: the stall watch's measure of progress (omni_cpu.process.progress).
+            self._progress_dir = str(run_progress_dir())
+            os.environ[envs.STAGE_PROGRESS_DIR.name] = self._progress_dir
+            self._watch = StageWatch(os.getpid(), binds, stall_seconds(), self._progress_dir)
             self._alarm = _StallAlarm(self._watch)
             self._alarm.start()
             register_qwen3_tts_config()
@@ -440,6 +444,10 @@ class PipelineSession:
         if self._guard is not None:
             self._guard.__exit__(None, None, None)
             self._guard = None
+        if self._progress_dir is not None:
+            os.environ.pop(envs.STAGE_PROGRESS_DIR.name, None)
+            shutil.rmtree(self._progress_dir, ignore_errors=True)
+            self._progress_dir = None
 
     def generate(
         self,
@@ -479,7 +487,11 @@ class PipelineSession:
                             "code2wav produced non-finite audio (NaN/inf)",
                             "check the checkpoint's speech_tokenizer weights and the stage dtype",
                         )
+                    if alarm is not None:  # a slow consumer holds the audio, not the stages
+                        alarm.working(False)
                     on_chunk(request_index(output.request_id), audio, time.perf_counter() - start)
+                    if alarm is not None:
+                        alarm.working(True)
                 if output.finished and on_done is not None:
                     on_done(request_index(output.request_id))
         except KeyboardInterrupt:

@@ -37,6 +37,7 @@ from omni_cpu.platform.steplog import (
     timed,
 )
 from omni_cpu.platform.talker_load import match_embedding_dtype
+from omni_cpu.process.progress import step_counter_from_env
 
 __all__ = ["CPUARModelRunner", "CPUGenerationModelRunner", "match_embedding_dtype"]
 
@@ -51,6 +52,7 @@ class _CPUOmniRunnerMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._step_log = step_log_from_env(self.step_kind)
+        self._step_counter = step_counter_from_env(self.step_kind)
         self._step_profiler = step_profiler_from_env(self.step_kind)
         _set_torch_accelerator_to_noop()
         # The Omni runners create streams/events after GPUModelRunner.__init__ returns,
@@ -77,6 +79,8 @@ class _CPUOmniRunnerMixin:
     def execute_model(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         if self._step_profiler is not None and scheduled_tokens(scheduler_output):
             self._step_profiler.step()
+        if self._step_counter is not None and scheduled_tokens(scheduler_output):
+            self._step_counter.step()  # work handed to the model: the stall watch's progress
         log = self._step_log
         if log is None:
             return super().execute_model(scheduler_output, *args, **kwargs)  # type: ignore[misc]

@@ -24,6 +24,10 @@ from typing import Any
 
 from omni_cpu import envs
 
+# The step-log folders bench makes in the temp directory (and removes; `doctor` lists any
+# a killed bench left).
+STEP_DIR_PREFIX = "omni-cpu-steps-"
+
 
 class StepLog:
     """Accumulates one step's timings and writes them as a JSON line."""

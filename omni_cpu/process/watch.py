@@ -7,11 +7,13 @@ went and a process that is gone can no longer be asked which stage it was.
 Hung (`ProgressWatch`): a stage process that stops (SIGSTOP, a debugger, a
 deadlock, a swap storm) does not die, so nothing fails: requests wait forever and
 `/health` keeps saying 200.
-Progress here is CPU time: while work is held (a `run` is generating, or a server
-has speech requests in flight), every working stage burns CPU. When no stage
-process has gained any for `stall_s` (OMNI_CPU_STAGE_STALL_S), the pipeline is
-stalled; the stage named is the one the kernel shows stopped, else every stage
-that made no progress. `run` and `serve` then fail the way they do for a dead
+Progress is work done: the engine steps each stage counts (omni_cpu.process.progress;
+run and serve have their stages count them), else CPU time (an idle stage's poll loop burns
+some, so CPU time sees only a stopped stage). While work is held (a `run` is
+generating, or a server has requests in flight that are not waiting on their
+client), when no stage has made progress for `stall_s` (OMNI_CPU_STAGE_STALL_S), the
+pipeline is stalled; the stage named is the one the kernel shows stopped, else
+every stage that made no progress. `run` and `serve` then fail the way they do for a dead
 stage (exit 4), so a supervisor restarts them.
 """
 
@@ -19,11 +21,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import psutil
 
 from omni_cpu import envs
 from omni_cpu.process import procfs, proctree
+from omni_cpu.process.progress import read_steps
 from omni_cpu.process.stage_processes import STAGE_ROLES, StageBinds, StageProcess, identify
 
 # Below this much CPU gained between two looks a process made no progress (clock ticks
@@ -52,29 +56,39 @@ class ProgressWatch:
         stall_s: float,
         cpu_seconds: Callable[[int], float] = proctree.cpu_seconds,
         clock: Callable[[], float] = time.monotonic,
+        steps: Callable[[], dict[int, int]] | None = None,
     ) -> None:
         self.stall_s = stall_s
         self._cpu_seconds = cpu_seconds
         self._clock = clock
-        self._cpu: dict[int, float] = {}
-        self._moved: dict[int, float] = {}  # pid -> when it last gained CPU
+        self._steps = steps  # work steps by pid; None: CPU time is the measure
+        self._cpu: dict[int, float] = {}  # pid -> work at the last look (steps or CPU-s)
+        self._moved: dict[int, float] = {}  # pid -> when it last did work
         self._since: float | None = None  # when work was last seen moving (or began)
         self._stopped_since: dict[int, float] = {}
 
     def look(self, stages: Iterable[StageProcess], busy: bool) -> str | None:
-        """Record CPU times; while `busy`, the stall in one line once it lasts `stall_s`."""
+        """Record each stage's work (steps, else CPU time); while `busy`, the stall in one line
+        once it lasts `stall_s`."""
         now = self._clock()
         moved = False
         stages = [stage for stage in stages if stage.role in STAGE_ROLES]
+        every = stages
+        counts = (self._steps() or None) if self._steps is not None else None
+        if counts is not None:  # only the processes that run a model count steps
+            stages = [stage for stage in stages if stage.pid in counts]
         for stage in stages:
-            cpu = self._cpu_seconds(stage.pid)
+            if counts is not None:
+                work, least = float(counts[stage.pid]), 1.0
+            else:
+                work, least = self._cpu_seconds(stage.pid), PROGRESS_CPU_S
             before = self._cpu.get(stage.pid)
-            self._cpu[stage.pid] = cpu
-            if before is None or cpu - before >= PROGRESS_CPU_S:
+            self._cpu[stage.pid] = work
+            if before is None or work - before >= least:
                 self._moved[stage.pid] = now
                 moved = True
         # A stopped stage holds up the others while they idle-poll: it counts on its own.
-        stopped = [stage for stage in stages if is_stopped(stage.pid)]
+        stopped = [stage for stage in every if is_stopped(stage.pid)]
         for stage in stopped:
             self._stopped_since.setdefault(stage.pid, now)
         for pid in set(self._stopped_since) - {stage.pid for stage in stopped}:
@@ -104,11 +118,14 @@ class StageWatch:
     from one thread and asked from another (`run`): reads copy `seen` first.
     """
 
-    def __init__(self, root: int, binds: StageBinds, stall_s: float) -> None:
+    def __init__(
+        self, root: int, binds: StageBinds, stall_s: float, progress_dir: str = ""
+    ) -> None:
         self.root = root
         self.binds = binds
         self.seen: dict[int, StageProcess] = {}
-        self.progress = ProgressWatch(stall_s)
+        steps = (lambda: read_steps(Path(progress_dir))) if progress_dir else None
+        self.progress = ProgressWatch(stall_s, steps=steps)
         self.oom_kills_before = procfs.oom_kills()
 
     def sample(self) -> None:

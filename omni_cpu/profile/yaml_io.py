@@ -10,6 +10,10 @@ with its line.
 from __future__ import annotations
 
 import dataclasses
+import os
+import select
+import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -654,14 +658,56 @@ def _check_platform_env(root: _Reader, profile: Profile) -> None:
                 )
 
 
+# A profile read from a pipe (`<(cat deploy.yaml)`, a FIFO) must start arriving this soon.
+PIPE_WAIT_S = 10.0
+
+
+def _read_pipe(path: Path) -> str:
+    """A pipe's whole text, refused when no writer sends any within PIPE_WAIT_S.
+
+    Opened without blocking: a FIFO nobody writes to would otherwise hang the
+    command silently.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    chunks: list[bytes] = []
+    size = 0
+    deadline = time.monotonic() + PIPE_WAIT_S
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ProfileError(
+                    f"profile {path} is a pipe nobody wrote a profile to within {PIPE_WAIT_S:g} s",
+                    "start the writer first, or give the profile as a file",
+                )
+            if not select.select([fd], [], [], remaining)[0]:
+                continue
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not data:
+                break
+            size += len(data)
+            if size > MAX_PROFILE_BYTES:
+                raise _too_large(str(path), size)
+            chunks.append(data)
+            deadline = time.monotonic() + PIPE_WAIT_S  # data keeps coming: wait on
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8")
+
+
 def load_profile(path: str | Path) -> Profile:
-    """Read and check a profile file."""
+    """Read and check a profile file (or a pipe that sends one)."""
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_PROFILE_BYTES:
-            raise _too_large(str(path), size)
-        with path.open(encoding="utf-8") as handle:  # a FIFO has no size: read at most so much
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            return parse_profile(_read_pipe(path), str(path))
+        if info.st_size > MAX_PROFILE_BYTES:
+            raise _too_large(str(path), info.st_size)
+        with path.open(encoding="utf-8") as handle:
             text = handle.read(MAX_PROFILE_BYTES + 1)
     except FileNotFoundError:
         raise ProfileError(

@@ -6,13 +6,16 @@ take the doctor down with it, and so their import time is measured honestly.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import importlib.metadata as metadata
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from omni_cpu import envs, pins
 from omni_cpu.hardware.facts import Facts
@@ -275,6 +278,53 @@ def check_shared_memory() -> Check:
     )
 
 
+def _size_mib(folder: Path) -> float:
+    total = 0
+    for entry in folder.rglob("*"):
+        with contextlib.suppress(OSError):
+            total += entry.stat().st_size if entry.is_file() else 0
+    return total / 2**20
+
+
+def check_step_logs(temp_dir: Path | None = None) -> Check:
+    """Step-log folders a killed `bench` left in the temp directory."""
+    from omni_cpu.platform.steplog import STEP_DIR_PREFIX
+
+    folder = Path(tempfile.gettempdir()) if temp_dir is None else temp_dir
+    left = sorted(path for path in folder.glob(f"{STEP_DIR_PREFIX}*") if path.is_dir())
+    if not left:
+        return Check("bench step logs", OK, f"none left in {folder}")
+    mib = sum(_size_mib(path) for path in left)
+    return Check(
+        "bench step logs",
+        WARN,
+        f"{len(left)} folders in {folder} left by benches that were killed ({mib:.1f} MiB)",
+        f"delete them: rm -r {folder}/{STEP_DIR_PREFIX}*",
+    )
+
+
+# Where vLLM-Omni keeps uploaded voices unless told otherwise (SPEAKER_SAMPLES_DIR);
+# `serve` always tells it (--voices DIR, or its own folder), servers before it did not.
+HIDDEN_VOICES = Path("~/.cache/vllm-omni/speakers")
+
+
+def check_voices(folder: Path | None = None) -> Check:
+    """Uploaded voices kept in vLLM-Omni's default folder in the home directory."""
+    where = (HIDDEN_VOICES if folder is None else folder).expanduser()
+    voices = sorted(where.glob("*.safetensors")) if where.is_dir() else []
+    if not voices:
+        return Check("uploaded voices", OK, f"none in {where}")
+    names = ", ".join(path.name.split("_", 1)[0] for path in voices[:5])
+    more = " ..." if len(voices) > 5 else ""
+    return Check(
+        "uploaded voices",
+        WARN,
+        f"{len(voices)} voices in {where} ({names}{more}), uploaded to a server that did "
+        "not name a folder; a vLLM-Omni server started without SPEAKER_SAMPLES_DIR loads them",
+        f"keep voices with `omni-cpu serve --voices DIR`; delete {where} if unwanted",
+    )
+
+
 def run_checks(include_runtime: bool = True) -> list[Check]:
     """Every check, in the order a person would fix them."""
     from omni_cpu.hardware.probe import read_facts
@@ -295,4 +345,6 @@ def run_checks(include_runtime: bool = True) -> list[Check]:
     checks.extend(check_preload_libraries())
     checks.append(check_libnuma())
     checks.append(check_shared_memory())
+    checks.append(check_step_logs())
+    checks.append(check_voices())
     return checks

@@ -1,32 +1,33 @@
-"""ASGI middleware vLLM-Omni's API server loads with `--middleware`: bounded speech admission.
+"""ASGI middleware vLLM-Omni's API server loads with `--middleware`: one admission, every door.
 
-vLLM-Omni queues every request it is given, so under overload memory grows without
-end and latency with it. This middleware sits in front of `POST /v1/audio/speech`:
+vLLM-Omni queues every request it is given and mounts more routes than speech, so
+this middleware stands in front of all of them (omni_cpu.serve.routes names each
+route's door; one it does not name gets 404):
 
-* more than `max_in_flight` speech requests at once (the talker's `max_num_seqs`
-  plus a waiting cap): answer 429 with a JSON error and `Retry-After`;
-* `input` longer than `max_input_chars`: 400 (vLLM-Omni itself checks empty input,
-  unknown voices and formats, but not length);
-* a `ref_audio` that is an http(s) URL, unless the server was started with
-  `--allow-ref-audio-urls`: 400 (vLLM-Omni would fetch whatever URL a client names);
-  base64 `data:` audio and `file://` paths under `--ref-audio-dir` go through;
+* a route that starts engine work (speech, batch, the WebSocket stream, voice upload)
+  is refused while draining (503; a WebSocket is closed 1012) and while a stage is
+  down (503 naming it; 1011), and counts toward one in-flight limit (429; 1013), but
+  only once its body is in: a body that is not all in within `body_timeout_s` gets
+  408 and never held a place, and a connection that sends no request is closed
+  (omni_cpu.serve.idle);
+* a batch takes one place per item and each item, a WebSocket session's config and
+  text, and an uploaded voice pass the same checks as a speech request
+  (omni_cpu.serve.checks): `input` longer than `max_input_chars` (400), a `ref_audio`
+  http(s) URL unless `--allow-ref-audio-urls` (400; vLLM-Omni would fetch whatever a
+  client names), reference audio run would refuse (unreadable, silent, NaN, outside
+  1-30 s, a `data:` URL that is not base64, a `file://` path outside
+  `--ref-audio-dir`), decoded within bounds;
 * a body over `max_body_bytes` (413), or JSON nested deeper than `MAX_JSON_DEPTH`
-  (400): any POST, before vLLM parses it (its parser would recurse to a 500);
-* a `data:` or `file://` `ref_audio` that is unreadable, missing, silent, NaN or
-  outside 1-30 s: 400, by the same rules as `run --ref-audio` (vLLM-Omni checks
-  only the duration: it would clone from silence); a `data:` URL that is not
-  base64, or a `file://` path outside `--ref-audio-dir`: 400;
+  (400): before vLLM parses it (its parser would recurse to a 500);
 * a prompt that needs more talker positions than its context (max_model_len):
   400 with the limit (vLLM-Omni would answer 500 after the engine refused it);
-* while the supervisor drains (its drain file exists): 503 for new speech requests
-  and for `/health`, so load balancers stop sending traffic;
-* while a stage is down (the supervisor's down file exists, naming it): 503 for
-  `/health` and speech requests with that name, until the supervisor exits; a 500
-  vLLM-Omni answers in the instant before the supervisor writes that file (its
-  "no live replica") becomes the same 503.
+* `/health` answers 503 while draining or while a stage is down; a 500 vLLM-Omni
+  answers in the instant before the supervisor names a dead stage (its "no live
+  replica") becomes the same 503; past its deadline a request gets 504.
 
-It keeps `omni_cpu_speech_requests_in_flight` in vLLM's Prometheus registry, which
-`/metrics` serves and the supervisor reads while draining, and times each streamed
+It keeps `omni_cpu_speech_requests_in_flight` (and how many of those wait on their
+client) in vLLM's Prometheus registry, which `/metrics` serves and the supervisor
+reads to drain and to tell a stalled stage from a slow client, and times each streamed
 reply chunk by chunk (omni_cpu.serve.listening: first audio, safe start, gaps).
 """
 
@@ -34,258 +35,51 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-from collections.abc import Awaitable, Callable, MutableMapping
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from omni_cpu.serve.knobs import IN_FLIGHT_METRIC, REJECTED_METRIC, AdmissionLimits
+from omni_cpu.serve import idle
+from omni_cpu.serve.asgi import (
+    ASGIApp,
+    BadBody,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    error_body,
+    refuse,
+    replay,
+    send_json,
+)
+from omni_cpu.serve.body import parse_fields, read_limited_body
+from omni_cpu.serve.checks import (
+    audio_bytes_problem,
+    batch_items,
+    judge_fields,
+    judge_ref_audio,
+)
+from omni_cpu.serve.forms import form_file, is_multipart
+from omni_cpu.serve.knobs import (
+    IN_FLIGHT_METRIC,
+    ON_CLIENT_METRIC,
+    REJECTED_METRIC,
+    AdmissionLimits,
+)
 from omni_cpu.serve.listening import StreamRecorder, stream_sample_rate
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from omni_cpu.serve.long_input import long_parts, speak_in_parts
+from omni_cpu.serve.routes import Door, door
+from omni_cpu.serve.stream_guard import StreamGuard
 
 SPEECH_PATH = "/v1/audio/speech"
 HEALTH_PATH = "/health"
 
 IN_FLIGHT = Gauge(IN_FLIGHT_METRIC, "Speech requests admitted and not yet answered in full.")
+ON_CLIENT = Gauge(ON_CLIENT_METRIC, "Speech requests in flight waiting on their client.")
 REJECTED = Counter(REJECTED_METRIC, "Speech requests turned away.", ["reason"])
-
-
-def error_body(message: str, error_type: str, code: int, param: str | None = None) -> bytes:
-    """vLLM's JSON error shape, so OpenAI clients raise the matching exception."""
-    error = {"message": message, "type": error_type, "param": param, "code": code}
-    return json.dumps({"error": error}).encode()
-
-
-async def send_json(
-    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
-) -> None:
-    """Answer a request with a complete JSON response."""
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-async def read_body(receive: Receive) -> tuple[bytes, bool]:
-    """The whole request body, and whether the client went away while sending it."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return b"".join(chunks), True
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks), False
-
-
-def replay(body: bytes, receive: Receive) -> Receive:
-    """A `receive` that hands the already-read body to the app, then defers to the client."""
-    sent = False
-
-    async def receive_again() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return receive_again
-
-
-# Deeper than any speech request needs; vLLM's parser would recurse past Python's limit.
-MAX_JSON_DEPTH = 32
 # Bodies larger than this are parsed off the event loop, so /health keeps answering.
 THREAD_PARSE_BYTES = 1 << 20
-
-
-class BadBody(Exception):
-    """A request body refused before the server sees it: its status and one-line message."""
-
-    def __init__(self, status: int, message: str, param: str | None, reason: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.param = param
-        self.reason = reason  # the rejected counter's label
-
-
-def json_depth(data: Any) -> int:
-    """How deeply lists and objects nest in `data` (0 for a scalar), without recursion."""
-    deepest = 0
-    stack = [(data, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, depth)
-        if deepest > MAX_JSON_DEPTH:
-            return deepest
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def parse_fields(body: bytes) -> dict[str, Any]:
-    """The request's JSON object, {} when it is not one (vLLM answers malformed JSON itself).
-
-    Raises BadBody for JSON nested too deeply to parse safely.
-    """
-    too_deep = BadBody(
-        400,
-        f"request body nests deeper than {MAX_JSON_DEPTH} levels; send a flat JSON object",
-        None,
-        "too_deep",
-    )
-    try:
-        data = json.loads(body)
-    except RecursionError:
-        raise too_deep from None
-    except (ValueError, UnicodeDecodeError):
-        return {}
-    if json_depth(data) > MAX_JSON_DEPTH:
-        raise too_deep
-    return data if isinstance(data, dict) else {}
-
-
-def input_length(fields: dict[str, Any]) -> int | None:
-    """Characters in the request's `input`, or None when the body is not what we can judge."""
-    text = fields.get("input")
-    return len(text) if isinstance(text, str) else None
-
-
-def _ref_items(fields: dict[str, Any]) -> list[Any]:
-    ref = fields.get("ref_audio")
-    return ref if isinstance(ref, list) else [ref]
-
-
-def ref_audio_is_url(fields: dict[str, Any]) -> bool:
-    """True when the request asks the server to fetch its reference audio over http(s)."""
-    return any(
-        isinstance(item, str) and item.strip().lower().startswith(("http://", "https://"))
-        for item in _ref_items(fields)
-    )
-
-
-def _data_url_problem(item: str) -> str | None:
-    import base64
-    import binascii
-
-    from omni_cpu.errors import InputError
-    from omni_cpu.speech.ref_audio import decode_reference_audio
-
-    header, comma, payload = item.partition(",")
-    if not comma or not header.lower().endswith(";base64"):
-        return "ref_audio data: URLs must be base64 (send data:audio/wav;base64,<the file's bytes>)"
-    try:
-        data = base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        return "ref_audio is not valid base64 (send data:audio/wav;base64,<the file's bytes>)"
-    try:
-        decode_reference_audio("in ref_audio", data)
-    except InputError as error:
-        return error.one_line()
-    return None
-
-
-def _file_url_problem(item: str, ref_audio_dir: str) -> str | None:
-    from urllib.parse import unquote, urlsplit
-
-    from omni_cpu.errors import InputError
-    from omni_cpu.speech.ref_audio import read_reference_audio
-
-    if not ref_audio_dir:
-        return (
-            "this server reads no file:// ref_audio; send the audio as base64 "
-            "(data:audio/wav;base64,...), or start omni-cpu serve with --ref-audio-dir"
-        )
-    parts = urlsplit(item.strip())
-    if parts.netloc not in ("", "localhost"):
-        return f"ref_audio {item!r} names another host; file:// paths are read on this server"
-    base = os.path.realpath(ref_audio_dir)
-    path = os.path.realpath(unquote(parts.path))
-    if os.path.commonpath([base, path]) != base:
-        return f"ref_audio {item!r} is outside this server's --ref-audio-dir"
-    if not os.path.isfile(path):
-        return f"ref_audio {item!r} does not exist under this server's --ref-audio-dir"
-    try:
-        read_reference_audio(Path(path), source=item)
-    except InputError as error:
-        return error.one_line()
-    return None
-
-
-def ref_audio_problem(fields: dict[str, Any], ref_audio_dir: str = "") -> str | None:
-    """Why a request's `data:` or `file://` reference audio cannot be cloned from, or None.
-
-    URLs (http/https) are judged elsewhere; anything else is vLLM-Omni's to refuse.
-    """
-    for item in _ref_items(fields):
-        if not isinstance(item, str):
-            continue
-        scheme = item.strip()[:7].lower()
-        if scheme.startswith("data:"):
-            problem = _data_url_problem(item)
-        elif scheme == "file://":
-            problem = _file_url_problem(item, ref_audio_dir)
-        else:
-            continue
-        if problem is not None:
-            return problem
-    return None
-
-
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", []):
-        if name.lower() == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
-
-
-async def read_limited_body(scope: Scope, receive: Receive, limit: int) -> tuple[bytes, bool]:
-    """Like read_body, but raises BadBody(413) past `limit` bytes (0 = no limit)."""
-    too_big = BadBody(
-        413,
-        f"request body is over this server's {limit} byte limit (send a shorter clip)",
-        None,
-        "too_large",
-    )
-    declared = _content_length(scope)
-    if limit and declared is not None and declared > limit:
-        raise too_big
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return b"".join(chunks), True
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if limit and size > limit:
-            raise too_big
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks), False
 
 
 class SpeechAdmission:
@@ -301,6 +95,38 @@ class SpeechAdmission:
 
             accept_frame_limit()
         self._builder: Any = None  # omni_cpu.speech.prompts.PromptBuilder, made on first use
+        self.on_client = 0
+        idle.install(self.limits.body_timeout_s)
+
+    def admit_or_raise(self, places: int) -> None:
+        """Take `places` in flight, or raise BadBody(429/503); no await between check and take."""
+        limits = self.limits
+        if self.draining():
+            raise BadBody(
+                503, "server is shutting down; retry on another replica", None, "draining"
+            )
+        if limits.max_in_flight and self.in_flight + places > limits.max_in_flight:
+            raise BadBody(
+                429,
+                f"server is at capacity ({limits.max_in_flight} speech requests in flight); "
+                "retry later",
+                None,
+                "overloaded",
+            )
+        self.in_flight += places
+        IN_FLIGHT.inc(places)
+
+    def release(self, places: int) -> None:
+        self.in_flight -= places
+        IN_FLIGHT.dec(places)
+
+    def client_waits(self, change: int) -> None:
+        """One more (+1) or one fewer (-1) request in flight waiting on its client."""
+        self.on_client += change
+        ON_CLIENT.inc(change)
+
+    def count_rejected(self, reason: str) -> None:
+        REJECTED.labels(reason).inc()
 
     def draining(self) -> bool:
         return bool(self.limits.drain_file) and os.path.exists(self.limits.drain_file)
@@ -342,96 +168,212 @@ class SpeechAdmission:
         return over_context(self._builder.prompt_length(info), limits.talker_max_model_len)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        down = self.stage_down() if path in (HEALTH_PATH, SPEECH_PATH) else None
+        method = "WEBSOCKET" if kind == "websocket" else str(scope.get("method", ""))
+        found = door(method, path)
+        if found is None or found is Door.NOT_SERVED:
+            await self._not_served(kind, method, path, send)
+            return
+        if kind == "websocket":  # the one WebSocket door: Door.STREAM
+            await StreamGuard(self, scope, receive, send).run()
+            return
+        if found is Door.FREE:
+            await self._free(scope, receive, send, path)
+            return
+        down = self.stage_down()
         if down is not None:
-            body = error_body(down, "ServiceUnavailableError", 503)
-            await send_json(send, 503, body, [(b"retry-after", b"5")])
+            await send_json(
+                send,
+                503,
+                error_body(down, "ServiceUnavailableError", 503),
+                [(b"retry-after", b"5")],
+            )
             return
-        if path == HEALTH_PATH and self.draining():
-            body = error_body("server is draining", "ServiceUnavailableError", 503)
-            await send_json(send, 503, body, [])
-            return
-        if scope.get("method") != "POST":
-            await self.app(scope, receive, send)
-            return
-        if path != SPEECH_PATH:
-            await self._other_post(scope, receive, send)
-            return
-        await self._speech(scope, receive, send)
-
-    async def _read(self, scope: Scope, receive: Receive) -> tuple[bytes, dict[str, Any], bool]:
-        """The body, its JSON fields and whether the client left; BadBody when refused."""
-        body, gone = await read_limited_body(scope, receive, self.limits.max_body_bytes)
-        if gone:
-            return body, {}, True
-        if len(body) > THREAD_PARSE_BYTES:
-            return body, await asyncio.to_thread(parse_fields, body), False
-        return body, parse_fields(body), False
-
-    async def _other_post(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Other endpoints: only the body's size and depth are judged here."""
-        try:
-            body, _, gone = await self._read(scope, receive)
-        except BadBody as bad:
-            REJECTED.labels(bad.reason).inc()
-            await _refuse(send, bad)
-            return
-        if not gone:
-            await self.app(scope, replay(body, receive), send)
-
-    async def _speech(self, scope: Scope, receive: Receive, send: Send) -> None:
-        limits = self.limits
         if self.draining():
-            REJECTED.labels("draining").inc()
+            self.count_rejected("draining")
             body = error_body(
                 "server is shutting down; retry on another replica", "ServiceUnavailableError", 503
             )
             await send_json(send, 503, body, [(b"retry-after", b"1")])
             return
-        if limits.max_in_flight and self.in_flight >= limits.max_in_flight:
-            REJECTED.labels("overloaded").inc()
-            body = error_body(
-                f"server is at capacity ({limits.max_in_flight} speech requests in flight); "
-                "retry later",
-                "RateLimitError",
-                429,
-            )
-            await send_json(send, 429, body, [(b"retry-after", b"1")])
+        try:
+            body, fields, gone = await self._read(scope, receive)
+        except BadBody as bad:
+            self.count_rejected(bad.reason)
+            await refuse(send, bad)
             return
-        # Count before reading the body: a request is admitted from the moment it is let in,
-        # and no await separates the check from the increment.
-        self.in_flight += 1
-        IN_FLIGHT.inc()
+        if gone:
+            return
+        handlers = {Door.SPEECH: self._speech, Door.BATCH: self._batch}
+        if found is Door.VOICE_UPLOAD:
+            await self._voice(scope, replay(body, receive), send, body)
+            return
+        await handlers[found](scope, replay(body, receive), send, fields)
+
+    async def _not_served(self, kind: str, method: str, path: str, send: Send) -> None:
+        self.count_rejected("not_served")
+        message = (
+            f"{method} {path} is not served by omni-cpu serve (speech only: "
+            "POST /v1/audio/speech, /v1/audio/speech/batch, /v1/audio/voices, "
+            "WebSocket /v1/audio/speech/stream)"
+        )
+        if kind == "websocket":
+            await send({"type": "websocket.close", "code": 1008, "reason": ""})
+            return
+        await send_json(send, 404, error_body(message, "NotFoundError", 404), [])
+
+    async def _free(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        """Routes with no engine work: /health reports drain and a down stage."""
+        if path == HEALTH_PATH:
+            down = self.stage_down()
+            if down is not None:
+                body = error_body(down, "ServiceUnavailableError", 503)
+                await send_json(send, 503, body, [(b"retry-after", b"5")])
+                return
+            if self.draining():
+                body = error_body("server is draining", "ServiceUnavailableError", 503)
+                await send_json(send, 503, body, [])
+                return
+        if scope.get("method") in ("GET", "HEAD"):
+            await self.app(scope, receive, send)
+            return
+        try:  # a body nobody bounds otherwise (POST /ping, DELETE a voice)
+            body, _, gone = await self._read(scope, receive)
+        except BadBody as bad:
+            self.count_rejected(bad.reason)
+            await refuse(send, bad)
+            return
+        if not gone:
+            await self.app(scope, replay(body, receive), send)
+
+    async def _read(self, scope: Scope, receive: Receive) -> tuple[bytes, dict[str, Any], bool]:
+        """The body, its JSON fields and whether the client left; BadBody when refused."""
+        limits = self.limits
+        body, gone = await read_limited_body(
+            scope, receive, limits.max_body_bytes, limits.body_timeout_s
+        )
+        if gone:
+            return body, {}, True
+        if is_multipart(scope):
+            return body, {}, False
+        if len(body) > THREAD_PARSE_BYTES:
+            return body, await asyncio.to_thread(parse_fields, body), False
+        return body, parse_fields(body), False
+
+    async def _admitted(
+        self,
+        send: Send,
+        places: int,
+        judge: Any,
+        answer: Any,
+    ) -> None:
+        """Take `places`, run `judge` (decoding: off the loop), then `answer`; refusals as JSON."""
+        try:
+            self.admit_or_raise(places)
+        except BadBody as bad:
+            self.count_rejected(bad.reason)
+            retry = [(b"retry-after", b"1")]
+            error_type = "RateLimitError" if bad.status == 429 else "ServiceUnavailableError"
+            await send_json(send, bad.status, error_body(str(bad), error_type, bad.status), retry)
+            return
         try:
             try:
-                body, fields, gone = await self._read(scope, receive)
-                if gone:
-                    return
-                self._judge(fields)
-                # Decoding up to 30 s of audio stays off the event loop.
-                bad_ref = None
-                if "ref_audio" in fields:
-                    bad_ref = await asyncio.to_thread(
-                        ref_audio_problem, fields, limits.ref_audio_dir
-                    )
-                if bad_ref is not None:
-                    raise BadBody(400, bad_ref, "ref_audio", "ref_audio")
-                self._judge_length(fields)
-                timeout_s = self._timeout_s(fields)
+                await asyncio.to_thread(judge)
             except BadBody as bad:
-                REJECTED.labels(bad.reason).inc()
-                await _refuse(send, bad)
+                self.count_rejected(bad.reason)
+                await refuse(send, bad)
                 return
-            if fields.get("stream") is True:  # what a listener hears, on /metrics
-                send = StreamRecorder(stream_sample_rate(fields)).wrap(send)
-            await self._answer(scope, replay(body, receive), send, timeout_s)
+            await answer()
         finally:
-            self.in_flight -= 1
-            IN_FLIGHT.dec()
+            self.release(places)
+
+    async def _speech(
+        self, scope: Scope, receive: Receive, send: Send, fields: dict[str, Any]
+    ) -> None:
+        limits = self.limits
+        try:
+            parts = await long_parts(fields, limits)
+            judged = fields if parts is None else {**fields, "input": parts[0]}
+            judge_fields(judged, limits)
+            for part in parts or [fields.get("input")]:
+                self._judge_context({**fields, "input": part})
+            timeout_s = self._timeout_s(fields)
+        except BadBody as bad:
+            self.count_rejected(bad.reason)
+            await refuse(send, bad)
+            return
+
+        async def answer() -> None:
+            if parts is None:
+                # A streamed reply is timed as a listener hears it, for /metrics.
+                timed = (
+                    StreamRecorder(stream_sample_rate(fields)).wrap(send)
+                    if fields.get("stream") is True
+                    else send
+                )
+                await self._answer(scope, receive, timed, timeout_s)
+            else:
+                await speak_in_parts(self._answer, scope, receive, send, fields, parts, timeout_s)
+
+        await self._admitted(send, 1, lambda: judge_ref_audio(fields, limits), answer)
+
+    async def _batch(
+        self, scope: Scope, receive: Receive, send: Send, fields: dict[str, Any]
+    ) -> None:
+        """Each item judged as the speech request it becomes; one place per item."""
+        limits = self.limits
+        items = batch_items(fields)
+        try:
+            for index, item in enumerate(items):
+                judge_fields(item, limits, f"items[{index}].")
+                self._judge_context(item)
+            if limits.max_in_flight and len(items) > limits.max_in_flight:
+                raise BadBody(
+                    400,
+                    f"batch of {len(items)} items; this server runs at most "
+                    f"{limits.max_in_flight} speech requests at once (send smaller batches)",
+                    "items",
+                    "batch_too_big",
+                )
+            timeout_s = self._timeout_s(fields)
+        except BadBody as bad:
+            self.count_rejected(bad.reason)
+            await refuse(send, bad)
+            return
+
+        def judge() -> None:
+            seen: set[str] = set()
+            for index, item in enumerate(items):
+                key = str(item.get("ref_audio"))
+                if key not in seen:  # a shared reference is decoded once
+                    seen.add(key)
+                    judge_ref_audio(item, limits, f"items[{index}].")
+
+        await self._admitted(
+            send, max(1, len(items)), judge, lambda: self._answer(scope, receive, send, timeout_s)
+        )
+
+    async def _voice(self, scope: Scope, receive: Receive, send: Send, body: bytes) -> None:
+        """An uploaded voice's audio passes the reference-audio checks before it is stored."""
+        try:
+            audio = await form_file(scope, body, "audio_sample")
+        except BadBody as bad:
+            self.count_rejected(bad.reason)
+            await refuse(send, bad)
+            return
+
+        def judge() -> None:
+            if audio is None:
+                return  # an embedding, or nothing: vLLM-Omni answers
+            problem = audio_bytes_problem("in audio_sample", audio)
+            if problem is not None:
+                raise BadBody(400, problem, "audio_sample", "ref_audio")
+
+        await self._admitted(send, 1, judge, lambda: self._answer(scope, receive, send, 0.0))
 
     def _timeout_s(self, fields: dict[str, Any]) -> float:
         """The request's deadline in seconds: the server's, or its own `timeout` if sooner."""
@@ -456,7 +398,12 @@ class SpeechAdmission:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-            await send(message)
+            # A client that reads slowly holds its request here, not the engine.
+            self.client_waits(+1)
+            try:
+                await send(message)
+            finally:
+                self.client_waits(-1)
 
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s if timeout_s else None
@@ -500,29 +447,8 @@ class SpeechAdmission:
 
     watch_s = 0.25  # how often a request in flight looks for a down stage or its deadline
 
-    def _judge(self, fields: dict[str, Any]) -> None:
-        """Refuse, by raising BadBody, what needs no audio decoding to judge."""
-        if not self.limits.allow_ref_audio_urls and ref_audio_is_url(fields):
-            raise BadBody(
-                400,
-                "this server does not fetch ref_audio URLs; send the audio as base64 "
-                "(data:audio/wav;base64,...) or a file:// path under its --ref-audio-dir, "
-                "or start omni-cpu serve with --allow-ref-audio-urls",
-                "ref_audio",
-                "ref_audio_url",
-            )
-
-    def _judge_length(self, fields: dict[str, Any]) -> None:
-        limits = self.limits
-        length = input_length(fields) if limits.max_input_chars else None
-        if length is not None and length > limits.max_input_chars:
-            raise BadBody(
-                400,
-                f"input is {length} characters; this server accepts at most "
-                f"{limits.max_input_chars} (split the text into several requests)",
-                "input",
-                "input_too_long",
-            )
+    def _judge_context(self, fields: dict[str, Any]) -> None:
+        """Refuse (BadBody) a prompt over the talker's context, when it can be measured."""
         try:
             too_long = self.over_context(fields)
         except Exception:  # no tokenizer here: the engine still refuses it
@@ -583,8 +509,3 @@ class SpeechAdmission:
         return None
 
     down_wait_s = 1.5  # the supervisor looks every 0.25 s
-
-
-async def _refuse(send: Send, bad: BadBody) -> None:
-    error_type = "BadRequestError" if bad.status == 400 else "RequestEntityTooLargeError"
-    await send_json(send, bad.status, error_body(str(bad), error_type, bad.status, bad.param), [])

@@ -23,6 +23,9 @@ MIDDLEWARE_PATH = "omni_cpu.serve.admission.SpeechAdmission"
 # The Prometheus gauge the middleware keeps; the supervisor reads it from /metrics to drain.
 IN_FLIGHT_METRIC = "omni_cpu_speech_requests_in_flight"
 REJECTED_METRIC = "omni_cpu_speech_requests_rejected"
+# Of those in flight, how many are waiting on their client (it reads slowly, or has not
+# sent a WebSocket utterance's next text): engine work is not held up by them.
+ON_CLIENT_METRIC = "omni_cpu_speech_requests_waiting_on_client"
 
 
 def knob(field: str) -> envs.Knob:
@@ -49,6 +52,8 @@ class AdmissionLimits:
     max_body_bytes: int = _default("max_body_bytes")
     ref_audio_dir: str = _default("ref_audio_dir")
     request_timeout_s: float = _default("request_timeout_s")
+    body_timeout_s: float = _default("body_timeout_s")
+    max_long_input_chars: int = _default("max_long_input_chars")
 
     def to_env(self) -> dict[str, str]:
         """The variables that hand these limits to the API server."""

@@ -16,16 +16,14 @@ registry, which `/metrics` serves:
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import Counter, Histogram
 
+from omni_cpu.serve.asgi import Message, Send
 from omni_cpu.speech.codec import SAMPLE_RATE
 from omni_cpu.speech.playback import PLAY_BUFFER_MS, StreamTrace
-
-Message = MutableMapping[str, Any]
-Send = Callable[[Message], Awaitable[None]]
 
 WAV_HEADER_BYTES = 44  # vLLM-Omni's streamed WAV: one RIFF header, then 16-bit PCM
 SAMPLE_BYTES = 2  # 16-bit mono

@@ -54,6 +54,8 @@ class ServePlan:
     stop_timeout_s: float
     notes: tuple[str, ...] = field(default_factory=tuple)
     stall_s: float = 0.0  # work held this long with no stage progress: hung (0 = never)
+    voices_dir: str = ""  # serve --voices: its audio files are uploaded once ready
+    progress_dir: str = ""  # where each stage counts its work steps (the stall watch reads it)
 
     def shell(self) -> str:
         """The plan as one shell command line (what `--dry-run` prints), one option a line."""
@@ -82,6 +84,14 @@ class ServePlan:
 
 
 WORKDIR_PREFIX = "omni-cpu-serve-"
+# A long non-streamed input is split into sentences: at most this many parts by default.
+LONG_INPUT_PARTS = 4
+DEFAULT_MAX_VOICES = 32  # uploaded voices a server keeps (vLLM-Omni's SPEAKER_MAX_UPLOADED)
+
+
+def _quiet_tracker(user_filters: str) -> str:
+    """The user's warning filters, and the resource tracker's warnings off."""
+    return ",".join(part for part in (user_filters, logs.TRACKER_QUIET) if part)
 
 
 def default_workdir(port: int, pid: int | None = None) -> Path:
@@ -129,11 +139,15 @@ def build_serve_plan(
     max_waiting: int | None = None,
     max_in_flight: int | None = None,
     max_input_chars: int | None = None,
+    max_long_input_chars: int | None = None,
     max_frames: int | None = None,
     served_model_name: str | None = None,
     drain_timeout_s: float = 30.0,
     stop_timeout_s: float = 15.0,
     request_timeout_s: float = 0.0,
+    body_timeout_s: float | None = None,
+    voices_dir: Path | None = None,
+    max_voices: int = DEFAULT_MAX_VOICES,
     stall_s: float | None = None,
     python: str = sys.executable,
     ref_audio_dir: Path | None = None,
@@ -183,7 +197,18 @@ def build_serve_plan(
         tokenizer=model,
         ref_audio_dir=str(ref_audio_dir.resolve()) if ref_audio_dir is not None else "",
         request_timeout_s=request_timeout_s,
+        max_long_input_chars=max(
+            0, LONG_INPUT_PARTS * chars if max_long_input_chars is None else max_long_input_chars
+        ),
+        body_timeout_s=(
+            AdmissionLimits().body_timeout_s if body_timeout_s is None else body_timeout_s
+        ),
     )
+    if limits.max_long_input_chars > limits.max_input_chars > 0:
+        notes.append(
+            f"input over {limits.max_input_chars} characters, up to "
+            f"{limits.max_long_input_chars}, is spoken in sentences (one answer); longer: 400"
+        )
     if request_timeout_s < 0:
         raise InputError(f"--request-timeout {request_timeout_s:g}", "give 0 (none) or more")
     if request_timeout_s:
@@ -199,8 +224,23 @@ def build_serve_plan(
         )
     notes.append(f"at most {limits.max_in_flight} speech requests at once ({why}); more get 429")
 
+    voices = voices_dir.resolve() if voices_dir is not None else folder / "voices"
+    if voices_dir is not None and voices_dir.exists() and not voices_dir.is_dir():
+        raise InputError(f"--voices {voices_dir} is not a directory", "name a folder for voices")
+    notes.append(
+        f"uploaded voices (at most {max_voices}) are kept in {voices}"
+        + ("" if voices_dir is not None else ", removed at exit (--voices DIR keeps them)")
+    )
     env = {
         **DRIVER_ENV,
+        # vLLM-Omni's own: where it stores uploaded voices and restores them from (its
+        # default is a hidden folder in the user's home), and how many it keeps.
+        "SPEAKER_SAMPLES_DIR": str(voices),
+        "SPEAKER_MAX_UPLOADED": str(max_voices),
+        # The resource tracker's lines at exit (logs.TRACKER_QUIET), thousands after a long run.
+        "PYTHONWARNINGS": _quiet_tracker(os.environ.get("PYTHONWARNINGS", "")),
+        # Each stage counts its work steps here; the stall watch reads them.
+        envs.STAGE_PROGRESS_DIR.name: str(folder / "progress"),
         # Every node the replica's stages may take memory from (a grouped replica's nodes).
         "CPU_VISIBLE_MEMORY_NODES": ",".join(
             str(node)
@@ -267,4 +307,6 @@ def build_serve_plan(
         stop_timeout_s=stop_timeout_s,
         notes=tuple(notes),
         stall_s=stall,
+        voices_dir=str(voices) if voices_dir is not None else "",
+        progress_dir=str(folder / "progress"),
     )

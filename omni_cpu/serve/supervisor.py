@@ -45,7 +45,8 @@ from omni_cpu.process import proctree
 from omni_cpu.process.guard import StageGuard
 from omni_cpu.process.stage_processes import stage_binds
 from omni_cpu.process.watch import StageWatch
-from omni_cpu.serve.knobs import IN_FLIGHT_METRIC
+from omni_cpu.serve import voices
+from omni_cpu.serve.knobs import IN_FLIGHT_METRIC, ON_CLIENT_METRIC
 from omni_cpu.serve.serve_plan import WORKDIR_PREFIX, ServePlan
 
 POLL_S = 0.25
@@ -77,17 +78,34 @@ def http_status(url: str, timeout_s: float = 2.0) -> int | None:
         return None
 
 
-def in_flight(host: str, port: int, timeout_s: float = 2.0) -> int | None:
-    """Speech requests in flight per the middleware's gauge, or None when /metrics is silent."""
+def admission_gauges(host: str, port: int, timeout_s: float = 2.0) -> dict[str, float] | None:
+    """The middleware's gauges on /metrics (name -> value), or None when it is silent."""
     try:
         with urllib.request.urlopen(local_url(host, port, "/metrics"), timeout=timeout_s) as reply:
             text = reply.read().decode(errors="replace")
     except (OSError, ValueError):
         return None
+    values: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith(IN_FLIGHT_METRIC + " "):
-            return int(float(line.split()[1]))
-    return None
+        name, _, value = line.partition(" ")
+        if name in (IN_FLIGHT_METRIC, ON_CLIENT_METRIC):
+            with contextlib.suppress(ValueError):
+                values[name] = float(value.split()[0])
+    return values if IN_FLIGHT_METRIC in values else None
+
+
+def in_flight(host: str, port: int, timeout_s: float = 2.0) -> int | None:
+    """Requests in flight per the middleware's gauge, or None when /metrics is silent."""
+    values = admission_gauges(host, port, timeout_s)
+    return None if values is None else int(values[IN_FLIGHT_METRIC])
+
+
+def engine_busy(host: str, port: int) -> bool:
+    """True when requests in flight wait on the stages (not only on their clients)."""
+    values = admission_gauges(host, port)
+    if values is None:
+        return False
+    return values[IN_FLIGHT_METRIC] - values.get(ON_CLIENT_METRIC, 0.0) > 0
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -241,7 +259,12 @@ class Supervisor:
         assert self.child is not None
         ready = False
         last_probe = 0.0
-        watch = StageWatch(self.child.pid, stage_binds(self.plan.deploy_config), self.plan.stall_s)
+        watch = StageWatch(
+            self.child.pid,
+            stage_binds(self.plan.deploy_config),
+            self.plan.stall_s,
+            self.plan.progress_dir,
+        )
         last_census = 0.0
         last_look = 0.0
         while self.stop_requests == 0:
@@ -260,8 +283,8 @@ class Supervisor:
                 self._stage_down(deaths)
             if ready and self.plan.stall_s and now - last_look >= 1.0:
                 last_look = now
-                held = in_flight(self.plan.host, self.plan.port)
-                stalled = watch.stalled(busy=bool(held))
+                busy = engine_busy(self.plan.host, self.plan.port)
+                stalled = watch.stalled(busy=busy)
                 if stalled is not None:
                     self._stage_down(stalled)
             if not ready and now - last_probe >= 2.0:
@@ -275,6 +298,7 @@ class Supervisor:
                         pinned = pin_frontend(self.child.pid, self.plan.frontend_cpus)
                         cpus = format_cpu_list(self.plan.frontend_cpus)
                         self.say(f"API server {pinned} pinned to CPUs {cpus}")
+                    self._preload_voices()
                     self.say("ready")
             time.sleep(POLL_S)
         if ready:
@@ -282,6 +306,14 @@ class Supervisor:
         else:
             self.say("stopped while starting; stopping the stage processes")
         return 0
+
+    def _preload_voices(self) -> None:
+        """serve --voices: upload the folder's voices through the server's own checks."""
+        if not self.plan.voices_dir:
+            return
+        base = local_url(self.plan.host, self.plan.port, "")
+        for name, refused in voices.preload(base, Path(self.plan.voices_dir)):
+            self.say(f"voice {name}: " + ("loaded" if refused is None else f"refused: {refused}"))
 
     def _stage_down(self, what: str) -> None:
         """Say which stage died or hung, let /health report it briefly, then fail (exit 4)."""

@@ -5,6 +5,12 @@ mono and resampled to 24 kHz (the rate of the speech tokenizer's encoder and the
 speaker encoder), then checked the way vLLM-Omni's server checks a clip (1-30 s),
 plus silence: a silent clip gives the speaker encoder nothing to hear. Each problem
 is one `InputError` line, raised before any engine starts.
+
+Decoded within bounds (a server decodes what strangers send): the header's length,
+channel count and rate are checked before any sample is decoded, and decoding stops
+one frame past the limit, so a small file that declares (or holds) hours of
+8-channel audio costs nothing. At most MAX_SECONDS of MAX_CHANNELS at MAX_RATE are
+ever decoded: about 23 MB of float32 samples, 60 MB with the resampling's FFT.
 """
 
 from __future__ import annotations
@@ -24,6 +30,11 @@ MIN_SECONDS = 1.0
 MAX_SECONDS = 30.0
 # Peak below this (about -60 dBFS) is silence for the speaker encoder's mel frontend.
 SILENCE_PEAK = 1e-3
+# What a clip's header may declare: a voice needs neither surround nor ultrasound.
+MAX_CHANNELS = 2
+MAX_RATE = 96_000
+# Decoded at most: the longest clip vLLM-Omni takes, and a little slack for rounding.
+DECODE_SECONDS = MAX_SECONDS + 0.5
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,18 +103,46 @@ def from_samples(source: str, samples: np.ndarray, rate: int) -> ReferenceAudio:
     return check_reference(audio)
 
 
+def _cannot_read(source: str, reason: str) -> InputError:
+    return InputError(
+        f"cannot read reference audio {source}: {reason}",
+        "give a WAV, FLAC or OGG file that soundfile can open",
+    )
+
+
 def _decode(source: str, file: str | BinaryIO) -> ReferenceAudio:
-    """Decode a path or an open file with soundfile (any format libsndfile reads), checked."""
+    """Decode a path or an open file with soundfile (any format libsndfile reads), checked,
+    never decoding more than DECODE_SECONDS of at most MAX_CHANNELS at MAX_RATE."""
     import soundfile
 
     try:
-        data, rate = soundfile.read(file, dtype="float32", always_2d=True)
-    except (soundfile.LibsndfileError, RuntimeError, OSError) as error:
+        with soundfile.SoundFile(file) as sound:
+            rate, channels, declared = int(sound.samplerate), int(sound.channels), sound.frames
+            if channels > MAX_CHANNELS:
+                raise InputError(
+                    f"reference audio {source} has {channels} channels",
+                    f"mix it down to mono (at most {MAX_CHANNELS} channels are read)",
+                )
+            if not 0 < rate <= MAX_RATE:
+                raise InputError(
+                    f"reference audio {source} is sampled at {rate} Hz",
+                    f"resample it to at most {MAX_RATE} Hz (24 kHz is what the model hears)",
+                )
+            limit = int(DECODE_SECONDS * rate)
+            if 0 < declared < (1 << 62) and declared > limit:
+                raise InputError(
+                    f"reference audio {source} is too long ({declared / rate:.1f} s declared)",
+                    f"cut it to at most {MAX_SECONDS:.0f} s (3-10 s clones best)",
+                )
+            data = sound.read(frames=limit + 1, dtype="float32", always_2d=True)
+    except (soundfile.LibsndfileError, RuntimeError, OSError, ValueError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise _cannot_read(source, reason) from None
+    if len(data) > limit:  # a header that said less than the file holds
         raise InputError(
-            f"cannot read reference audio {source}: {reason}",
-            "give a WAV, FLAC or OGG file that soundfile can open",
-        ) from None
+            f"reference audio {source} is too long (over {MAX_SECONDS:.0f} s)",
+            f"cut it to at most {MAX_SECONDS:.0f} s (3-10 s clones best)",
+        )
     return from_samples(source, data, rate)
 
 

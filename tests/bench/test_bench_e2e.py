@@ -48,7 +48,13 @@ def plot_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def bench(tiny_checkpoint: Path, plot_path: Path) -> dict:
+def bench_temp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bench's temp directory (TMPDIR): what it leaves there is checked."""
+    return tmp_path_factory.mktemp("bench-temp")
+
+
+@pytest.fixture(scope="module")
+def bench(tiny_checkpoint: Path, plot_path: Path, bench_temp: Path) -> dict:
     run = run_omni_cpu(
         "bench",
         "--model",
@@ -62,6 +68,7 @@ def bench(tiny_checkpoint: Path, plot_path: Path) -> dict:
         "--plot",
         str(plot_path),
         "--json",
+        env={"TMPDIR": str(bench_temp)},
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return run.json()
@@ -215,3 +222,7 @@ def _table(data: dict) -> str:
     console = Console(record=True, width=200)
     print_bench(console, data)
     return console.export_text()
+
+
+def test_bench_removes_its_step_log_folder(bench: dict, bench_temp: Path) -> None:
+    assert list(bench_temp.glob("omni-cpu-steps-*")) == []

@@ -86,3 +86,60 @@ def test_runs_alarm_interrupts_the_generating_main_thread_on_a_stall(spinning: i
             alarm.look()
             time.sleep(0.1)
     assert alarm.stalled is not None and "stage 0 (talker)" in alarm.stalled
+
+
+def _counting_stage(folder: str, steps: bool) -> subprocess.Popen[bytes]:
+    """A process that counts work steps in `folder` (the stages' own counter) while it
+    spins: one step every 50 ms, or none at all (alive, burning CPU, stuck)."""
+    loop = "c.step(); time.sleep(0.05)" if steps else "pass"
+    code = (
+        "import time; from pathlib import Path; from omni_cpu.process.progress import "
+        f"StepCounter; c = StepCounter(Path({folder!r}), 'talker')\nwhile True: {loop}"
+    )
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def _watch_steps(folder: str, child: subprocess.Popen[bytes], seconds: float) -> str | None:
+    from pathlib import Path
+
+    from omni_cpu.process.progress import read_steps
+
+    deadline = time.monotonic() + 10
+    while child.pid not in read_steps(Path(folder)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    talker = StageProcess(child.pid, "engine core", 0, "talker")
+    watch = ProgressWatch(stall_s=0.8, steps=lambda: read_steps(Path(folder)))
+    return _looks(watch, talker, seconds, busy=True)
+
+
+def test_a_stage_that_burns_cpu_but_makes_no_steps_while_holding_work_is_a_stall(tmp_path):
+    with _counting_stage(str(tmp_path), steps=False) as child:
+        try:
+            stalled = _watch_steps(str(tmp_path), child, 4.0)
+        finally:
+            child.kill()
+    assert stalled is not None and f"stage 0 (talker) engine core pid {child.pid}" in stalled
+    assert "(stopped)" not in stalled
+
+
+def test_a_stage_that_makes_steps_is_not_a_stall(tmp_path):
+    with _counting_stage(str(tmp_path), steps=True) as child:
+        try:
+            assert _watch_steps(str(tmp_path), child, 2.0) is None
+        finally:
+            child.kill()
+
+
+def test_a_run_progress_folder_left_by_a_killed_run_goes_with_the_next_run(tmp_path):
+    from omni_cpu.process.progress import RUN_PREFIX, run_progress_dir
+
+    with subprocess.Popen([sys.executable, "-c", "pass"]) as gone:
+        gone.wait()
+    stale = tmp_path / f"{RUN_PREFIX}{gone.pid}"
+    stale.mkdir()
+    (stale / "talker-1.steps").write_bytes(b"\0" * 8)
+    alive = tmp_path / f"{RUN_PREFIX}1"  # pid 1 runs: not ours to judge
+    alive.mkdir()
+    mine = run_progress_dir(tmp_path)
+    assert mine == tmp_path / f"{RUN_PREFIX}{os.getpid()}" and mine.is_dir()
+    assert not stale.exists() and alive.exists()

@@ -256,3 +256,35 @@ def test_a_ramp_that_is_not_two_or_more_positive_counts_is_refused(ramp: str):
     broken = "\n".join([*lines[:start], f"{indent}codec_chunk_ramp: {ramp}", *lines[end:]])
     with pytest.raises(ProfileError, match="codec_chunk_ramp"):
         parse_profile(broken)
+
+
+def test_a_fifo_nobody_writes_to_is_refused_not_a_hang(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from omni_cpu.profile import yaml_io
+
+    monkeypatch.setattr(yaml_io, "PIPE_WAIT_S", 0.5)
+    fifo = tmp_path / "deploy.yaml"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(ProfileError, match="pipe nobody wrote") as caught:
+        yaml_io.load_profile(fifo)
+    assert time.monotonic() - started < 5
+    assert "give the profile as a file" in caught.value.one_line()
+
+
+def test_a_profile_written_into_a_fifo_is_read(tmp_path):
+    import os
+    import threading
+
+    from omni_cpu.profile import yaml_io
+
+    fifo = tmp_path / "deploy.yaml"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(TEXT))
+    writer.start()
+    try:
+        assert yaml_io.load_profile(fifo) == PROFILE
+    finally:
+        writer.join(10)

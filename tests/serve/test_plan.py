@@ -224,3 +224,57 @@ def test_a_replica_predicted_to_carry_no_gap_free_stream_admits_its_batch_and_qu
 def test_max_in_flight_below_one_is_refused():
     with pytest.raises(InputError, match="--max-in-flight"):
         build_serve_plan("m", load_profile(EIGHT_NODES), max_in_flight=0)
+
+
+LEAKS_SHARED_MEMORY = """
+import os
+from multiprocessing import shared_memory
+segments = [shared_memory.SharedMemory(create=True, size=4096) for _ in range(20)]
+for segment in segments:  # gone behind the tracker's back, as the stage guard sweeps them
+    os.remove("/dev/shm/" + segment.name.lstrip("/"))
+os._exit(0)
+"""
+
+
+def _tracker_lines(env: dict[str, str]) -> list[str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", LEAKS_SHARED_MEMORY],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return [line for line in done.stderr.splitlines() if "resource_tracker" in line]
+
+
+def test_the_server_stops_without_the_resource_trackers_lines():
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES))
+    bare = {key: value for key, value in os.environ.items() if key != "PYTHONWARNINGS"}
+    assert _tracker_lines(bare)  # what a long-running server printed by the thousand
+    assert _tracker_lines({**bare, "PYTHONWARNINGS": plan.env["PYTHONWARNINGS"]}) == []
+
+
+def test_the_users_own_warning_filters_are_kept(monkeypatch):
+    monkeypatch.setenv("PYTHONWARNINGS", "error::DeprecationWarning")
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES))
+    assert plan.env["PYTHONWARNINGS"].startswith("error::DeprecationWarning,")
+
+
+def test_uploaded_voices_live_in_the_servers_own_folder_unless_voices_names_one(tmp_path):
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), workdir=tmp_path / "work")
+    assert plan.env["SPEAKER_SAMPLES_DIR"] == str(tmp_path / "work" / "voices")  # removed at exit
+    kept = build_serve_plan(
+        "ckpt", load_profile(EIGHT_NODES), voices_dir=tmp_path / "voices", max_voices=5
+    )
+    assert kept.env["SPEAKER_SAMPLES_DIR"] == str((tmp_path / "voices").resolve())
+    assert kept.env["SPEAKER_MAX_UPLOADED"] == "5"
+    assert kept.voices_dir == str((tmp_path / "voices").resolve())
+
+
+def test_stages_count_their_steps_in_the_servers_folder(tmp_path):
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), workdir=tmp_path / "work")
+    assert plan.env[envs.STAGE_PROGRESS_DIR.name] == plan.progress_dir
+    assert plan.progress_dir.startswith(str(tmp_path / "work"))

@@ -107,3 +107,52 @@ def test_a_hung_stage_fails_requests_and_health_and_the_server_exits_4(
                 os.kill(victim, signal.SIGCONT)
         if server.poll() is None:
             proctree.stop_tree(server.pid, 30)
+
+
+def test_a_stage_hung_under_websocket_and_batch_work_closes_1011_and_answers_503(
+    tiny_checkpoint: Path, tmp_path: Path
+):
+    """Only WebSocket and batch work in flight: the watch sees it, and each door says why."""
+    import threading
+
+    ws_client = pytest.importorskip("websockets.sync.client")
+    from websockets.exceptions import ConnectionClosed
+
+    env = {**os.environ, "OMNI_CPU_STAGE_STALL_S": "4"}
+    running = start_server(tiny_checkpoint, tmp_path / "serve.log", "--max-frames", "400", env=env)
+    server, log = running.process, running.log
+    victim = None
+    try:
+        wait_ready(running)
+        model = str(tiny_checkpoint)
+        session = ws_client.connect(f"ws://127.0.0.1:{running.port}/v1/audio/speech/stream")
+        session.send(json.dumps({"type": "session.config", "model": model, "voice": "ryan"}))
+        session.send(json.dumps({"type": "input.text", "text": "Hello there."}))
+        session.send(json.dumps({"type": "input.done"}))
+        session.recv(timeout=120)  # the utterance is under way
+        victim = talker_process(server.pid)
+        os.kill(victim, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        answer: list[tuple[int, bytes]] = []
+        batch = {"model": model, "voice": "ryan", "items": [{"input": "Hi."}]}
+        url = running.url("/v1/audio/speech/batch")
+        asking = threading.Thread(target=lambda: answer.append(post_json(url, batch, 60)))
+        asking.start()
+        closed = None
+        try:
+            while time.monotonic() - stopped_at < 60:
+                session.recv(timeout=60)
+        except ConnectionClosed as gone:
+            closed = gone.rcvd
+        asking.join(60)
+        assert server.wait(timeout=60) == 4, log.read_text()[-4000:]
+        assert closed is not None and closed.code == 1011, closed
+        assert f"pid {victim}" in closed.reason and "no progress" in closed.reason
+        assert answer and answer[0][0] == 503, answer
+        assert time.monotonic() - stopped_at < 40
+    finally:
+        if victim is not None:
+            with contextlib.suppress(OSError):
+                os.kill(victim, signal.SIGCONT)
+        if server.poll() is None:
+            proctree.stop_tree(server.pid, 30)

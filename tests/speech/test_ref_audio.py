@@ -9,7 +9,7 @@ import pytest
 import soundfile
 
 from omni_cpu.errors import InputError
-from omni_cpu.speech.ref_audio import read_reference_audio, resample
+from omni_cpu.speech.ref_audio import decode_reference_audio, read_reference_audio, resample
 
 
 def _voice_like(seconds: float, rate: int, channels: int = 1) -> np.ndarray:
@@ -74,3 +74,42 @@ def test_a_file_that_is_not_audio_is_a_one_line_error(tmp_path):
 def test_a_missing_file_says_so(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         read_reference_audio(tmp_path / "nope.wav")
+
+
+def _silent_flac(path: Path, seconds: int, rate: int, channels: int) -> bytes:
+    """A small FLAC that declares `seconds` of silence (silence compresses to almost nothing)."""
+    block = np.zeros((rate, channels), dtype=np.int16)
+    with soundfile.SoundFile(
+        str(path), "w", rate, channels, subtype="PCM_16", format="FLAC"
+    ) as sound:
+        for _ in range(seconds):
+            sound.write(block)
+    return path.read_bytes()
+
+
+def test_a_small_file_declaring_minutes_of_audio_is_refused_before_decoding(tmp_path):
+    import tracemalloc
+
+    data = _silent_flac(tmp_path / "bomb.flac", 300, 48000, 2)  # 110 MB of float32 decoded
+    assert len(data) < 2_000_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match=r"too long \(300\.0 s declared\)"):
+            decode_reference_audio("in ref_audio", data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 5_000_000  # nothing near the declared length was decoded
+
+
+def test_a_clip_with_more_channels_than_a_voice_needs_is_refused(tmp_path):
+    path = _write(tmp_path / "surround.wav", _voice_like(2.0, 16000, 8), 16000)
+    with pytest.raises(InputError, match="8 channels") as caught:
+        read_reference_audio(path)
+    assert "mono" in caught.value.one_line()
+
+
+def test_a_clip_sampled_above_96khz_is_refused(tmp_path):
+    path = _write(tmp_path / "ultra.wav", _voice_like(1.5, 192000), 192000)
+    with pytest.raises(InputError, match="192000 Hz"):
+        read_reference_audio(path)

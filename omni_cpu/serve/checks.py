@@ -1,0 +1,222 @@
+"""What admission judges in a speech request's fields, whichever door it came by.
+
+The plain speech request, each item of a batch (with the batch's shared fields),
+each WebSocket session's config and the text of each utterance, and an uploaded
+voice all pass the same checks: the URL policy, the reference audio (the same rules
+as `run --ref-audio`, decoded within bounds), input length.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from omni_cpu.errors import InputError
+from omni_cpu.serve.asgi import BadBody
+from omni_cpu.serve.knobs import AdmissionLimits
+
+URL_REFUSED = (
+    "this server does not fetch ref_audio URLs; send the audio as base64 "
+    "(data:audio/wav;base64,...) or a file:// path under its --ref-audio-dir, "
+    "or start omni-cpu serve with --allow-ref-audio-urls"
+)
+
+
+def input_length(fields: dict[str, Any]) -> int | None:
+    """Characters in the request's `input`, or None when the body is not what we can judge."""
+    text = fields.get("input")
+    return len(text) if isinstance(text, str) else None
+
+
+def _ref_items(fields: dict[str, Any]) -> list[Any]:
+    ref = fields.get("ref_audio")
+    return ref if isinstance(ref, list) else [ref]
+
+
+def ref_audio_is_url(fields: dict[str, Any]) -> bool:
+    """True when the request asks the server to fetch its reference audio over http(s)."""
+    return any(
+        isinstance(item, str) and item.strip().lower().startswith(("http://", "https://"))
+        for item in _ref_items(fields)
+    )
+
+
+def audio_bytes_problem(source: str, data: bytes) -> str | None:
+    """Why these audio file bytes cannot be cloned from (run's rules), or None."""
+    from omni_cpu.speech.ref_audio import decode_reference_audio
+
+    try:
+        decode_reference_audio(source, data)
+    except InputError as error:
+        return error.one_line()
+    return None
+
+
+def _data_url_problem(item: str) -> str | None:
+    header, comma, payload = item.partition(",")
+    if not comma or not header.lower().endswith(";base64"):
+        return "ref_audio data: URLs must be base64 (send data:audio/wav;base64,<the file's bytes>)"
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        return "ref_audio is not valid base64 (send data:audio/wav;base64,<the file's bytes>)"
+    return audio_bytes_problem("in ref_audio", data)
+
+
+def _file_url_problem(item: str, ref_audio_dir: str) -> str | None:
+    from omni_cpu.speech.ref_audio import read_reference_audio
+
+    if not ref_audio_dir:
+        return (
+            "this server reads no file:// ref_audio; send the audio as base64 "
+            "(data:audio/wav;base64,...), or start omni-cpu serve with --ref-audio-dir"
+        )
+    parts = urlsplit(item.strip())
+    if parts.netloc not in ("", "localhost"):
+        return f"ref_audio {item!r} names another host; file:// paths are read on this server"
+    base = os.path.realpath(ref_audio_dir)
+    path = os.path.realpath(unquote(parts.path))
+    if os.path.commonpath([base, path]) != base:
+        return f"ref_audio {item!r} is outside this server's --ref-audio-dir"
+    if not os.path.isfile(path):
+        return f"ref_audio {item!r} does not exist under this server's --ref-audio-dir"
+    try:
+        read_reference_audio(Path(path), source=item)
+    except InputError as error:
+        return error.one_line()
+    return None
+
+
+def ref_audio_problem(fields: dict[str, Any], ref_audio_dir: str = "") -> str | None:
+    """Why a request's `data:` or `file://` reference audio cannot be cloned from, or None.
+
+    URLs (http/https) are judged by `judge_fields`; anything else is vLLM-Omni's to refuse.
+    """
+    for item in _ref_items(fields):
+        if not isinstance(item, str):
+            continue
+        scheme = item.strip()[:7].lower()
+        if scheme.startswith("data:"):
+            problem = _data_url_problem(item)
+        elif scheme == "file://":
+            problem = _file_url_problem(item, ref_audio_dir)
+        else:
+            continue
+        if problem is not None:
+            return problem
+    return None
+
+
+# OpenAI's formats that vLLM-Omni 0.30.0 does not encode, and why (its encoder is
+# libsndfile's, which has no AAC).
+UNENCODED_FORMATS = {
+    "aac": "AAC is not among the formats this server encodes (libsndfile has no AAC encoder)",
+}
+ENCODED_FORMATS = "wav, pcm, flac, mp3, opus"
+
+
+def judge_format(fields: dict[str, Any], where: str = "") -> None:
+    """Refuse (BadBody) a response_format OpenAI knows but this server cannot encode."""
+    asked = fields.get("response_format")
+    why = UNENCODED_FORMATS.get(asked) if isinstance(asked, str) else None
+    if why is not None:
+        raise BadBody(
+            400,
+            f"response_format {asked}: {why}; ask for one of {ENCODED_FORMATS} (mp3 or opus "
+            "for a compressed stream)",
+            f"{where}response_format",
+            "unsupported_format",
+        )
+
+
+def judge_fields(fields: dict[str, Any], limits: AdmissionLimits, where: str = "") -> None:
+    """Refuse (BadBody) what needs no audio decoding to judge: the URL policy, input length.
+
+    `where` names the part of a larger request ("items[3].") in messages and `param`.
+    """
+    if not limits.allow_ref_audio_urls and ref_audio_is_url(fields):
+        raise BadBody(400, URL_REFUSED, f"{where}ref_audio", "ref_audio_url")
+    judge_sampling(fields, where)
+    judge_format(fields, where)
+    length = input_length(fields) if limits.max_input_chars else None
+    if length is not None and length > limits.max_input_chars:
+        raise BadBody(
+            400,
+            f"{where}input is {length} characters; this server accepts at most "
+            f"{limits.max_input_chars} (split the text into several requests)",
+            f"{where}input",
+            "input_too_long",
+        )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+# The sampling values `extra_params` may set (vLLM-Omni copies them onto the talker's
+# sampling parameters, where a bad one is a 500 and a traceback): what each takes.
+SAMPLING_RULES: dict[str, tuple[Any, str]] = {
+    "temperature": (lambda v: (n := _number(v)) is not None and n >= 0, "a number of 0 or more"),
+    "top_p": (
+        lambda v: (n := _number(v)) is not None and 0 < n <= 1,
+        "a number above 0, at most 1",
+    ),
+    "top_k": (
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= -1,
+        "a whole number, -1 (off) or more",
+    ),
+}
+
+
+def judge_sampling(fields: dict[str, Any], where: str = "") -> None:
+    """Refuse (BadBody, naming the field) sampling values the engine would fail on."""
+    extra = fields.get("extra_params")
+    if extra is None:
+        return
+    if not isinstance(extra, dict):
+        raise BadBody(
+            400, f"{where}extra_params must be a JSON object", f"{where}extra_params", "invalid"
+        )
+    for name, (takes, what) in SAMPLING_RULES.items():
+        if name in extra and extra[name] is not None and not takes(extra[name]):
+            field = f"{where}extra_params.{name}"
+            raise BadBody(400, f"{field} is {extra[name]!r}; give {what}", field, "invalid")
+
+
+def judge_ref_audio(fields: dict[str, Any], limits: AdmissionLimits, where: str = "") -> None:
+    """Refuse (BadBody) reference audio run would refuse; decodes it (call off the loop)."""
+    if "ref_audio" not in fields:
+        return
+    problem = ref_audio_problem(fields, limits.ref_audio_dir)
+    if problem is not None:
+        raise BadBody(
+            400, f"{where}{problem}" if where else problem, f"{where}ref_audio", "ref_audio"
+        )
+
+
+# A batch's own fields that are defaults for each item (vLLM-Omni's BatchSpeechRequest).
+BATCH_SHARED = (
+    "voice",
+    "speaker",
+    "instructions",
+    "task_type",
+    "language",
+    "ref_audio",
+    "ref_text",
+)
+
+
+def batch_items(fields: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each item of a batch request as the speech request it becomes (shared fields filled)."""
+    items = fields.get("items")
+    if not isinstance(items, list):
+        return []
+    shared = {key: fields[key] for key in BATCH_SHARED if fields.get(key) is not None}
+    return [{**shared, **item} if isinstance(item, dict) else {} for item in items]
