@@ -88,6 +88,12 @@ def as_pcm16(wave: np.ndarray) -> np.ndarray:
     return np.round(np.clip(wave, -1, 1) * 32767).astype(np.int16).astype(np.float32) / 32767
 
 
+def max_lsb(want: np.ndarray, got: np.ndarray) -> int:
+    """The largest difference of two 16-bit waves (as read back) in steps of the WAV."""
+    n = min(want.size, got.size)
+    return round(float(np.max(np.abs(want[:n] - got[:n]), initial=0.0)) * 32767)
+
+
 def code_agreement(want: np.ndarray, got: np.ndarray) -> dict[str, Any]:
     """Per codebook share of equal codes over the common frames; the first frame that differs."""
     n = min(len(want), len(got))
@@ -203,6 +209,7 @@ def compare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "engines_vs_reference": snr_db(as_pcm16(ref_wave), engine_wave),
             "vllm_omni_decoder_vs_reference": snr_db(ref_wave, decoded),
         },
+        "max_lsb_engines_vs_reference": max_lsb(as_pcm16(ref_wave), engine_wave),
         "engine_samples": int(engine_wave.size),
         "reference_samples": int(ref_wave.size),
         "commands": [shlex.join(command) for command in commands],
@@ -244,6 +251,8 @@ def results_section(result: dict[str, Any]) -> str:
         f"| teacher-forced residual codes = reference | {forced['residual']:.2%} |",
         f"| audio: `omni-cpu run --greedy` (engines) vs reference | "
         f"{_db(snr['engines_vs_reference'])} |",
+        f"| audio: engines vs reference, largest difference in the 16-bit WAV | "
+        f"{result['max_lsb_engines_vs_reference']} LSB |",
         f"| audio: reference codes, vLLM-Omni decoder vs reference decoder | "
         f"{_db(snr['vllm_omni_decoder_vs_reference'])} |",
     ]

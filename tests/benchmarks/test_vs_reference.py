@@ -36,6 +36,7 @@ def test_equal_samples_have_infinite_snr_and_one_lsb_of_noise_about_90_db() -> N
     wave = 0.5 * np.sin(np.linspace(0, 100, 24000)).astype(np.float32)
     assert math.isinf(vs.snr_db(wave, wave.copy()))
     assert 80 < vs.snr_db(wave, vs.as_pcm16(wave)) < 110
+    assert vs.max_lsb(vs.as_pcm16(wave), vs.as_pcm16(wave + 1.5 / 32767)) in (1, 2)
 
 
 def test_codes_agree_per_codebook_and_name_the_first_frame_that_differs() -> None:

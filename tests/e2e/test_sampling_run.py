@@ -1,8 +1,8 @@
 """`omni-cpu run` samples as the user asks: seeded runs repeat, greedy float32 is the stock model.
 
-Four engine runs on tiny checkpoints, 6 frames each (about a minute each on 2 cores):
+Five engine runs on tiny checkpoints, 6 frames each (under a minute each on 2 cores):
 - `run --seed 7` twice, with the profile's sampling (temperature 0.9, top-k 50): the two
-  WAV files are the same bytes;
+  WAV files are the same bytes, and `--seed 8` writes others;
 - `run --greedy` on a float32 profile, with 1 KV head (tiny's own) and with 8 (the published
   models'): the WAV is the stock model's greedy codes (vLLM-Omni's own model code in this
   process, omni_cpu.platform.inprocess) through vLLM-Omni's whole-utterance decoder, within
@@ -35,10 +35,12 @@ def _run(model: Path, out: Path, *extra: str) -> Run:
 @pytest.mark.e2e
 @needs_runtime
 def test_a_seeded_run_twice_writes_the_same_bytes(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    first, second = tmp_path / "first.wav", tmp_path / "second.wav"
+    first, second, other = tmp_path / "first.wav", tmp_path / "second.wav", tmp_path / "8.wav"
     _run(tiny_checkpoint, first, "--seed", "7")
     _run(tiny_checkpoint, second, "--seed", "7")
+    _run(tiny_checkpoint, other, "--seed", "8")
     assert first.read_bytes() == second.read_bytes()
+    assert other.read_bytes() != first.read_bytes()  # the seed is what decides
     _, _, samples = read_wav(first)
     assert samples.size == FRAMES * FRAME and float(np.abs(samples).max()) > 1e-3
 
