@@ -1,4 +1,4 @@
-"""The official Qwen3-TTS reference's greedy codes and audio for one request, for vs_reference.py.
+"""The official Qwen3-TTS reference's greedy codes and audio for one request (vs_reference.py).
 
 Runs INSIDE benchmarks/.venv-qwen-tts (setup-qwen-tts-venv.sh), never in omni-cpu's venv;
 imports nothing from omni-cpu. Greedy in the talker and the code predictor
@@ -28,6 +28,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--text", required=True)
     parser.add_argument("--speaker", default="", help="CustomVoice: a preset voice")
     parser.add_argument("--instruct", default="", help="VoiceDesign: the voice described")
+    parser.add_argument("--ref-audio", default="", help="Base: the voice to clone (a file)")
+    parser.add_argument("--ref-text", default="", help="Base: what the reference audio says")
+    parser.add_argument("--x-vector-only", action="store_true", help="Base: timbre only")
     parser.add_argument("--language", default="Auto")
     parser.add_argument("--frames", type=int, required=True)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
@@ -70,7 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         "max_new_tokens": args.frames + 1,
     }
     with torch.inference_mode():
-        if args.speaker:
+        if args.ref_audio:
+            wavs, rate = model.generate_voice_clone(
+                text=args.text, language=args.language, ref_audio=args.ref_audio,
+                ref_text=args.ref_text or None, x_vector_only_mode=args.x_vector_only, **greedy,
+            )  # fmt: skip
+        elif args.speaker:
             wavs, rate = model.generate_custom_voice(
                 text=args.text, speaker=args.speaker, language=args.language,
                 instruct=args.instruct or None, **greedy,

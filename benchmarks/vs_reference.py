@@ -1,7 +1,8 @@
 """Same speech as the official reference: qwen-tts and omni-cpu, greedy, on one checkpoint.
 
-Both sides get the same checkpoint, text, voice (CustomVoice speaker or VoiceDesign
-instruction), language and frame count, greedy in the talker and the code predictor, in
+Both sides get the same checkpoint, text, voice (CustomVoice speaker, VoiceDesign
+instruction or Base reference audio: give a 24 kHz mono file, which neither side resamples),
+language and frame count, greedy in the talker and the code predictor, in
 `--dtype` (float32 by default). It reports:
 - codes, free-running: per codebook, the share of frames where omni-cpu's talker (loaded
   in this process by the talker stage's own load path, omni_cpu.platform.inprocess) picks
@@ -18,6 +19,8 @@ benchmarks/RESULTS.md unless `--no-record`. Run it from omni-cpu's venv:
     .venv/bin/python benchmarks/vs_reference.py --model checkpoints/0.6b --frames 40
     .venv/bin/python benchmarks/vs_reference.py --model checkpoints/1.7b-vd \
         --instruct "A warm, low female voice" --frames 20
+    .venv/bin/python benchmarks/vs_reference.py --model checkpoints/0.6b-base \
+        --ref-audio voice.wav --ref-text "What the clip says." --frames 20
 
 The reference runs in benchmarks/.venv-qwen-tts (benchmarks/setup-qwen-tts-venv.sh).
 """
@@ -61,6 +64,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--text", default=DEFAULT_TEXT)
     parser.add_argument("--speaker", default=None, help="CustomVoice (default ryan)")
     parser.add_argument("--instruct", default="", help="VoiceDesign: the voice described")
+    parser.add_argument(
+        "--ref-audio", type=Path, default=None, help="Base: the voice to clone (24 kHz mono WAV)"
+    )
+    parser.add_argument("--ref-text", default="", help="Base: what the reference audio says")
+    parser.add_argument("--x-vector-only", action="store_true", help="Base: timbre only")
     parser.add_argument("--language", default="Auto")
     parser.add_argument("--frames", type=int, default=40)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
@@ -70,7 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.frames < 1:
         parser.error("--frames must be >= 1")
-    if args.speaker is None and not args.instruct:
+    if args.speaker is None and not args.instruct and args.ref_audio is None:
         args.speaker = "ryan"
     return args
 
@@ -107,15 +115,24 @@ def code_agreement(want: np.ndarray, got: np.ndarray) -> dict[str, Any]:
     }
 
 
+def voice_options(args: argparse.Namespace) -> list[str]:
+    """The voice, in the words both sides' command lines share."""
+    options = []
+    if args.speaker:
+        options += ["--speaker", args.speaker]
+    if args.instruct:
+        options += ["--instruct", args.instruct]
+    if args.ref_audio is not None:
+        options += ["--ref-audio", str(args.ref_audio)]
+        options += ["--x-vector-only"] if args.x_vector_only else ["--ref-text", args.ref_text]
+    return options
+
+
 def reference_command(args: argparse.Namespace, out: Path) -> list[str]:
     command = [str(REFERENCE_PYTHON), str(CODES_SCRIPT), "--model", str(args.model)]
     command += ["--text", args.text, "--language", args.language, "--frames", str(args.frames)]
     command += ["--dtype", args.dtype, "--repetition-penalty", str(args.repetition_penalty)]
-    if args.speaker:
-        command += ["--speaker", args.speaker]
-    if args.instruct:
-        command += ["--instruct", args.instruct]
-    return [*command, "--out", str(out)]
+    return [*command, *voice_options(args), "--out", str(out)]
 
 
 def engine_commands(args: argparse.Namespace, profile: Path, out: Path) -> list[list[str]]:
@@ -125,11 +142,7 @@ def engine_commands(args: argparse.Namespace, profile: Path, out: Path) -> list[
     run += ["--text", args.text, "--language", args.language.lower()]
     run += ["--max-frames", str(args.frames), "--greedy"]
     run += ["--repetition-penalty", str(args.repetition_penalty), "--out", str(out), "--json"]
-    if args.speaker:
-        run += ["--speaker", args.speaker]
-    if args.instruct:
-        run += ["--instruct", args.instruct]
-    return [probe, run]
+    return [probe, [*run, *voice_options(args)]]
 
 
 def _check(command: list[str]) -> str:
@@ -145,16 +158,21 @@ def in_process(args: argparse.Namespace, ref_codes: np.ndarray) -> dict[str, Any
 
     from omni_cpu.platform.inprocess import load_talker
     from omni_cpu.quality.check import free_run, teacher_forced
+    from omni_cpu.speech.ref_audio import read_reference_audio
     from omni_cpu.speech.request import SpeechRequest
 
     torch.set_flush_denormal(True)
+    base = args.ref_audio is not None
     request = SpeechRequest(
         args.text,
         speaker=args.speaker or "",
         language=args.language,
         instruct=args.instruct,
         max_frames=args.frames,
-        task_type="CustomVoice" if args.speaker else "VoiceDesign",
+        task_type="Base" if base else "CustomVoice" if args.speaker else "VoiceDesign",
+        ref_audio=read_reference_audio(args.ref_audio) if base else None,
+        ref_text=args.ref_text,
+        x_vector_only=args.x_vector_only,
     )
     info = request.additional_information()
     talker = load_talker(args.model, "model", args.dtype)
@@ -197,7 +215,7 @@ def compare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "settings": {
             "model": str(args.model),
             "text": args.text,
-            "voice": f"speaker {args.speaker}" if args.speaker else f"instruct {args.instruct!r}",
+            "voice": " ".join(voice_options(args)),
             "language": args.language,
             "frames": args.frames,
             "dtype": args.dtype,
