@@ -135,3 +135,15 @@ def tiny_kinds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         kind: Path(make_checkpoint("tiny", root / kind, seed=0, kind=kind))
         for kind in ("custom-voice", "voice-design", "base")
     }
+
+
+@pytest.fixture(scope="session")
+def tiny_kinds_8kv(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """`tiny_kinds` with 8 KV heads (16 query heads), as the published models have."""
+    from omni_cpu.checkpoint.writer import make_checkpoint
+
+    root = tmp_path_factory.mktemp("kinds-8kv")
+    return {
+        kind: Path(make_checkpoint("tiny", root / kind, seed=0, kind=kind, kv_heads=8))
+        for kind in ("custom-voice", "voice-design", "base")
+    }

@@ -333,9 +333,17 @@ def check_kind(kind: str, size: str) -> None:
         )
 
 
-def model_config(size: str, kind: str = DEFAULT_KIND) -> dict[str, Any]:
-    """The config.json dict for a checkpoint size ("tiny", "0.6b", "1.7b") and kind."""
+def model_config(
+    size: str, kind: str = DEFAULT_KIND, kv_heads: int | None = None
+) -> dict[str, Any]:
+    """The config.json dict for a checkpoint size ("tiny", "0.6b", "1.7b") and kind.
+
+    `kv_heads` (tiny only) gives the talker and its code predictor that many KV heads and
+    twice as many query heads, as the published models have (8 and 16); tiny has 1 and 2.
+    """
     check_kind(kind, size)
+    if kv_heads is not None and (size != "tiny" or kv_heads < 1):
+        raise ValueError(f"kv_heads={kv_heads}: only a tiny checkpoint takes a head count >= 1")
     config = copy.deepcopy(_CONFIG_0_6B)
     talker = config["talker_config"]
     predictor = talker["code_predictor_config"]
@@ -374,6 +382,9 @@ def model_config(size: str, kind: str = DEFAULT_KIND) -> dict[str, Any]:
             head_dim=64,
             layer_types=["full_attention"] * 2,
         )
+        if kv_heads is not None:
+            for part in (talker, predictor):
+                part.update(num_attention_heads=2 * kv_heads, num_key_value_heads=kv_heads)
     return config
 
 
@@ -460,10 +471,12 @@ def tokenizer_config() -> dict[str, Any]:
     }
 
 
-def config_files(size: str, kind: str = DEFAULT_KIND) -> dict[str, dict[str, Any]]:
+def config_files(
+    size: str, kind: str = DEFAULT_KIND, kv_heads: int | None = None
+) -> dict[str, dict[str, Any]]:
     """Every JSON file of the checkpoint, keyed by its path relative to the checkpoint root."""
     return {
-        "config.json": model_config(size, kind),
+        "config.json": model_config(size, kind, kv_heads),
         "generation_config.json": generation_config(size),
         "tokenizer_config.json": tokenizer_config(),
         "speech_tokenizer/config.json": speech_tokenizer_config(size),

@@ -63,9 +63,11 @@ class CheckpointPlan:
         return sum(self.file_bytes.values())
 
 
-def plan_checkpoint(size: str, kind: str = configs.DEFAULT_KIND) -> CheckpointPlan:
+def plan_checkpoint(
+    size: str, kind: str = configs.DEFAULT_KIND, kv_heads: int | None = None
+) -> CheckpointPlan:
     """The files, tensors and safetensors sizes of a checkpoint, without writing anything."""
-    json_files = configs.config_files(size, kind)
+    json_files = configs.config_files(size, kind, kv_heads)
     layouts = file_layouts(json_files["config.json"], json_files["speech_tokenizer/config.json"])
     sizes = {
         name: safetensors_file.file_bytes(layout, _FILE_METADATA[name])
@@ -101,14 +103,16 @@ def make_checkpoint(
     force: bool = False,
     on_bytes: Callable[[int], None] | None = None,
     kind: str = configs.DEFAULT_KIND,
+    kv_heads: int | None = None,
 ) -> Path:
     """Write a random-weight checkpoint of `size` ("tiny", "0.6b", "1.7b") and `kind`.
 
     Refuses a non-empty `out_dir` unless `force`. `on_bytes(n)` is called as tensor
-    bytes are written (for progress bars). Returns the checkpoint directory.
+    bytes are written (for progress bars). `kv_heads`: configs.model_config's (tiny
+    only). Returns the checkpoint directory.
     """
     out = Path(out_dir)
-    plan = plan_checkpoint(size, kind)  # validates size and kind before touching the disk
+    plan = plan_checkpoint(size, kind, kv_heads)  # validates size and kind before touching the disk
     _check_out_dir(out, force)
     (out / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
 

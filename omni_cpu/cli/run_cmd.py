@@ -83,15 +83,33 @@ def run_command(
         False, "--force", help="Start a profile whose memory does not fit this machine."
     ),
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
+    seed: int | None = typer.Option(
+        None,
+        "--seed",
+        help="Seed the talker's and code predictor's sampling (same seed, same WAV).",
+    ),
+    temperature: float | None = typer.Option(
+        None, "--temperature", help="Sampling temperature, talker and code predictor (profile's)."
+    ),
+    top_k: int | None = typer.Option(None, "--top-k", help="Top-k, -1 for none (profile's)."),
+    top_p: float | None = typer.Option(None, "--top-p", help="Top-p in (0, 1] (profile's)."),
+    repetition_penalty: float | None = typer.Option(
+        None, "--repetition-penalty", help="The talker's repetition penalty, 1 off (profile's)."
+    ),
+    greedy: bool = typer.Option(
+        False, "--greedy", help="Take the most likely code everywhere (temperature 0)."
+    ),
     verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print timings (or the dry run) as JSON."),
 ) -> None:
     from omni_cpu.launch.launch_plan import make_launch_plan
+    from omni_cpu.profile.sampling import Sampling
     from omni_cpu.speech.request import read_model_info, read_texts
     from omni_cpu.speech.wav import check_output_path
 
+    sampling = Sampling(temperature, top_k, top_p, repetition_penalty, greedy, seed)
     info = read_model_info(model)
-    plan = make_launch_plan(model, deploy_profile, weights=weights, force=force)
+    plan = make_launch_plan(model, deploy_profile, weights=weights, force=force, sampling=sampling)
     if not dry_run and state.own_process:
         from omni_cpu.launch.relaunch import relaunch_if_needed
 

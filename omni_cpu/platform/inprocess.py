@@ -205,11 +205,19 @@ def format_available(weights: str) -> bool:
     return chosen is not None and chosen[0] not in FLOAT_KERNELS
 
 
-def load_talker(checkpoint: Path, weights: str, dtype: str = "auto") -> Talker:
+def load_talker(
+    checkpoint: Path, weights: str, dtype: str = "auto", *, stock: bool = False
+) -> Talker:
     """The checkpoint's talker and code predictor on `weights` kernels, as the stage loads it.
 
-    `dtype`: the talker stage's (bfloat16 or float32; auto: the checkpoint's).
+    `dtype`: the talker stage's (bfloat16 or float32; auto: the checkpoint's). `stock`:
+    vLLM-Omni's model code as it is instead (its own linears, norms and re-prefill code
+    predictor; `weights` must be "model"), with only what makes it run in float32
+    (talker_load.match_embedding_dtype) and choose what qwen-tts chooses
+    (omni_cpu.models.talker_reference): what the stage's own load is checked against.
     """
+    if stock and weights != "model":
+        raise ValueError(f"a stock talker has its checkpoint's weights, not {weights}")
     for key, value in DRIVER_ENV.items():
         os.environ.setdefault(key, value)
     from vllm.config import LoadConfig, ModelConfig, VllmConfig, set_current_vllm_config
@@ -235,6 +243,14 @@ def load_talker(checkpoint: Path, weights: str, dtype: str = "auto") -> Talker:
 
     with set_current_vllm_config(config):
         _init_vllm_once()
+        if stock:
+            from omni_cpu.models import talker_reference
+            from omni_cpu.platform.talker_load import match_embedding_dtype
+
+            model = load()
+            match_embedding_dtype(model, model_config.dtype)
+            talker_reference.install(model)
+            return Talker(model, Counter())
         model, report = load_stage_talker(load, str(checkpoint), None, weights, model_config.dtype)
     kernels = report.talker_kernels + report.predictor_kernels
     return Talker(model, kernels, report)

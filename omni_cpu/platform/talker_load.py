@@ -35,7 +35,7 @@ import torch
 
 from omni_cpu import envs
 from omni_cpu.kernels import fbgemm, gemv, weight_cache
-from omni_cpu.models import int8, linears, norms
+from omni_cpu.models import int8, linears, norms, talker_reference
 from omni_cpu.models.predictor import KERNEL_MODES, install_forward
 from omni_cpu.platform import lean_load
 
@@ -130,6 +130,7 @@ class TalkerLoad:
     talker_kernels: Counter[str] = field(default_factory=Counter)
     predictor_kernels: Counter[str] = field(default_factory=Counter)
     fused_norms: dict[str, int] = field(default_factory=dict)
+    reference_fixes: list[str] = field(default_factory=list)  # models.talker_reference
     predictor_forward: str | None = None
     packing: linears.Packing = field(default_factory=linears.Packing)
     load_s: float = 0.0
@@ -179,6 +180,7 @@ def load_talker(
     ):
         loaded = load()
     match_embedding_dtype(loaded, dtype)
+    report.reference_fixes = talker_reference.install(loaded)
     report.fused_norms = dict(norms.install(loaded))
     code_predictor = getattr(loaded, "code_predictor", None)
     if code_predictor is not None:

@@ -93,3 +93,16 @@ def test_bfloat16_conversion_rounds_to_nearest_even():
     bits = safetensors_file.to_bfloat16_bits(values)
     # 1 + 2^-8 is a tie between 1.0 and 1 + 2^-7: even (1.0) wins; 1 + 3*2^-8 rounds up.
     assert bits.tolist() == [0x3F80, 0xC020, 0x3F80, 0x3F82, 0x7F80]
+
+
+def test_a_tiny_checkpoint_may_have_the_published_models_8_kv_heads(tiny_kinds_8kv):
+    config = json.loads((tiny_kinds_8kv["custom-voice"] / "config.json").read_text())
+    for part in (config["talker_config"], config["talker_config"]["code_predictor_config"]):
+        assert (part["num_key_value_heads"], part["num_attention_heads"]) == (8, 16)
+    layout = safetensors_file.read_layout(tiny_kinds_8kv["custom-voice"] / MODEL_FILE)
+    assert layout["talker.model.layers.0.self_attn.k_proj.weight"].shape == (8 * 64, 128)
+
+
+def test_only_a_tiny_checkpoint_takes_a_kv_head_count():
+    with pytest.raises(ValueError, match="only a tiny checkpoint"):
+        configs.model_config("0.6b", kv_heads=8)

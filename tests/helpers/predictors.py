@@ -20,14 +20,16 @@ VOCAB = 64
 GROUPS = 16
 
 
-def make_predictor(talker_hidden: int, hidden: int = 64, vocab: int = VOCAB) -> CodePredictor:
+def make_predictor(
+    talker_hidden: int, hidden: int = 64, vocab: int = VOCAB, kv_heads: int = 2
+) -> CodePredictor:
     """A small code predictor in the real class; talker_hidden != hidden adds the projection."""
     config = Qwen3TTSTalkerCodePredictorConfig(
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=2,
         num_attention_heads=4,
-        num_key_value_heads=2,
+        num_key_value_heads=kv_heads,
         head_dim=32,
         vocab_size=vocab,
         num_code_groups=GROUPS,

@@ -29,9 +29,11 @@ from tests.helpers.tensors import relative
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 
-def hidden_states(dtype: torch.dtype, route: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+def hidden_states(
+    dtype: torch.dtype, route: str | None, kv_heads: int = 2
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(exact, fused) last hidden state after a 2-position start and 3 single positions."""
-    predictor = make_predictor(64).to(dtype)
+    predictor = make_predictor(64, kv_heads=kv_heads).to(dtype)
     predictor._setup_compile()
     exact = code_predictor._ExactRunner(predictor.model)
     if route:
@@ -53,6 +55,14 @@ def hidden_states(dtype: torch.dtype, route: str | None) -> tuple[torch.Tensor, 
 def test_fused_step_matches_the_exact_step_in_float32() -> None:
     exact, fused = hidden_states(torch.float32, route="model")
     assert fused.shape == exact.shape == (2, 64)
+    assert relative(fused, exact) < 1e-4
+
+
+@pytest.mark.parametrize("kv_heads", [1, 4])
+def test_fused_step_matches_the_exact_step_for_any_kv_head_count(kv_heads: int) -> None:
+    # One KV head makes the key a strided column slice of the qkv output; the fused norm
+    # ignores strides, so an uncopied slice normalizes the wrong numbers (off by order 1).
+    exact, fused = hidden_states(torch.float32, route="model", kv_heads=kv_heads)
     assert relative(fused, exact) < 1e-4
 
 

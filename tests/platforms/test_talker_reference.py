@@ -1,0 +1,58 @@
+"""The talker stage chooses what the official qwen-tts 0.1.1 chooses where vLLM-Omni differs.
+
+On the tiny CustomVoice checkpoint, loaded in float32 as the stage loads it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm_omni", reason="the inference runtime is not installed")
+
+import torch
+
+from omni_cpu.platform.inprocess import Talker, load_talker
+
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+
+
+@pytest.fixture(scope="module")
+def talker(tiny_kinds: dict[str, Path]) -> Talker:
+    return load_talker(tiny_kinds["custom-voice"], "model", "float32")
+
+
+def request(language: str, speaker: str) -> dict[str, list[str]]:
+    return {
+        "task_type": ["CustomVoice"],
+        "text": ["你好，今天天气很好。"],
+        "language": [language],
+        "speaker": [speaker],
+    }
+
+
+def test_layer0_code_zero_may_be_chosen_like_every_other_code(talker: Talker) -> None:
+    embeds = torch.randn(
+        4, talker.model.talker_config.hidden_size, generator=torch.Generator().manual_seed(0)
+    )
+    _, logits = talker.forward(embeds, reset=True)
+    open_codes = torch.isfinite(logits).nonzero().reshape(-1).tolist()
+    # qwen-tts suppresses only the control ids above the codebook, end-of-speech excepted.
+    assert open_codes == [*range(talker.codebook_size), talker.eos_id]
+
+
+@pytest.mark.parametrize(
+    ("speaker", "dialect"), [("dylan", "beijing_dialect"), ("eric", "sichuan_dialect")]
+)
+def test_a_dialect_speaker_asked_for_chinese_gets_its_dialect_tag(
+    talker: Talker, speaker: str, dialect: str
+) -> None:
+    chinese = talker.prompt(request("Chinese", speaker)).embeds
+    assert torch.equal(chinese, talker.prompt(request(dialect, speaker)).embeds)
+    assert torch.equal(chinese, talker.prompt(request("Auto", speaker)).embeds)
+
+
+def test_a_plain_speaker_asked_for_chinese_keeps_the_chinese_tag(talker: Talker) -> None:
+    chinese = talker.prompt(request("Chinese", "vivian")).embeds
+    assert not torch.equal(chinese, talker.prompt(request("beijing_dialect", "vivian")).embeds)
