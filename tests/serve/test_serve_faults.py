@@ -119,7 +119,16 @@ def test_a_stage_hung_under_websocket_and_batch_work_closes_1011_and_answers_503
     from websockets.exceptions import ConnectionClosed
 
     env = {**os.environ, "OMNI_CPU_STAGE_STALL_S": "4"}
-    running = start_server(tiny_checkpoint, tmp_path / "serve.log", "--max-frames", "400", env=env)
+    # Places for both the utterance and the batch, whatever the plan predicts it carries.
+    running = start_server(
+        tiny_checkpoint,
+        tmp_path / "serve.log",
+        "--max-frames",
+        "400",
+        "--max-in-flight",
+        "4",
+        env=env,
+    )
     server, log = running.process, running.log
     victim = None
     try:
