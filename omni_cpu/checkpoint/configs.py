@@ -1,7 +1,7 @@
 """The small JSON files of a Qwen3-TTS-12Hz checkpoint, per model kind and size.
 
-`"0.6b"` is Qwen3-TTS-12Hz-0.6B-CustomVoice exactly as published (values from
-../shared/reference/qwen3-tts-layout.md, which agrees with every public port).
+`"0.6b"` is Qwen3-TTS-12Hz-0.6B-CustomVoice exactly as published (the values of its
+config.json on the Hugging Face Hub, which every public port agrees with).
 
 `"1.7b"` is Qwen3-TTS-12Hz-1.7B-CustomVoice: the same file with a wider talker
 (hidden 2048, MLP 6144) and `tts_model_size` "1b7". Sources: the 2048 talker width

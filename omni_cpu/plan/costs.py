@@ -86,22 +86,20 @@ class CpuClassSpeed:
 # By ISA class (omni_cpu.plan.capacity.isa_class); a class not listed plans on the
 # reference numbers above (GEMV_GB_S_PER_CORE, WEIGHT_FORMATS), the Intel Xeon's, which
 # for an unmeasured class are the cautious side. AVX-512 with bf16 and no AMX (AMD Zen 4
-# / Zen 5): the 2-core AMD EPYC Zen 4 KVM guest, quiet, with the one-call code predictor
-# step (RESULTS 2026-12-02 04:25-04:38, "Speed"): the talker core reads 17.8-19.4 GB/s
-# (bench's talker_read_bandwidth, probe --calibrate 19.41); steps bf16 191, int8 117,
-# int4 76 ms less 3.31 / 1.65 / 1.03 GB at 19 GB/s: 17, 30 and 22 ms.
+# / Zen 5): the 2-core AMD EPYC Zen 4 KVM guest with the one-call code predictor step.
+# The measurements each number stands for are benchmarks/calibrated.json's `class_*`
+# entries (one home; tests/plan/test_costs_current.py holds them together). How each
+# follows: the step overhead is the one-stream step less the format's bytes a frame at
+# the core's read rate; the prefill is first audio less one step and the 1-frame chunk's
+# decode (without AMX it is no fraction of a step); code2wav's decoder per frame is the
+# stage's ms a frame at 10-frame chunks less CODE2WAV_STAGE_MS_PER_FRAME and a tenth of
+# CODE2WAV_CORE_MS_PER_CALL + CODEC_ENGINE_CALL_MS.
 CPU_CLASS_SPEEDS = {
     "AVX-512 with bf16": CpuClassSpeed(
         gemv_gb_s_per_core=19.0,
         step_overhead_ms={"model": 17.0, "int8": 30.0, "int4": 22.0},
         measured_on="the 2-core AMD EPYC Zen 4's",
-        # First audio less one step and the 1-frame chunk's decode (108 ms in this model):
-        # bf16 520 - 191 - 108 = 221, int8 420 - 117 - 108 = 195, int4 430 - 76 - 108 = 246
-        # (same entry); the median. Without AMX the prefill is no fraction of a step.
         prefill_ms=221.0,
-        # code2wav 55 / 54 / 53 ms a frame in the stage with 10-frame chunks (same entry),
-        # 54 = x + CODE2WAV_STAGE_MS_PER_FRAME + (CODE2WAV_CORE_MS_PER_CALL +
-        # CODEC_ENGINE_CALL_MS) / 10: x = 34.5 (the decoder alone: 32, RESULTS 10:57).
         code2wav_core_ms_per_frame={"bfloat16": 34.5},
     ),
 }

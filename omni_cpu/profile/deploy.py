@@ -81,12 +81,11 @@ OPENMP_BINDING_KEYS = (
 )
 
 # Stages that share cores keep vLLM's spin time too. Measured on the 2-core Xeon (AMX),
-# 0.6B int8, one stream, `bench --frames 50` (RESULTS.md 22:10-22:20): threads that sleep
-# at the end of each parallel region (KMP_BLOCKTIME=0) wake by futex for each of the
-# step's ~1,000 regions: RTF 4.33 with both stages passive, 2.98 with code2wav's alone,
-# 2.79 with both spinning (5 ms), against 2.51 for the 1 + 1 split. Two stages' OpenMP
-# teams on the same cores stall each other at every barrier, which no wait policy
-# undoes; the plan keeps the split where the cost model says so.
+# 0.6B int8, one stream (RESULTS.md, "every core and the matrix units"): threads that
+# sleep at the end of each parallel region (KMP_BLOCKTIME=0) wake by futex for each of
+# the step's ~1,000 regions, slower than both stages spinning (5 ms), itself slower than
+# the 1 + 1 split. Two stages' OpenMP teams on the same cores stall each other at
+# every barrier, which no wait policy undoes; the plan keeps the split where the cost model says so.
 
 
 def openmp_binding_env(cpus: str, preload: str) -> dict[str, str]:

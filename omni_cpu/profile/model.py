@@ -98,7 +98,7 @@ class Replica:
     numa_node: int  # its home: the first node its memory comes from
     frontend_cpus: str  # taskset of the API server / driver; "" = none reserved
     stages: tuple[StagePlan, ...]
-    capacity: ReplicaCapacity | None = None  # None in profiles written before issue 23
+    capacity: ReplicaCapacity | None = None  # None in profiles older than the capacity block
     # No one node holds its talker: the talker's memory interleaves over its memory
     # nodes (OMNI_CPU_INTERLEAVE_MEMORY=1 in the talker's environment).
     spanning: bool = False
@@ -153,7 +153,7 @@ class Profile:
     # custom-voice, voice-design or base: the kind the plan counted ("" in older profiles)
     model_kind: str = ""
     schema_version: int = PROFILE_SCHEMA_VERSION
-    capacity: Capacity | None = None  # None in profiles written before issue 23
+    capacity: Capacity | None = None  # None in profiles older than the capacity block
 
     @property
     def stages(self) -> tuple[StagePlan, ...]:
