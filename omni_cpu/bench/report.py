@@ -187,6 +187,7 @@ def _arrived_and_played(axes: Any, levels: list[dict[str, Any]]) -> None:
     The player starts at first audio + the level's play buffer; where the dashed line
     runs flat the listener hears silence.
     """
+    from omni_cpu.speech.codec import SAMPLE_RATE
     from omni_cpu.speech.playback import StreamTrace
 
     colors = iter(f"C{index % 10}" for index in range(1000))
@@ -194,7 +195,7 @@ def _arrived_and_played(axes: Any, levels: list[dict[str, Any]]) -> None:
         for number, stream in enumerate(level.get("streams", [])):
             trace = StreamTrace()
             for at, _offset, seconds in stream["chunks"]:
-                trace.add(at, round(seconds * 24_000))
+                trace.add(at, round(seconds * SAMPLE_RATE))
             if trace.ttfa_s is None:
                 continue
             run = trace.playback(trace.ttfa_s + level["play_buffer_ms"] / 1000)

@@ -31,7 +31,7 @@ from omni_cpu.plan.speed import (
     code2wav_costs,
     code2wav_ms,
     frame_ms,
-    prefill_ms,
+    streams_prefill_ms,
     talker_bandwidth_gb_s,
     talker_overhead_ms,
     talker_step_ms,
@@ -56,11 +56,6 @@ def interval_ms(cores: StageCores, chunk: int, speed: SpeedInputs, streams: int)
     return frame_ms(cores.talker, cores.compute, chunk, speed, streams)
 
 
-def _turns(cores: StageCores) -> float:
-    """Sharing cores, the stages run in turn and lose the other's spinning."""
-    return 1 / (1 - costs.SHARED_SPIN_LOSS) if cores.talker == SHARED else 1.0
-
-
 def _chunk_ms(frames: int, cores: StageCores, speed: SpeedInputs) -> float:
     return code2wav_chunk_ms(frames, cores.code2wav_cores, speed)
 
@@ -72,11 +67,9 @@ def ttfa_ms(cores: StageCores, speed: SpeedInputs, streams: int = 1, first_chunk
     Streams that start together share the prefill step; their first chunks decode in
     turn, so the middle stream waits for half of them.
     """
-    prefill = prefill_ms(cores.talker_cores, speed)
-    prefill *= 1 + (streams - 1) * costs.PREFILL_GROWTH_PER_STREAM
     first = talker_step_ms(cores.talker_cores, speed, streams) * first_chunk
     decode = _chunk_ms(first_chunk, cores, speed) * (streams + 1) / 2
-    return (prefill + first + decode) * _turns(cores)
+    return streams_prefill_ms(cores, speed, streams) + (first + decode) * cores.turns
 
 
 def request_rtf(
@@ -94,7 +87,7 @@ def request_rtf(
     frames = max(frames, 1)
     rest = max(frames - first_chunk, 0)
     last = rest % chunk or min(chunk, rest)
-    tail = _chunk_ms(last, cores, speed) * (streams + 1) / 2 * _turns(cores) if last else 0.0
+    tail = _chunk_ms(last, cores, speed) * (streams + 1) / 2 * cores.turns if last else 0.0
     wall = ttfa_ms(cores, speed, streams, first_chunk)
     wall += (frames - 1) * interval_ms(cores, chunk, speed, streams) + tail
     return wall / (frames * costs.FRAME_AUDIO_MS)

@@ -27,7 +27,7 @@ from omni_cpu.plan.speed import (
     StageCores,
     code2wav_chunk_ms,
     frame_ms,
-    prefill_ms,
+    streams_prefill_ms,
     talker_step_ms,
 )
 
@@ -97,11 +97,6 @@ class Timeline:
         return max(a - o for a, o in zip(self.arrivals_ms, self.offsets_ms, strict=True))
 
 
-def _turns(cores: StageCores) -> float:
-    """Sharing cores, the stages run in turn and lose the other's spinning."""
-    return 1 / (1 - costs.SHARED_SPIN_LOSS) if cores.talker == SHARED else 1.0
-
-
 def _step_ms(cores: StageCores, speed: SpeedInputs, streams: int, chunk: int) -> float:
     """The time between a stream's frames leaving the talker with `streams` running.
 
@@ -113,17 +108,12 @@ def _step_ms(cores: StageCores, speed: SpeedInputs, streams: int, chunk: int) ->
     return talker_step_ms(cores.talker_cores, speed, streams)
 
 
-def _prefill_ms(cores: StageCores, speed: SpeedInputs, streams: int) -> float:
-    prefill = prefill_ms(cores.talker_cores, speed)
-    return prefill * (1 + (streams - 1) * costs.PREFILL_GROWTH_PER_STREAM) * _turns(cores)
-
-
 def simulate(
     cores: StageCores, speed: SpeedInputs, schedule: Schedule, streams: int, frames: int
 ) -> list[Timeline]:
     """Every stream's timeline when `streams` requests of `frames` frames start together."""
     step = _step_ms(cores, speed, streams, schedule.steady)
-    start = _prefill_ms(cores, speed, streams)
+    start = streams_prefill_ms(cores, speed, streams)
     sizes = schedule.sizes(frames)
     # (ready ms, stream, chunk index, offset ms, frames): each chunk once its last frame is out.
     chunks = []
@@ -137,9 +127,7 @@ def simulate(
     free = 0.0
     arrivals: dict[int, list[tuple[float, float]]] = {s: [] for s in range(streams)}
     for ready, stream, _, offset, size in chunks:
-        free = max(free, ready) + code2wav_chunk_ms(size, cores.code2wav_cores, speed) * _turns(
-            cores
-        )
+        free = max(free, ready) + code2wav_chunk_ms(size, cores.code2wav_cores, speed) * cores.turns
         arrivals[stream].append((free, offset))
     return [
         Timeline(tuple(a for a, _ in arrivals[s]), tuple(o for _, o in arrivals[s]))
@@ -162,10 +150,10 @@ def _ramp_from(cores: StageCores, speed: SpeedInputs, steady: int, first: int) -
     """A `first`-frame chunk, then each chunk the largest (up to `steady`) that arrives
     within SAFE_START_MARGIN_MS of the first chunk's lateness; where none does, `steady`."""
     step = _step_ms(cores, speed, 1, steady)
-    start = _prefill_ms(cores, speed, 1)
+    start = streams_prefill_ms(cores, speed, 1)
 
     def decode_ms(size: int) -> float:
-        return code2wav_chunk_ms(size, cores.code2wav_cores, speed) * _turns(cores)
+        return code2wav_chunk_ms(size, cores.code2wav_cores, speed) * cores.turns
 
     first_audio = start + first * step + decode_ms(first)
     allowed = first_audio + SAFE_START_MARGIN_MS

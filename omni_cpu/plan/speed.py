@@ -62,6 +62,11 @@ class StageCores:
     def code2wav_cores(self) -> int:
         return self.compute if self.talker == SHARED else self.compute - self.talker
 
+    @property
+    def turns(self) -> float:
+        """Sharing cores, the stages run in turn and lose the other's spinning: the factor."""
+        return 1 / (1 - costs.SHARED_SPIN_LOSS) if self.talker == SHARED else 1.0
+
 
 def _speedup(cores: int, efficiency: float) -> float:
     return 1 + (max(cores, 1) - 1) * efficiency
@@ -106,6 +111,12 @@ def prefill_ms(cores: int, inputs: SpeedInputs) -> float:
     if own is not None and own.prefill_ms is not None:
         return own.prefill_ms
     return costs.TALKER_PREFILL_STEPS * talker_step_ms(cores, inputs)
+
+
+def streams_prefill_ms(cores: StageCores, inputs: SpeedInputs, streams: int = 1) -> float:
+    """The prefill of `streams` prompts that start together, before their first step."""
+    prefill = prefill_ms(cores.talker_cores, inputs)
+    return prefill * (1 + (streams - 1) * costs.PREFILL_GROWTH_PER_STREAM) * cores.turns
 
 
 def talker_ms(cores: int, inputs: SpeedInputs) -> float:

@@ -28,7 +28,7 @@ route's door; one it does not name gets 404):
 It keeps `omni_cpu_speech_requests_in_flight` (and how many of those wait on their
 client) in vLLM's Prometheus registry, which `/metrics` serves and the supervisor
 reads to drain and to tell a stalled stage from a slow client, and times each streamed
-reply chunk by chunk (omni_cpu.serve.listening: first audio, safe start, gaps).
+reply chunk by chunk (omni_cpu.serve.stream_metrics: first audio, safe start, gaps).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from omni_cpu.serve.asgi import (
     replay,
     send_json,
 )
-from omni_cpu.serve.body import parse_fields, read_limited_body
+from omni_cpu.serve.body import parse_fields, read_limited_body, reply_sample_rate
 from omni_cpu.serve.checks import (
     audio_bytes_problem,
     batch_items,
@@ -67,10 +67,10 @@ from omni_cpu.serve.knobs import (
     REJECTED_METRIC,
     AdmissionLimits,
 )
-from omni_cpu.serve.listening import StreamRecorder, stream_sample_rate
 from omni_cpu.serve.long_input import long_parts, speak_in_parts
 from omni_cpu.serve.routes import Door, door
 from omni_cpu.serve.stream_guard import StreamGuard
+from omni_cpu.serve.stream_metrics import StreamRecorder
 
 SPEECH_PATH = "/v1/audio/speech"
 HEALTH_PATH = "/health"
@@ -311,7 +311,7 @@ class SpeechAdmission:
             if parts is None:
                 # A streamed reply is timed as a listener hears it, for /metrics.
                 timed = (
-                    StreamRecorder(stream_sample_rate(fields)).wrap(send)
+                    StreamRecorder(reply_sample_rate(fields)).wrap(send)
                     if fields.get("stream") is True
                     else send
                 )

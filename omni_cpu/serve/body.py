@@ -8,6 +8,7 @@ from typing import Any
 
 from omni_cpu import envs
 from omni_cpu.serve.asgi import BadBody, Receive, Scope
+from omni_cpu.speech.codec import SAMPLE_RATE
 
 # Deeper than any speech request needs; vLLM's parser would recurse past Python's limit.
 MAX_JSON_DEPTH = 32
@@ -52,6 +53,14 @@ def parse_fields(body: bytes) -> dict[str, Any]:
     if json_depth(data) > MAX_JSON_DEPTH:
         raise too_deep
     return data if isinstance(data, dict) else {}
+
+
+def reply_sample_rate(fields: dict[str, Any]) -> int:
+    """The rate a speech request's audio comes at: its `sample_rate`, else the model's."""
+    rate = fields.get("sample_rate")
+    if isinstance(rate, int) and not isinstance(rate, bool) and rate > 0:
+        return rate
+    return SAMPLE_RATE
 
 
 def content_length(scope: Scope) -> int | None:

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from omni_cpu.serve.asgi import BadBody, Message, Receive, Scope, Send, replay
+from omni_cpu.serve.body import reply_sample_rate
 from omni_cpu.serve.checks import input_length
 from omni_cpu.serve.knobs import AdmissionLimits
 
@@ -33,7 +34,6 @@ FORMATS: dict[str, tuple[str, str, str | None]] = {
     "mp3": ("MP3", "audio/mpeg", None),
     "opus": ("OGG", "audio/ogg", "OPUS"),
 }
-SAMPLE_RATE = 24_000  # what the server sends when a request names no sample_rate
 
 
 def sentences(text: str) -> list[str]:
@@ -153,8 +153,7 @@ async def speak_in_parts(
 ) -> None:
     """Each part asked of the server as PCM, in turn; the audio joined into one answer."""
     response_format = str(fields.get("response_format") or "wav")
-    rate = fields.get("sample_rate")
-    rate = rate if isinstance(rate, int) and not isinstance(rate, bool) else SAMPLE_RATE
+    rate = reply_sample_rate(fields)
     if response_format not in FORMATS:
         response_format = "wav"  # the server's own answer to a format it does not know
     pcm: list[bytes] = []

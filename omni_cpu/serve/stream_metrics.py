@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import Counter, Histogram
 
@@ -50,14 +49,6 @@ STALLED = Counter(
     f"Streamed speech replies with a gap for a player starting at first audio + "
     f"{PLAY_BUFFER_MS} ms.",
 )
-
-
-def stream_sample_rate(fields: dict[str, Any]) -> int:
-    """The rate a speech request's audio comes at: its `sample_rate`, else the model's."""
-    rate = fields.get("sample_rate")
-    if isinstance(rate, int) and not isinstance(rate, bool) and rate > 0:
-        return rate
-    return SAMPLE_RATE
 
 
 class StreamRecorder:

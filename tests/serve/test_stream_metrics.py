@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from prometheus_client import REGISTRY
 
-from omni_cpu.serve.listening import StreamRecorder
+from omni_cpu.serve.stream_metrics import StreamRecorder
 
 FRAME_BYTES = 1920 * 2  # one 80 ms frame of 16-bit PCM at 24 kHz
 
