@@ -269,9 +269,9 @@ class StreamState:
 def _transposed_conv(conv: torch.nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor:
     """`conv(x)` as one matrix product and an overlap-add, where the kernel spans whole strides.
 
-    In bf16, torch's CPU ConvTranspose1d takes a slow reference path: the
-    0.6B codec's first upsampler (1536 -> 768 channels, kernel 16, stride 8) cost
-    29.5 ms of a 1-frame chunk's 115 ms (Zen 4, one thread). As x^T @ W (oneDNN's
+    In bf16, torch's CPU ConvTranspose1d takes a slow reference path: the 0.6B
+    codec's first upsampler (1536 -> 768 channels, kernel 16, stride 8) was about a
+    quarter of a 1-frame chunk's decode. As x^T @ W (oneDNN's
     GEMM, [L, C_in] x [C_in, C_out * K]) plus the K / stride shifted sums it is
     a weight read. float32 takes the same path (the same sums in another order).
     """
