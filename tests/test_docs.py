@@ -208,3 +208,40 @@ def test_the_check_sees_each_kind_of_outside_reference() -> None:
         "an internal issue number",
         "a clock time",
     ]
+
+
+# --- Citations of the dated log --------------------------------------------------
+
+RESULTS = REPO / "benchmarks" / "RESULTS.md"
+# `RESULTS.md, "title words"` (or `RESULTS.md ("...`, `RESULTS.md, the sections "...`).
+CITATION = re.compile(r'RESULTS(?:\.md)?[,:]?\s+(?:the sections?\s+)?\(?"([^"]+)"')
+
+
+def words(text: str) -> str:
+    """Lower-case words only: a citation wrapped over comment lines still reads the same."""
+    text = re.sub(r"\n\s*#", " ", text)
+    return " ".join(re.sub(r"[^\w\s-]", " ", text.lower()).split())
+
+
+def uncited(text: str, headings: list[str]) -> list[str]:
+    """The titles `text` cites that no heading of the dated log contains."""
+    return [
+        title
+        for title in CITATION.findall(text)
+        if not any(words(title) in heading for heading in headings)
+    ]
+
+
+def test_every_cited_results_heading_exists() -> None:
+    headings = [words(line) for line in RESULTS.read_text().splitlines() if line.startswith("#")]
+    found = [
+        f"{path.relative_to(REPO)}: {title}"
+        for path in READ_BY_USERS
+        for title in uncited(path.read_text(), headings)
+    ]
+    assert found == []
+
+
+def test_a_citation_wrapped_over_comment_lines_is_read_whole() -> None:
+    text = '# see RESULTS.md, "Limits with the\n# arithmetic" and RESULTS.md, "Gone"\n'
+    assert uncited(text, [words("### Limits with the arithmetic")]) == ["Gone"]
