@@ -21,7 +21,10 @@ from omni_cpu.cli import app
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # Where links are checked too: the pages and the notes beside them.
-LINKED = [*PAGES, REPO / "ARCHITECTURE.md", REPO / "CHANGELOG.md"]
+LINKED = [
+    *PAGES,
+    *(REPO / name for name in ("ARCHITECTURE.md", "CHANGELOG.md", "benchmarks/README.md")),
+]
 
 SHELL_BLOCK = re.compile(r"^```(?:sh|bash|shell)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 # $((8000 + n)) and $n stand for a number (1) in the loops a page shows.
