@@ -35,9 +35,9 @@ test-fast:
 lint:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
-# Regenerate the example profiles and the README's capacity table from ../shared/sysroots,
-# and the README's table of environment variables from omni_cpu/envs.py (tests fail when
-# stale); this tree's code, not the editable install's.
+# Regenerate the example profiles and docs/planning.md's capacity table from real machines'
+# dumps (where this checkout has them), and docs/configuration.md's table of user knobs from
+# omni_cpu/envs.py (tests fail when stale); this tree's code, not the editable install's.
 profiles:
 	PYTHONPATH=$(CURDIR) $(BIN)/python scripts/make_example_profiles.py
 

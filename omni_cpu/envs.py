@@ -5,7 +5,8 @@ environment at the moment it is used (`envs.OMNI_CPU_WEIGHTS`), never cached, si
 the driver sets some of them for its stage processes and tests change them at run
 time. Import-light on purpose (the standard library and omni_cpu.errors only):
 `omni-cpu probe` and every stage process import it. `python -m omni_cpu.envs` prints
-the table (`--markdown`: the README's).
+the knobs a user sets (`--all`: every knob; `--markdown`: docs/configuration.md's table).
+Each knob says who sets it (`audience`): a user, the profile for a stage, or omni-cpu itself.
 
 This is the only module that names a variable: other code takes a name from its knob
 (`envs.OWNER.name`) and reads a value through it (`envs.OMNI_CPU_WEIGHTS`), and
@@ -88,6 +89,7 @@ class Knob:
     parse: Callable[[str], Any] = str
     choices: tuple[str, ...] = ()
     form: str = ""  # the values a refusing `parse` takes, in words
+    audience: str = ""  # who sets it: one of AUDIENCES
 
     @property
     def allowed(self) -> str:
@@ -127,7 +129,18 @@ class Knob:
 KNOBS: dict[str, Knob] = {}
 
 
+# Who sets a knob. docs/configuration.md lists the user's; the profile writes the stage's
+# into each stage's environment; omni-cpu, its tests and its set-up scripts set the rest.
+AUDIENCES = {
+    "user": "set by hand, to change what omni-cpu does",
+    "stage": "set per stage by the profile (or the command that plans it), not by hand",
+    "internal": "plumbing between omni-cpu's own processes, debugging, or the set-up scripts",
+}
+
+
 def _declare(knob: Knob) -> Knob:
+    if knob.audience not in AUDIENCES:
+        raise ValueError(f"{knob.name}: audience {knob.audience!r} is not one of {set(AUDIENCES)}")
     KNOBS[knob.name] = knob
     return knob
 
@@ -141,6 +154,7 @@ VERBOSE = _declare(
         "1 shows the engines' own logs (vLLM INFO, transformers notices, load bars) in run/bench",
         "cli",
         _flag,
+        audience="user",
     )
 )
 # The talker stage's weight format (omni_cpu.models.int8). "model" keeps the
@@ -154,6 +168,7 @@ WEIGHTS = _declare(
         "stage",
         _lower,
         choices=("model", "int8", "int4"),
+        audience="stage",
     )
 )
 CODE_PREDICTOR = _declare(
@@ -164,6 +179,7 @@ CODE_PREDICTOR = _declare(
         "stage",
         _lower,
         choices=("fused", "ops", "cached", "stock"),
+        audience="stage",
     )
 )
 CODE2WAV = _declare(
@@ -174,6 +190,7 @@ CODE2WAV = _declare(
         "stage",
         _lower,
         choices=("stream", "recompute"),
+        audience="stage",
     )
 )
 GEMV = _declare(
@@ -184,6 +201,7 @@ GEMV = _declare(
         "stage",
         _switch,
         choices=("auto", "avx2", "off"),
+        audience="stage",
     )
 )
 AMX_ROWS = _declare(
@@ -194,6 +212,7 @@ AMX_ROWS = _declare(
         "stage",
         _rows_by_format,
         form="auto, a row count, or bf16=N,int8=N",
+        audience="stage",
     )
 )
 KERNEL_CACHE = _declare(
@@ -202,6 +221,7 @@ KERNEL_CACHE = _declare(
         "",
         "where built kernels are cached (default ~/.cache/omni-cpu/kernels)",
         "stage",
+        audience="user",
     )
 )
 WEIGHT_CACHE = _declare(
@@ -212,15 +232,18 @@ WEIGHT_CACHE = _declare(
         "cache); off: pack at every start",
         "stage",
         _path_or_off,
+        audience="user",
     )
 )
 INDUCTOR = _declare(
     Knob(
         "VLLM_OMNI_CPU_INDUCTOR",
         "0",
-        "1 lets vLLM-Omni torch.compile the code predictor (+12 % speed, +45-90 s start-up)",
+        "1 lets vLLM-Omni torch.compile the code predictor (slightly faster steps, a much "
+        "longer start-up)",
         "stage",
         _flag,
+        audience="user",
     )
 )
 # A spanning replica's talker (omni_cpu.plan.placement): no one node holds it, so its
@@ -234,6 +257,7 @@ INTERLEAVE_MEMORY = _declare(
         "sets it for a spanning replica's talker)",
         "stage",
         _flag,
+        audience="stage",
     )
 )
 STEP_LOG = _declare(
@@ -242,6 +266,7 @@ STEP_LOG = _declare(
         "",
         "a directory: each stage worker appends one JSON line per engine step (bench sets it)",
         "stage",
+        audience="internal",
     )
 )
 STARTUP_DIR = _declare(
@@ -251,6 +276,7 @@ STARTUP_DIR = _declare(
         "set by omni-cpu, not by hand: a directory where each stage worker writes its "
         "start-up phases (run/bench --json `startup.stages`)",
         "stage",
+        audience="internal",
     )
 )
 TORCH_PROFILE = _declare(
@@ -259,6 +285,7 @@ TORCH_PROFILE = _declare(
         "",
         "a directory: each stage worker writes a torch profiler op table of steps 10-19",
         "stage",
+        audience="internal",
     )
 )
 STAGE_STALL_S = _declare(
@@ -269,6 +296,7 @@ STAGE_STALL_S = _declare(
         "run/serve call it hung (exit 4; /health 503 naming it). 0 = never",
         "cli",
         _seconds,
+        audience="user",
     )
 )
 SERVE_REQUEST_TIMEOUT_S = _declare(
@@ -279,6 +307,7 @@ SERVE_REQUEST_TIMEOUT_S = _declare(
         "field may ask for less); past it: 504, or the stream ends. 0 = none",
         "serve",
         _seconds,
+        audience="internal",
     )
 )
 SERVE_MAX_IN_FLIGHT = _declare(
@@ -288,6 +317,7 @@ SERVE_MAX_IN_FLIGHT = _declare(
         "speech requests admitted at once (running + waiting); past it: 429. 0 = no limit",
         "serve",
         _count,
+        audience="internal",
     )
 )
 SERVE_MAX_INPUT_CHARS = _declare(
@@ -297,6 +327,7 @@ SERVE_MAX_INPUT_CHARS = _declare(
         "longest `input` text in characters; longer: 400. 0 = no limit",
         "serve",
         _count,
+        audience="internal",
     )
 )
 SERVE_MAX_LONG_INPUT_CHARS = _declare(
@@ -307,6 +338,7 @@ SERVE_MAX_LONG_INPUT_CHARS = _declare(
         "sentences (parts of at most the input limit, audio joined); longer: 400. 0 = no split",
         "serve",
         _count,
+        audience="internal",
     )
 )
 SERVE_MAX_BODY_BYTES = _declare(
@@ -317,6 +349,7 @@ SERVE_MAX_BODY_BYTES = _declare(
         "larger: 413. 0 = no limit",
         "serve",
         _count,
+        audience="user",
     )
 )
 SERVE_REF_AUDIO_DIR = _declare(
@@ -325,6 +358,7 @@ SERVE_REF_AUDIO_DIR = _declare(
         "",
         "the folder file:// `ref_audio` may name (serve --ref-audio-dir); checked like base64",
         "serve",
+        audience="internal",
     )
 )
 SERVE_DRAIN_FILE = _declare(
@@ -333,6 +367,7 @@ SERVE_DRAIN_FILE = _declare(
         "",
         "while this file exists the server is draining: new speech requests and /health get 503",
         "serve",
+        audience="internal",
     )
 )
 SERVE_ALLOW_REF_AUDIO_URLS = _declare(
@@ -342,6 +377,7 @@ SERVE_ALLOW_REF_AUDIO_URLS = _declare(
         "1: the server may fetch an http(s) `ref_audio` URL; 0: such requests get 400",
         "serve",
         _flag,
+        audience="internal",
     )
 )
 SERVE_ACCEPT_FRAME_LIMIT = _declare(
@@ -351,6 +387,7 @@ SERVE_ACCEPT_FRAME_LIMIT = _declare(
         "1: a Base request that reaches its frame budget returns its audio; 0: vLLM-Omni's 500",
         "serve",
         _flag,
+        audience="internal",
     )
 )
 SERVE_DOWN_FILE = _declare(
@@ -359,6 +396,7 @@ SERVE_DOWN_FILE = _declare(
         "",
         "while this file exists a stage is down: /health and speech requests get 503 naming it",
         "serve",
+        audience="internal",
     )
 )
 SERVE_TALKER_MAX_MODEL_LEN = _declare(
@@ -368,6 +406,7 @@ SERVE_TALKER_MAX_MODEL_LEN = _declare(
         "the talker's context; prompts that need more positions get 400. 0 = not checked",
         "serve",
         _count,
+        audience="internal",
     )
 )
 SERVE_TOKENIZER = _declare(
@@ -376,6 +415,7 @@ SERVE_TOKENIZER = _declare(
         "",
         "checkpoint whose tokenizer measures prompts for the context check",
         "serve",
+        audience="internal",
     )
 )
 SERVE_BODY_TIMEOUT_S = _declare(
@@ -386,6 +426,7 @@ SERVE_BODY_TIMEOUT_S = _declare(
         "and then its body (else 408); the request holds no place while it sends. 0 = none",
         "serve",
         _seconds,
+        audience="internal",
     )
 )
 STAGE_PROGRESS_DIR = _declare(
@@ -395,6 +436,7 @@ STAGE_PROGRESS_DIR = _declare(
         "set by omni-cpu, not by hand: the folder each stage counts its work steps in, "
         "which the stall watch reads (progress is steps, not CPU time)",
         "stage",
+        audience="internal",
     )
 )
 OWNER = _declare(
@@ -403,6 +445,7 @@ OWNER = _declare(
         "",
         "set by omni-cpu, not by hand: the run's token its watchdog finds stage processes by",
         "stage",
+        audience="internal",
     )
 )
 STAGE_DEVICE = _declare(
@@ -412,6 +455,7 @@ STAGE_DEVICE = _declare(
         "set by vLLM-Omni per stage, not by hand: the platform's device variable, a label "
         "(CPU_VISIBLE_MEMORY_NODES binds the memory)",
         "stage",
+        audience="internal",
     )
 )
 ENGINES_BARRED = _declare(
@@ -421,6 +465,7 @@ ENGINES_BARRED = _declare(
         "set by the tests, not by hand: a file; while it exists a stage engine that starts "
         "writes its pid there and fails (engines start only in tests marked e2e)",
         "stage",
+        audience="internal",
     )
 )
 DRIVER = _declare(
@@ -430,6 +475,7 @@ DRIVER = _declare(
         "set by omni-cpu, not by hand: `PID EPOCH TOKEN` of a driver that re-executed itself "
         "with its stages' preloads; the stages forked from it carry it",
         "cli",
+        audience="internal",
     )
 )
 STAGE_START = _declare(
@@ -441,6 +487,7 @@ STAGE_START = _declare(
         "cli",
         _lower,
         choices=("fork", "spawn"),
+        audience="user",
     )
 )
 TARGET_DEVICE = _declare(
@@ -450,6 +497,7 @@ TARGET_DEVICE = _declare(
         "vLLM's own device choice; cpu activates omni-cpu's platform (run and serve set it)",
         "stage",
         _lower,
+        audience="user",
     )
 )
 TORCH_INDEX = _declare(
@@ -458,6 +506,7 @@ TORCH_INDEX = _declare(
         "",
         "install-runtime.sh: a PyTorch CPU package index (or mirror) to take torch +cpu from",
         "setup",
+        audience="internal",
     )
 )
 PROBE_ONLY = _declare(
@@ -467,6 +516,7 @@ PROBE_ONLY = _declare(
         "setup.sh: 1 installs only the light probe/plan/validate part (no torch, no vLLM)",
         "setup",
         _flag,
+        audience="internal",
     )
 )
 
@@ -474,7 +524,7 @@ PROBE_ONLY = _declare(
 # omni_cpu.serve.knobs.AdmissionLimits field it carries, upper-cased.
 SERVE_PREFIX = "OMNI_CPU_SERVE_"
 
-# Who reads each knob, for the README's table.
+# Who reads each knob, for docs/configuration.md's table.
 READERS = {
     "cli": "omni-cpu's commands",
     "stage": "each stage process",
@@ -493,10 +543,12 @@ def check(environ: Mapping[str, str]) -> None:
         knob.value(environ)
 
 
-def markdown_table() -> list[str]:
-    """The README's table of environment variables (`make profiles` writes it there)."""
+def markdown_table(audiences: tuple[str, ...] = ("user",)) -> list[str]:
+    """The table of the knobs for `audiences` (docs/configuration.md's: `make profiles`)."""
     rows = ["| variable | default | read by | what it does |", "|---|---|---|---|"]
     for knob in KNOBS.values():
+        if knob.audience not in audiences:
+            continue
         default = f"`{knob.default}`" if knob.default else "—"
         doc = knob.doc.replace("|", "\\|")
         rows.append(f"| `{knob.name}` | {default} | {READERS[knob.read_by]} | {doc} |")
@@ -554,14 +606,24 @@ def __dir__() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Print the table: name, default, who reads it, what it does, and the value set here."""
-    if "--markdown" in (sys.argv[1:] if argv is None else argv):
-        sys.stdout.write("\n".join(markdown_table()) + "\n")
+    """Print the table: name, default, who reads it, what it does, and the value set here.
+
+    `--markdown` prints the user knobs as a markdown table; `--all` adds the stage's and
+    the internal ones.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    audiences = tuple(AUDIENCES) if "--all" in args else ("user",)
+    if "--markdown" in args:
+        sys.stdout.write("\n".join(markdown_table(audiences)) + "\n")
         return
     for knob in KNOBS.values():
+        if knob.audience not in audiences:
+            continue
         now = os.environ.get(knob.name)
         shown = f" (set: {now})" if now is not None else ""
-        sys.stdout.write(f"{knob.name}={knob.default!s:<8} [{knob.read_by}] {knob.doc}{shown}\n")
+        sys.stdout.write(
+            f"{knob.name}={knob.default!s:<8} [{knob.read_by}, {knob.audience}] {knob.doc}{shown}\n"
+        )
 
 
 if __name__ == "__main__":

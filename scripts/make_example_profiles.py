@@ -1,9 +1,11 @@
-"""Regenerate profiles/ from real machines' dumps in ../shared/sysroots (`make profiles`),
-the README's table of their predicted capacity and its table of environment variables.
+"""Regenerate profiles/ from real machines' dumps (`make profiles`), docs/planning.md's
+table of their predicted capacity and docs/configuration.md's table of user knobs.
 
-tests/plan/test_dumps.py fails while the checked-in files (or the README's capacity table)
-differ from what this writes, so a planner change always shows up in review as a profile
-diff; tests/test_envs.py fails while the README's variables differ from omni_cpu/envs.py.
+The dumps are this project's sysroot collection (tests/helpers/sysroots says where it is
+looked for); a clone without it still regenerates the knob table.
+tests/plan/test_dumps.py fails while the checked-in files (or the capacity table) differ
+from what this writes, so a planner change always shows up in review as a profile diff;
+tests/test_envs.py fails while the knob table differs from omni_cpu/envs.py.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ EXAMPLES = {
     "x86_64-zen5-kvm-2c": "zen5-kvm-2core.yaml",
 }
 MODEL = "0.6b"
-README = REPO_ROOT / "README.md"
-# The README's capacity table sits between these lines.
+PLANNING = REPO_ROOT / "docs" / "planning.md"
+CONFIGURATION = REPO_ROOT / "docs" / "configuration.md"
+# docs/planning.md's capacity table sits between these lines.
 TABLE_START = "<!-- capacity table: make profiles writes it -->"
 TABLE_END = "<!-- end of capacity table -->"
-# The README's table of environment variables (omni_cpu.envs.markdown_table) sits between these.
+# docs/configuration.md's table of user knobs (omni_cpu.envs.markdown_table) sits between these.
 ENV_TABLE_START = "<!-- environment variables: make profiles writes it from omni_cpu/envs.py -->"
 ENV_TABLE_END = "<!-- end of environment variables -->"
 # int8 is an x86 weight format with AVX2 at least (FBGEMM or omni-cpu's W8A8 GEMV).
@@ -75,23 +78,21 @@ def capacity_rows(roots: dict[str, Path]) -> list[str]:
     return rows
 
 
-def readme_with_table(
-    readme: str, rows: list[str], start: str = TABLE_START, end: str = TABLE_END
-) -> str:
-    """The README with the table between `start` and `end` (the capacity table's) as `rows`."""
-    head, rest = readme.split(start, 1)
+def with_table(page: str, rows: list[str], start: str = TABLE_START, end: str = TABLE_END) -> str:
+    """`page` with the table between `start` and `end` (the capacity table's) as `rows`."""
+    head, rest = page.split(start, 1)
     _, tail = rest.split(end, 1)
     return head + start + "\n" + "\n".join(rows) + "\n" + end + tail
 
 
-def readme_with_env_table(readme: str) -> str:
-    """The README with its table of environment variables as omni_cpu.envs declares them."""
-    return readme_with_table(readme, envs.markdown_table(), ENV_TABLE_START, ENV_TABLE_END)
+def with_env_table(page: str) -> str:
+    """`page` (docs/configuration.md) with its table of user knobs as omni_cpu.envs declares."""
+    return with_table(page, envs.markdown_table(), ENV_TABLE_START, ENV_TABLE_END)
 
 
 def main() -> None:
-    README.write_text(readme_with_env_table(README.read_text()))
-    print("wrote README.md's table of environment variables")
+    CONFIGURATION.write_text(with_env_table(CONFIGURATION.read_text()))
+    print("wrote docs/configuration.md's table of user knobs")
     if not sysroots.available():
         sys.exit(f"error: {sysroots.MISSING_REASON}")
     dumps = {dump.id: dump for dump in sysroots.load_dumps()}
@@ -102,8 +103,8 @@ def main() -> None:
             root = roots[dump_id] = sysroots.unpack(dumps[dump_id].tarball, Path(scratch) / dump_id)
             (PROFILES_DIR / filename).write_text(example_profile_text(root))
             print(f"wrote profiles/{filename}")
-        README.write_text(readme_with_table(README.read_text(), capacity_rows(roots)))
-        print("wrote README.md's capacity table")
+        PLANNING.write_text(with_table(PLANNING.read_text(), capacity_rows(roots)))
+        print("wrote docs/planning.md's capacity table")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 """The packages stand in floors: every import points down a floor, and none goes round.
 
-ARCHITECTURE.md draws the same floors. Every import counts, at module level, inside
-a function (lazy) or under TYPE_CHECKING: a lazy import is still an arrow, and a lazy
-circle is still a circle. A package new to the tree fails the first test until it
-is given a floor.
+ARCHITECTURE.md draws the same floors (a test below holds the two together). Every
+import counts, at module level, inside a function (lazy) or under TYPE_CHECKING: a lazy
+import is still an arrow, and a lazy circle is still a circle. A package new to the tree
+fails the first test until it is given a floor.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,14 +143,43 @@ def test_the_walk_sees_a_lazy_circle_and_an_upward_import(tmp_path: Path) -> Non
     assert {frozenset(c) for c in strongly_connected(graph) if len(c) > 1} == {
         frozenset({"a", "b"})
     }
+    # The probe is read as if it stood in omni_cpu/plan/, from tmp_path: nothing is
+    # written into the package, where another test worker could collect it.
     source = "def later():\n    from omni_cpu.cli import main\n"
-    probe = ROOT / "plan" / "_walk_probe.py"
+    probe = tmp_path / "_walk_probe.py"
+    probe.write_text(source)
+    MODULES["omni_cpu.plan._walk_probe"] = probe
     try:
-        probe.write_text(source)
-        MODULES["omni_cpu.plan._walk_probe"] = probe
         assert list(imports_of("omni_cpu.plan._walk_probe")) == [("omni_cpu.cli", 2)]
         with pytest.raises(AssertionError):
             test_every_import_points_down("omni_cpu.plan._walk_probe")
     finally:
         MODULES.pop("omni_cpu.plan._walk_probe", None)
-        probe.unlink(missing_ok=True)
+
+
+ARCHITECTURE = ROOT.parent / "ARCHITECTURE.md"
+# A floor of the drawing: its number, then its rooms' short names up to the first rule.
+DRAWN_FLOOR = re.compile(r"^\s*(\d+)\s{2}([a-z_ ]+?)\s*(?:[─│].*)?$")
+
+
+def drawn_floors(text: str) -> dict[int, set[str]]:
+    """The floors ARCHITECTURE.md's drawing (its first code block) shows: level -> rooms."""
+    drawing = text.split("```", 2)[1]
+    floors: dict[int, set[str]] = {}
+    for line in drawing.splitlines():
+        if match := DRAWN_FLOOR.match(line):
+            names = match.group(2).split()
+            floors[int(match.group(1))] = {
+                name if name == "omni_cpu" else f"omni_cpu.{name}" for name in names
+            }
+    return floors
+
+
+def test_architecture_md_draws_the_floors_this_test_walks() -> None:
+    tested = {level: set(rooms) for level, rooms in enumerate(FLOORS)}
+    assert drawn_floors(ARCHITECTURE.read_text()) == tested
+
+
+def test_the_drawing_reader_reads_a_floor_with_its_notes() -> None:
+    drawing = "```\n  9  serve     bench ─── the server │ bench\n        │  └─ a note\n```\n"
+    assert drawn_floors(drawing) == {9: {"omni_cpu.serve", "omni_cpu.bench"}}

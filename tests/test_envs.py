@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 
 from omni_cpu import envs
 from omni_cpu.errors import SettingError
@@ -25,12 +26,41 @@ REPO = Path(__file__).resolve().parents[1]
 PROFILES_SCRIPT = REPO / "scripts" / "make_example_profiles.py"
 
 
-def test_every_knob_has_a_default_a_doc_and_a_reader() -> None:
+def test_every_knob_has_a_default_a_doc_a_reader_and_an_audience() -> None:
     for name, knob in envs.KNOBS.items():
         assert knob.name == name
         assert knob.doc.strip()
         assert knob.read_by in {"cli", "stage", "serve", "setup"}
+        assert knob.audience in envs.AUDIENCES
         knob.value({})  # the default parses
+
+
+def test_a_knob_without_an_audience_is_refused_where_it_is_declared() -> None:
+    with pytest.raises(ValueError, match="OMNI_CPU_NEW_THING: audience"):
+        envs._declare(envs.Knob("OMNI_CPU_NEW_THING", "0", "a doc", "cli"))
+    assert "OMNI_CPU_NEW_THING" not in envs.KNOBS
+
+
+def serve_options() -> set[str]:
+    from omni_cpu.cli import app
+
+    command = typer.main.get_command(app).commands["serve"]
+    return {name for param in command.params for name in param.opts}
+
+
+def test_what_only_carries_a_flag_or_a_set_up_choice_is_not_a_users_knob() -> None:
+    # serve's flags reach its middleware as variables (--max-in-flight as
+    # OMNI_CPU_SERVE_MAX_IN_FLIGHT); the set-up scripts read their own; omni-cpu's own
+    # plumbing says "not by hand". None of them is for a user to set as a variable.
+    options = serve_options()
+    for knob in envs.KNOBS.values():
+        field = knob.name.removeprefix(envs.SERVE_PREFIX).lower().removesuffix("_s")
+        carried = knob.read_by == "serve" and f"--{field.replace('_', '-')}" in options
+        if carried or knob.read_by == "setup" or "not by hand" in knob.doc:
+            assert knob.audience == "internal", knob.name
+    assert "--max-in-flight" in options  # the check above reads serve's real options
+    users = {name for name, knob in envs.KNOBS.items() if knob.audience == "user"}
+    assert {"OMNI_CPU_VERBOSE", "OMNI_CPU_STAGE_STALL_S", "OMNI_CPU_KERNEL_CACHE"} <= users
 
 
 def test_a_knob_is_read_when_used_not_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,12 +86,19 @@ def test_an_undeclared_variable_is_an_error() -> None:
         _ = envs.OMNI_CPU_NOT_A_KNOB
 
 
-def test_the_table_prints_every_knob() -> None:
+def printed_knobs(*args: str) -> set[str]:
     # Printing it imports no runtime either: tests/test_import_light.py.
-    done = subprocess.run([sys.executable, "-m", "omni_cpu.envs"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_cpu.envs", *args], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
-    printed = {line.split("=", 1)[0] for line in done.stdout.splitlines()}
-    assert printed == set(envs.KNOBS)
+    return {line.split("=", 1)[0] for line in done.stdout.splitlines()}
+
+
+def test_the_table_prints_the_user_knobs_and_with_all_every_knob() -> None:
+    users = {name for name, knob in envs.KNOBS.items() if knob.audience == "user"}
+    assert printed_knobs() == users
+    assert printed_knobs("--all") == set(envs.KNOBS)
 
 
 CHOICE_KNOBS = [knob for knob in envs.KNOBS.values() if knob.choices]
@@ -171,12 +208,15 @@ def test_a_stage_variable_in_a_profile_carries_its_doc_as_the_comment() -> None:
     assert all(line.endswith(f"# {envs.CODE2WAV.doc}") for line in lines)
 
 
-def test_the_readme_lists_every_variable_as_the_table_declares_it() -> None:
+def test_the_configuration_docs_list_every_user_knob_as_the_table_declares_it() -> None:
     spec = importlib.util.spec_from_file_location("make_example_profiles", PROFILES_SCRIPT)
     examples = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(examples)
-    readme = examples.README.read_text()
-    assert readme == examples.readme_with_env_table(readme), "stale: run `make profiles`"
+    page = examples.CONFIGURATION.read_text()
+    assert page == examples.with_env_table(page), "stale: run `make profiles`"
+    listed = set(re.findall(r"^\| `([A-Z_0-9]+)` \|", page, re.MULTILINE))
+    users = {name for name, knob in envs.KNOBS.items() if knob.audience == "user"}
+    assert listed == users
 
 
 # --- Only omni_cpu/envs.py names a variable ------------------------------------------

@@ -4,9 +4,8 @@ Four measurements, at batch 1 as the talker and code2wav run (the kernels at 1-3
 - weight-streaming bandwidth per core count: matrix-vector products over 1 GiB of
   weights, past any cache, GB/s of weights read, at 1, 2, 4, ... threads up to the
   usable physical cores, through the stage's own kernel (omni-cpu's GEMV where it is
-  built, else torch's float32 GEMV: `_streamed_weights` says why). The Intel Xeon, quiet
-  (2026-12-01 22:25): torch float32 14.8 GB/s on one core, omni-cpu's GEMV 12.2 (two
-  cores 23.4), what the talker stage then streamed;
+  built, else torch's float32 GEMV: `_streamed_weights` says why; calibrated.json
+  `gemv_read_gb_s_one_core` is the reference machine's);
 - each linear kernel on the code predictor's shapes at 1-32 rows on every usable core
   (omni_cpu.kernels.timing), from which the planner picks the kernel per row
   count (omni_cpu.plan.kernels);
@@ -169,8 +168,8 @@ def _streamed_weights(torch: Any) -> tuple[list[tuple[Any, int]], Any]:
     """(product, bytes) pairs over BANDWIDTH_BYTES of weights, and the vector they take.
 
     The stage's own kernel where it exists: omni-cpu's bf16 GEMV, on AVX-512 tiles as at
-    one row. torch's float32 GEMV read 14.8 GB/s on one Xeon core where the GEMV in the
-    stage streams 11-12 (RESULTS.md 22:25), so a plan calibrated with it promised more
+    one row. torch's float32 GEMV reads faster than the GEMV in the stage streams
+    (RESULTS.md, "Calibration against bench"), so a plan calibrated with it promised more
     than the stage did. Elsewhere torch's float32 one, which streams at about the rate the
     fallback kernels do (torch's bf16 GEMV is compute-bound at batch 1 on some CPUs).
     """

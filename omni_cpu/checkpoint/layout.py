@@ -3,9 +3,10 @@
 The rules mirror the module constructors of qwen-tts 0.1.1 / vLLM-Omni 0.30.0
 (`Qwen3TTSForConditionalGeneration`, `Qwen3TTSSpeakerEncoder`,
 `Qwen3TTSTokenizerV2Decoder`) and transformers' `MimiModel` (the speech tokenizer's
-encoder); for the 0.6B CustomVoice configs they give exactly the tensors of
-../shared/reference/qwen3-tts-layout.json, and for every kind and size the names
-and shapes the official classes have (tests/checkpoint/official-names.json, made by
+encoder); for the 0.6B CustomVoice configs they give exactly the tensors of the
+published checkpoint (every name, shape and dtype; tests/checkpoint checks them against
+a copy of its layout), and for every kind and size the names and shapes the official
+classes have (tests/checkpoint/official-names.json, made by
 scripts/official_checkpoint_names.py).
 """
 

@@ -78,7 +78,7 @@ code predictor, past its 480 MiB L3; plain read 11.9 GB/s), ms per 5-layer step:
 | AVX2 W8A8 (AVX-VNNI) | 7.4 ms (10.7 GB/s) | 11.4 ms | 46.0 ms |
 | AVX2 W4A8 (vpmaddubsw) | 5.6 ms (8.8 GB/s) | 11.2 ms | 36.5 ms |
 
-AVX2 W4A8 with AVX-VNNI (22:01, A/B against vpmaddubsw in one process, 120 matrices):
+AVX2 W4A8 with AVX-VNNI (A/B against vpmaddubsw in one process, 120 matrices):
 11.0 against 9.1 GB/s at M = 1, 43.7 against 60.5 ms at M = 4.
 
 Written against torch 2.13 (extension API, `at::parallel_for` on torch's

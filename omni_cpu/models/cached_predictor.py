@@ -4,9 +4,9 @@ Written against vllm-omni 0.30.0 (`models/common/qwen3_code_predictor.py`).
 Each talker step, the code predictor samples the 15 residual codebooks one at a
 time. vLLM-Omni's `CodePredictorWrapper.forward` re-runs the whole 17-position
 buffer through its 5 layers at every one of those steps (no KV cache): on a
-GPU that is one graph replay, on a CPU it turns each step into a 17-row GEMM.
-Measured on the 2-core AVX2 EPYC (float32, 0.6B): 99 ms per step re-prefilling
-against 20 ms for one row, i.e. about 1.5 s of every 80 ms audio frame.
+GPU that is one graph replay, on a CPU it turns each step into a 17-row GEMM,
+several times one row's cost, and a frame's 15 steps into many times the 80 ms of
+audio it makes (benchmarks/RESULTS.md, "Make it fast: each change, before and after").
 
 This forward keeps each layer's keys and values for the current frame and runs
 only the new position through the layers. Causal attention makes the result the

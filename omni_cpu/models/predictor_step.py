@@ -8,10 +8,8 @@ Why: FusedRunner (omni_cpu.models.fused_predictor) runs a position through the 5
 layers as ~15 torch calls per layer (fused norms, RoPE, SiLU, the GEMV, the
 attention, slicing and copies), and predict_codes samples each of the 15 codes with
 ~12 more (lm head, scale, top-k, mask, Gumbel noise, argmax, embedding, projection):
-~1,900 small calls a frame, each paying the dispatcher and Python. On the 2-core Zen 4
-(one talker core, `omni-cpu bench`, quiet) the int4 code predictor took 76 ms of a 116 ms
-talker step while its 757 MB of weights per frame stream in 36 ms at the 21 GB/s that
-core read: the calls cost more than the bytes.
+~1,900 small calls a frame, each paying the dispatcher and Python. On a quantized
+code predictor the calls cost more than streaming the weights' bytes.
 
 How: `StepRunner` builds one `PredictorStep` (a C++ class in the GEMV module) from the
 wrapper's own modules once, at install: the norms' weights, the RoPE table, and each
@@ -27,23 +25,11 @@ the frame does not cover run predict_codes' loop over `run`. Both GEMV modules c
 the class: the AVX-512 one and the AVX2 one (`OMNI_CPU_GEMV=avx2`, or a CPU without
 avx512_bf16/VNNI), each on the weights it packed.
 
-Measured (benchmarks/stage_micro.py --only code-predictor-step: 0.6B shapes, random
-weights, bf16 activations, sampled frames, FusedRunner and the step alternating in one
-process, median of 10 rounds; the AVX2 build forced by OMNI_CPU_GEMV=avx2; 2-core Zen 4
-KVM guest, quiet, 2026-12-02 06:05 UTC; every run and the 2-thread column in
-benchmarks/RESULTS.md, "the kernels at one and two threads"), one thread:
-
-| weights, module | FusedRunner | step, whole frame | MB/frame | read floor |
-|---|---|---|---|---|
-| bf16, AVX-512 | 183.2 ms | 133.2 ms | 2422 | 117.7 ms |
-| int8, AVX-512 | 103.1 ms | 72.3 ms | 1219 | 59.2 ms |
-| int4, AVX-512 | 84.1 ms | 49.7 ms | 757 | 36.8 ms |
-| bf16, AVX2 build | 193.4 ms | 145.9 ms | 2422 | 106.6 ms |
-| int8, AVX2 build | 103.3 ms | 69.7 ms | 1219 | 53.7 ms |
-| int4, AVX2 build | 96.0 ms | 70.9 ms | 757 | 33.3 ms |
-
-The step saves 25-50 ms a frame whatever the format (the calls, not the bytes), about
-1,900 x 15 us; on two threads the frame takes 25-45 % less again (int4: 27.8 ms).
+Measured by benchmarks/stage_micro.py --only code-predictor-step (FusedRunner and the
+step alternating in one process, each weight format, both GEMV builds, one and two
+threads): benchmarks/RESULTS.md, "the kernels at one and two threads, against the
+libraries". The step saves about the same time a frame in every format, since what it
+removes is the calls, not the bytes.
 
 Trade-off: the same rounding points as FusedRunner (every tensor it stores in the
 model's dtype is rounded here where it is); float32 summation order inside a norm,
@@ -58,16 +44,10 @@ weights): elsewhere (OMNI_CPU_GEMV=off, float32 weights on oneDNN, FBGEMM's int8
 AVX2) `build` returns None and the dispatcher (omni_cpu.models.predictor) installs
 FusedRunner, unchanged; `OMNI_CPU_CODE_PREDICTOR=ops` asks for it anyway.
 
-What is left, int4 on AVX-512: a frame streams 757 MB (15 passes over the 5 layers' 49.2 MB
-of packed weights and scales, the 2-position first one included, plus each lm head's 1.3 MB
-once). perf of the frame (one thread, a busy box): 90 % in the W4A8 tiles (at M = 1 they
-stream ~10 % below a plain read: the GEMV's own gap), ~1.4 % attention, ~3 % norms, RoPE,
-SiLU, sampling and copies, ~0.3 % Python. In the pipeline (`omni-cpu bench --concurrency 1,4
---frames 50 --weights W`, quiet, benchmarks/RESULTS.md "session 7's end against its start")
-the talker step went 116 -> 76 ms in int4 (code predictor 76 -> 39 ms), 166 -> 117 in int8,
-238 -> 191 in bf16, one stream. The ~37 ms of the int4 step besides the code predictor is
-the talker's own: its 28 layers' int4 weights (275 MB, 14 ms at the core's 19 GB/s) and
-vLLM's per-step engine work.
+What is left: nearly all of a frame is the GEMV's tiles streaming the packed weights
+(15 passes over the 5 layers, plus each lm head once); attention, norms, sampling and
+Python are a few per cent. The pipeline's talker step with and without it, per format:
+benchmarks/RESULTS.md, "Speed (bench, talker core 0, code2wav core 1)".
 """
 
 from __future__ import annotations

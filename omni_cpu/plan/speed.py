@@ -173,7 +173,7 @@ def frame_ms(
     of a split, or both stages in turn.
 
     Sharing, each stage runs on every core but the other's idle OpenMP threads spin
-    on them (measured: a stage beside another's spinner loses ~22 %).
+    on them (SHARED_SPIN_LOSS; docs/design.md, "Stages share no core").
     """
     decode = streams * code2wav_ms(
         compute if talker_cores == SHARED else compute - talker_cores, chunk_frames, inputs

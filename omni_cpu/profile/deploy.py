@@ -141,7 +141,7 @@ def deploy_config_dict(profile: Profile, replica: int = 0) -> dict[str, Any]:
             "max_num_batched_tokens": plan.max_num_batched_tokens,
             "max_model_len": plan.max_model_len,
             "enforce_eager": plan.enforce_eager,
-            # The CPU worker has no async scheduler path (DESIGN.md). This key is what
+            # The CPU worker has no async scheduler path (docs/design.md). This key is what
             # gives the talker vLLM-Omni's synchronous OmniARScheduler: vLLM's
             # CpuPlatform turns the engine's flag off later, but not the scheduler.
             "async_scheduling": False,

@@ -90,10 +90,10 @@ def test_example_profile_is_fresh(dump_id, unpacked_dumps):
 
 
 @pytest.mark.skipif(not sysroots.available(), reason=sysroots.MISSING_REASON)
-def test_readme_capacity_table_is_fresh(unpacked_dumps):
+def test_planning_docs_capacity_table_is_fresh(unpacked_dumps):
     examples = _examples_module()
     dumps = {d.id: d for d in sysroots.load_dumps()}
     roots = {dump_id: unpacked_dumps.root(dumps[dump_id]) for dump_id in examples.EXAMPLES}
-    readme = examples.README.read_text()
-    expected = examples.readme_with_table(readme, examples.capacity_rows(roots))
-    assert readme == expected, "stale: run `make profiles` and review the diff"
+    page = examples.PLANNING.read_text()
+    expected = examples.with_table(page, examples.capacity_rows(roots))
+    assert page == expected, "stale: run `make profiles` and review the diff"

@@ -1,0 +1,250 @@
+"""The docs a user reads are checked like code.
+
+Every `omni-cpu` command README.md and docs/ show in a shell block parses with the CLI's
+own parser (the options exist, the values have their types and choices); every relative
+link points at a file (and a heading) that exists; and none of them, nor the package's
+comments, points outside the repository, names an internal issue number or cites a
+clock time (benchmarks/RESULTS.md is the dated log; the rest cite its headings).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import typer
+
+from omni_cpu.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# Where links are checked too: the pages and the notes beside them.
+LINKED = [
+    *PAGES,
+    *(REPO / name for name in ("ARCHITECTURE.md", "CHANGELOG.md", "benchmarks/README.md")),
+]
+
+SHELL_BLOCK = re.compile(r"^```(?:sh|bash|shell)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+# $((8000 + n)) and $n stand for a number (1) in the loops a page shows.
+SHELL_EXPANSION = re.compile(r"\$\(\([^)]*\)\)|\$[A-Za-z_]\w*")
+OPERATORS = {"|", "||", "&", "&&", ";", ">", ">>", "<", "2>", "("}
+
+
+def shell_lines(markdown: str) -> list[str]:
+    """The logical lines of every sh/bash block in `markdown`, continuations joined."""
+    lines = []
+    for block in SHELL_BLOCK.findall(markdown):
+        lines += [line for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+    return lines
+
+
+def omni_cpu_commands(markdown: str) -> list[list[str]]:
+    """The arguments of each `omni-cpu` (or `.venv/bin/omni-cpu`) command the blocks run."""
+    commands = []
+    for line in shell_lines(markdown):
+        lexer = shlex.shlex(SHELL_EXPANSION.sub("1", line), posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+        for at, word in enumerate(words):
+            if Path(word).name == "omni-cpu":
+                args = []
+                for arg in words[at + 1 :]:
+                    if arg in OPERATORS:
+                        break
+                    args.append(arg)
+                commands.append(args)
+    return commands
+
+
+def parse(args: list[str]) -> typer.Context:
+    """`omni-cpu ARGS` through the CLI's parser, down to the command; nothing runs.
+
+    A refused option or value raises the error the CLI would print (a TyperException).
+    """
+    command, name, words = typer.main.get_command(app), "omni-cpu", list(args)
+    context = None
+    while hasattr(command, "get_command"):  # a group: omni-cpu itself, `export`
+        context = command.make_context(name, [], parent=context, resilient_parsing=True)
+        name, words = (words[0], words[1:]) if words else ("", [])
+        command = command.get_command(context, name)
+        if command is None:
+            raise typer.TyperException(f"No such command {name!r}")
+    return command.make_context(name, words, parent=context)
+
+
+SHOWN = [
+    pytest.param(args, id=f"{page.relative_to(REPO)}: omni-cpu {shlex.join(args)}")
+    for page in PAGES
+    for args in omni_cpu_commands(page.read_text())
+]
+
+
+@pytest.mark.parametrize("args", SHOWN)
+def test_every_command_the_docs_show_parses(args: list[str]) -> None:
+    try:
+        parse(args)
+    except typer.TyperException as refused:
+        pytest.fail(f"omni-cpu {shlex.join(args)}: {refused}")
+
+
+def test_the_readme_shows_every_command() -> None:
+    shown = {args[0] for args in omni_cpu_commands((REPO / "README.md").read_text())}
+    assert shown == set(typer.main.get_command(app).commands)
+
+
+def test_the_reader_finds_commands_in_loops_pipes_and_continuations() -> None:
+    page = (
+        "```sh\n"
+        "for n in 0 1; do\n"
+        "  .venv/bin/omni-cpu serve --model m \\\n      --replica $n --port $((8000 + n)) &\n"
+        "done\n"
+        "omni-cpu probe --json | jq .facts   # a comment\n"
+        "```\n"
+        "```python\nomni-cpu not-shell\n```\n"
+    )
+    assert omni_cpu_commands(page) == [
+        ["serve", "--model", "m", "--replica", "1", "--port", "1"],
+        ["probe", "--json"],
+    ]
+
+
+def test_a_wrong_option_or_value_is_refused_by_the_parser() -> None:
+    parsed = parse(["export", "k8s", "--profile", "p.yaml", "--replicas", "2"])
+    assert parsed.params["replicas"] == 2
+    with pytest.raises(typer.TyperException, match="No such option"):
+        parse(["run", "--model", "m", "--no-such-option"])
+    with pytest.raises(typer.BadParameter):
+        parse(["serve", "--model", "m", "--port", "eighty"])
+    with pytest.raises(typer.TyperException, match="No such command"):
+        parse(["synthesize", "--model", "m"])
+
+
+# --- Links ----------------------------------------------------------------------
+
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(markdown: str) -> set[str]:
+    without_code = re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)
+    return {anchor(h) for h in re.findall(r"^#+ (.+)$", without_code, re.MULTILINE)}
+
+
+def broken_links(page: Path) -> list[str]:
+    broken = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue  # http(s), mailto: not this repository's
+        path, _, fragment = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists() or (
+            fragment and linked.suffix == ".md" and fragment not in anchors(linked.read_text())
+        ):
+            broken.append(target)
+    return broken
+
+
+@pytest.mark.parametrize("page", LINKED, ids=lambda page: str(page.relative_to(REPO)))
+def test_every_relative_link_points_at_a_file_and_heading_that_exist(page: Path) -> None:
+    assert broken_links(page) == []
+
+
+def test_the_link_check_sees_a_missing_file_and_a_missing_heading(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# A heading, with `code`\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "[ok](other.md#a-heading-with-code) [web](https://example.com) ![img](x.png)\n"
+        "[gone](missing.md) [no heading](other.md#nowhere) [here](#top)\n# Top\n"
+    )
+    assert broken_links(page) == ["missing.md", "other.md#nowhere"]
+
+
+# --- Nothing points outside the repository --------------------------------------
+
+# ../shared is this project's workbench, not part of a user's clone; issue numbers are
+# internal; a clock time cites a moment of the dated log instead of its heading.
+OUTSIDE = {
+    "a path outside the repository": re.compile(r"\.\./shared"),
+    "an internal issue number": re.compile(r"\bissues? #?\d+", re.IGNORECASE),
+    "a clock time": re.compile(r"\b[0-2][0-9]:[0-5][0-9]\b"),
+}
+READ_BY_USERS = [
+    *sorted(
+        path
+        for path in (REPO / "omni_cpu").rglob("*")
+        if path.suffix in {".py", ".md", ".cpp", ".h"}
+    ),
+    *PAGES,
+    REPO / "CHANGELOG.md",
+]
+
+
+def outside_references(text: str) -> list[str]:
+    return [
+        f"line {number}: {what}: {line.strip()}"
+        for number, line in enumerate(text.splitlines(), 1)
+        for what, pattern in OUTSIDE.items()
+        if pattern.search(line)
+    ]
+
+
+def test_the_package_and_its_docs_stand_on_their_own() -> None:
+    found = [
+        f"{path.relative_to(REPO)} {reference}"
+        for path in READ_BY_USERS
+        for reference in outside_references(path.read_text())
+    ]
+    assert found == []
+
+
+def test_the_check_sees_each_kind_of_outside_reference() -> None:
+    text = "see ../shared/DESIGN.md\nas issue 21 said\nmeasured at 21:05\nport 127.0.0.1:8000\n"
+    assert [line.split(":")[1].strip() for line in outside_references(text)] == [
+        "a path outside the repository",
+        "an internal issue number",
+        "a clock time",
+    ]
+
+
+# --- Citations of the dated log --------------------------------------------------
+
+RESULTS = REPO / "benchmarks" / "RESULTS.md"
+# `RESULTS.md, "title words"` (or `RESULTS.md ("...`, `RESULTS.md, the sections "...`).
+CITATION = re.compile(r'RESULTS(?:\.md)?[,:]?\s+(?:the sections?\s+)?\(?"([^"]+)"')
+
+
+def words(text: str) -> str:
+    """Lower-case words only: a citation wrapped over comment lines still reads the same."""
+    text = re.sub(r"\n\s*#", " ", text)
+    return " ".join(re.sub(r"[^\w\s-]", " ", text.lower()).split())
+
+
+def uncited(text: str, headings: list[str]) -> list[str]:
+    """The titles `text` cites that no heading of the dated log contains."""
+    return [
+        title
+        for title in CITATION.findall(text)
+        if not any(words(title) in heading for heading in headings)
+    ]
+
+
+def test_every_cited_results_heading_exists() -> None:
+    headings = [words(line) for line in RESULTS.read_text().splitlines() if line.startswith("#")]
+    found = [
+        f"{path.relative_to(REPO)}: {title}"
+        for path in READ_BY_USERS
+        for title in uncited(path.read_text(), headings)
+    ]
+    assert found == []
+
+
+def test_a_citation_wrapped_over_comment_lines_is_read_whole() -> None:
+    text = '# see RESULTS.md, "Limits with the\n# arithmetic" and RESULTS.md, "Gone"\n'
+    assert uncited(text, [words("### Limits with the arithmetic")]) == ["Gone"]
