@@ -17,7 +17,7 @@ from typing import Any
 
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.hardware.facts import Facts
-from omni_cpu.launch.launch_plan import LaunchPlan
+from omni_cpu.launch.plan import LaunchPlan
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import PlanOptions, plan_profile

@@ -137,10 +137,10 @@ def serve(
     verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
 ) -> None:
-    from omni_cpu.launch.launch_plan import with_weights
     from omni_cpu.launch.logs import verbose_requested
+    from omni_cpu.launch.plan import with_weights
     from omni_cpu.plan.resolve import FATAL_TO_START, FORCED, resolve
-    from omni_cpu.serve.serve_plan import build_serve_plan
+    from omni_cpu.serve.command import build_serve_plan
 
     # The same resolver as run/bench/tune: a profile naming CPUs this machine cannot
     # give refuses to start instead of serving with its binding silently dropped.

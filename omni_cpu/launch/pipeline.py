@@ -28,7 +28,7 @@ from typing import Any
 from omni_cpu import envs
 from omni_cpu.errors import OmniCpuError, RuntimeMissingError, StageError
 from omni_cpu.launch import logs, startup
-from omni_cpu.launch.launch_plan import DRIVER_ENV_DEFAULTS, LaunchPlan
+from omni_cpu.launch.plan import DRIVER_ENV_DEFAULTS, LaunchPlan
 from omni_cpu.platform import stage_startup
 from omni_cpu.process import proctree, stage_processes
 from omni_cpu.process.guard import StageGuard

@@ -17,8 +17,8 @@ from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
 from omni_cpu.plan.capacity import isa_class, machine_capacity, replica_capacity, stage_cores
 from omni_cpu.plan.footprint import ModelFootprint
-from omni_cpu.plan.kernels import describe as describe_kernels
-from omni_cpu.plan.kernels import kernel_env
+from omni_cpu.plan.kernel_choice import describe as describe_kernels
+from omni_cpu.plan.kernel_choice import kernel_env
 from omni_cpu.plan.listening import choose_schedule, describe_schedule
 from omni_cpu.plan.placement import (
     MachineTooSmallError,

@@ -15,7 +15,7 @@ import pytest
 
 from omni_cpu.errors import PortInUseError
 from omni_cpu.profile import load_profile
-from omni_cpu.serve.serve_plan import build_serve_plan
+from omni_cpu.serve.command import build_serve_plan
 from omni_cpu.serve.supervisor import Supervisor, check_port_free, listens_on, sweep_workdirs
 from tests.helpers.engines import OMNI_CPU
 

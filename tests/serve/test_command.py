@@ -58,7 +58,7 @@ def test_deploy_config_carries_the_replicas_kv_bytes_and_batch_limits():
 
 def test_command_is_vllm_omnis_own_server_with_the_cpu_platform_and_middleware():
     plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), host="127.0.0.1", port=8123)
-    assert plan.argv[1:6] == ("-m", "omni_cpu.serve.server_main", "serve", "ckpt", "--omni")
+    assert plan.argv[1:6] == ("-m", "omni_cpu.serve.server", "serve", "ckpt", "--omni")
     assert option(plan.argv, "--deploy-config") == plan.deploy_config_path
     assert option(plan.argv, "--port") == "8123"
     assert option(plan.argv, "--middleware") == MIDDLEWARE_PATH
@@ -127,7 +127,7 @@ def test_dry_run_prints_command_env_and_config(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "VLLM_TARGET_DEVICE=cpu" in done.stdout
-    assert "omni_cpu.serve.server_main serve ckpt" in done.stdout
+    assert "omni_cpu.serve.server serve ckpt" in done.stdout
     assert "--deploy-config /" in done.stdout
     config_text = done.stdout.split("deploy-replica0.yaml:\n", 1)[1]
     assert yaml.safe_load(config_text)["stages"][0]["stage_id"] == 0

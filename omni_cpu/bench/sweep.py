@@ -19,8 +19,8 @@ from omni_cpu.bench.session import EngineSession
 from omni_cpu.bench.stats import summarize_streams
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
-from omni_cpu.launch.launch_plan import LaunchPlan
 from omni_cpu.launch.pipeline import startup_dict
+from omni_cpu.launch.plan import LaunchPlan
 from omni_cpu.plan import capacity
 from omni_cpu.platform import steplog
 from omni_cpu.process import procfs

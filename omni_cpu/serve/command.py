@@ -28,9 +28,9 @@ from omni_cpu.serve.knobs import MIDDLEWARE_PATH, AdmissionLimits
 
 TALKER_STAGE = 0
 # vLLM-Omni's own CLI (the `vllm-omni` console script) behind a wrapper that skips the
-# interpreter teardown (omni_cpu.serve.server_main): `serve MODEL --omni` starts its
+# interpreter teardown (omni_cpu.serve.server): `serve MODEL --omni` starts its
 # OpenAI-compatible server; run as a module so it is the venv's, whatever PATH says.
-SERVER_MODULE = "omni_cpu.serve.server_main"
+SERVER_MODULE = "omni_cpu.serve.server"
 
 
 @dataclass(frozen=True)
