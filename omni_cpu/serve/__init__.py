@@ -10,7 +10,7 @@ vLLM-Omni's speech server it loads; `server` is the server process.
 Importing this package is cheap (no torch, no vLLM).
 """
 
-from omni_cpu.serve.command import ServePlan, build_serve_plan
+from omni_cpu.serve.command import ServeOptions, ServePlan, build_serve_plan
 from omni_cpu.serve.knobs import AdmissionLimits
 
-__all__ = ["AdmissionLimits", "ServePlan", "build_serve_plan"]
+__all__ = ["AdmissionLimits", "ServeOptions", "ServePlan", "build_serve_plan"]

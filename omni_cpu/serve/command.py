@@ -104,6 +104,55 @@ def default_workdir(port: int, pid: int | None = None) -> Path:
     return Path(tempfile.gettempdir()) / f"{WORKDIR_PREFIX}{port}-{owner}"
 
 
+@dataclass(frozen=True)
+class ServeOptions:
+    """What `serve`'s flags ask for, beside the model and profile. A bad value is refused
+    when the options are made (the CLI makes them before it plans the machine)."""
+
+    replica: int = 0
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workdir: Path | None = None  # default: default_workdir(port)
+    max_waiting: int | None = None
+    max_in_flight: int | None = None
+    max_input_chars: int | None = None
+    max_long_input_chars: int | None = None
+    max_frames: int | None = None
+    served_model_name: str | None = None
+    drain_timeout_s: float = 30.0
+    stop_timeout_s: float = 15.0
+    request_timeout_s: float = 0.0
+    body_timeout_s: float | None = None
+    voices_dir: Path | None = None
+    max_voices: int = DEFAULT_MAX_VOICES
+    stall_s: float | None = None  # default: process.watch.stall_seconds()
+    python: str = sys.executable
+    ref_audio_dir: Path | None = None
+    allow_ref_audio_urls: bool = False
+    accept_frame_limit: bool = False
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_frames is not None and self.max_frames < 1:
+            raise InputError(f"--max-frames {self.max_frames}", "give at least 1 frame")
+        if self.max_in_flight is not None and self.max_in_flight < 1:
+            raise InputError(f"--max-in-flight {self.max_in_flight}", "give 1 or more")
+        if self.max_waiting is not None and self.max_waiting < 0:
+            raise InputError(f"--max-waiting {self.max_waiting}", "give 0 or more")
+        if self.ref_audio_dir is not None and not self.ref_audio_dir.is_dir():
+            raise InputError(
+                f"--ref-audio-dir {self.ref_audio_dir} is not a directory",
+                "name the folder whose files clients may send as file:// ref_audio",
+            )
+        if self.request_timeout_s < 0:
+            raise InputError(
+                f"--request-timeout {self.request_timeout_s:g}", "give 0 (none) or more"
+            )
+        voices = self.voices_dir
+        if voices is not None and voices.exists() and not voices.is_dir():
+            raise InputError(f"--voices {voices} is not a directory", "name a folder for voices")
+
+
 def admission_limit(
     replica: Replica, max_waiting: int | None = None, max_in_flight: int | None = None
 ) -> tuple[int, str]:
@@ -116,122 +165,116 @@ def admission_limit(
     """
     talker = replica.stage(TALKER_STAGE)
     if max_in_flight is not None:
-        if max_in_flight < 1:
-            raise InputError(f"--max-in-flight {max_in_flight}", "give 1 or more")
         return max_in_flight, "--max-in-flight"
     stall_free = replica.capacity.stall_free_streams if replica.capacity else None
     if max_waiting is None and stall_free:
         return stall_free, "the streams this replica carries without a gap, predicted"
     waiting = talker.max_num_seqs if max_waiting is None else max_waiting
-    if waiting < 0:
-        raise InputError(f"--max-waiting {waiting}", "give 0 or more")
     return talker.max_num_seqs + waiting, f"{talker.max_num_seqs} running + {waiting} waiting"
 
 
 def build_serve_plan(
-    model: str,
-    profile: Profile,
-    *,
-    replica: int = 0,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    workdir: Path | None = None,
-    max_waiting: int | None = None,
-    max_in_flight: int | None = None,
-    max_input_chars: int | None = None,
-    max_long_input_chars: int | None = None,
-    max_frames: int | None = None,
-    served_model_name: str | None = None,
-    drain_timeout_s: float = 30.0,
-    stop_timeout_s: float = 15.0,
-    request_timeout_s: float = 0.0,
-    body_timeout_s: float | None = None,
-    voices_dir: Path | None = None,
-    max_voices: int = DEFAULT_MAX_VOICES,
-    stall_s: float | None = None,
-    python: str = sys.executable,
-    ref_audio_dir: Path | None = None,
-    allow_ref_audio_urls: bool = False,
-    accept_frame_limit: bool = False,
-    verbose: bool = False,
+    model: str, profile: Profile, options: ServeOptions | None = None
 ) -> ServePlan:
-    """The plan that serves `model` with replica `replica` of `profile` on host:port."""
+    """The plan that serves `model` with replica `options.replica` of `profile`."""
+    options = options or ServeOptions()
+    replica = options.replica
     if not 0 <= replica < len(profile.replicas):
         raise InputError(
             f"--replica {replica}: the profile has {len(profile.replicas)} replica(s)",
             f"use --replica 0..{len(profile.replicas) - 1} (one per NUMA node)",
         )
     chosen = profile.replicas[replica]
-    talker = chosen.stage(TALKER_STAGE)
-    folder = workdir if workdir is not None else default_workdir(port)
+    folder = options.workdir if options.workdir is not None else default_workdir(options.port)
     deploy_path = folder / f"deploy-replica{replica}.yaml"
+    limits, why = _admission_limits(model, chosen, folder, options)
+    stall = stall_seconds() if options.stall_s is None else options.stall_s
+    voices = options.voices_dir.resolve() if options.voices_dir is not None else folder / "voices"
+    frontend = parse_cpu_list(chosen.frontend_cpus) if chosen.frontend_cpus else ()
+    replica_cpus = set(frontend)
+    for stage in chosen.stages:
+        replica_cpus |= set(parse_cpu_list(stage.cpus))
+    env = _server_env(profile, chosen, limits, folder, voices, options.max_voices)
+    envs.check({**os.environ, **env})  # a bad value: one line now, not the server's traceback
+    return ServePlan(
+        argv=_server_argv(model, deploy_path, options),
+        env=env,
+        log_env=logs.engine_log_env(options.verbose),
+        deploy_config=_deploy_config(profile, options),
+        deploy_config_path=str(deploy_path),
+        workdir=str(folder),
+        frontend_cpus=tuple(frontend),
+        replica_cpus=tuple(sorted(replica_cpus)),
+        limits=limits,
+        host=options.host,
+        port=options.port,
+        replica=replica,
+        drain_timeout_s=options.drain_timeout_s,
+        stop_timeout_s=options.stop_timeout_s,
+        notes=_notes(options, chosen, limits, why, stall, voices),
+        stall_s=stall,
+        voices_dir=str(voices) if options.voices_dir is not None else "",
+        progress_dir=str(folder / "progress"),
+    )
 
-    # The same launch-time changes as `run`: stages start together, load quietly.
-    deploy = startup.launch_deploy_config(deploy_config_dict(profile, replica), verbose)
-    notes: list[str] = []
-    if max_frames is not None:
-        if max_frames < 1:
-            raise InputError(f"--max-frames {max_frames}", "give at least 1 frame")
+
+def _deploy_config(profile: Profile, options: ServeOptions) -> dict[str, Any]:
+    """The replica's deploy config with `run`'s launch-time changes (stages start together,
+    load quietly) and --max-frames as the talker's default max_tokens."""
+    deploy = startup.launch_deploy_config(
+        deploy_config_dict(profile, options.replica), options.verbose
+    )
+    if options.max_frames is not None:
         # The talker's default max_tokens is the frame cap of a request that sets none.
         for stage in deploy["stages"]:
             if stage["stage_id"] == TALKER_STAGE:
-                stage.setdefault("default_sampling_params", {})["max_tokens"] = max_frames
-        notes.append(f"requests without max_new_tokens stop after {max_frames} codec frames")
+                stage.setdefault("default_sampling_params", {})["max_tokens"] = options.max_frames
+    return deploy
 
-    admitted, why = admission_limit(chosen, max_waiting, max_in_flight)
+
+def _admission_limits(
+    model: str, chosen: Replica, folder: Path, options: ServeOptions
+) -> tuple[AdmissionLimits, str]:
+    """What the middleware admits, and why that many requests at once."""
+    talker = chosen.stage(TALKER_STAGE)
+    admitted, why = admission_limit(chosen, options.max_waiting, options.max_in_flight)
     # Text tokens never outnumber characters; half the talker's context stays for frames.
-    chars = talker.max_model_len // 2 if max_input_chars is None else max_input_chars
-    if ref_audio_dir is not None and not ref_audio_dir.is_dir():
-        raise InputError(
-            f"--ref-audio-dir {ref_audio_dir} is not a directory",
-            "name the folder whose files clients may send as file:// ref_audio",
-        )
+    chars = (
+        talker.max_model_len // 2 if options.max_input_chars is None else options.max_input_chars
+    )
+    long_chars = options.max_long_input_chars
+    ref_audio_dir = options.ref_audio_dir
     limits = AdmissionLimits(
         max_in_flight=admitted,
         max_input_chars=max(0, chars),
         drain_file=str(folder / "draining"),
-        allow_ref_audio_urls=allow_ref_audio_urls,
-        accept_frame_limit=accept_frame_limit,
+        allow_ref_audio_urls=options.allow_ref_audio_urls,
+        accept_frame_limit=options.accept_frame_limit,
         down_file=str(folder / "stage-down"),
         talker_max_model_len=talker.max_model_len,
         tokenizer=model,
         ref_audio_dir=str(ref_audio_dir.resolve()) if ref_audio_dir is not None else "",
-        request_timeout_s=request_timeout_s,
-        max_long_input_chars=max(
-            0, LONG_INPUT_PARTS * chars if max_long_input_chars is None else max_long_input_chars
-        ),
+        request_timeout_s=options.request_timeout_s,
+        max_long_input_chars=max(0, LONG_INPUT_PARTS * chars if long_chars is None else long_chars),
         body_timeout_s=(
-            AdmissionLimits().body_timeout_s if body_timeout_s is None else body_timeout_s
+            AdmissionLimits().body_timeout_s
+            if options.body_timeout_s is None
+            else options.body_timeout_s
         ),
     )
-    if limits.max_long_input_chars > limits.max_input_chars > 0:
-        notes.append(
-            f"input over {limits.max_input_chars} characters, up to "
-            f"{limits.max_long_input_chars}, is spoken in sentences (one answer); longer: 400"
-        )
-    if request_timeout_s < 0:
-        raise InputError(f"--request-timeout {request_timeout_s:g}", "give 0 (none) or more")
-    if request_timeout_s:
-        notes.append(
-            f"a speech request may take at most {request_timeout_s:g} s (504, or its stream "
-            "ends); a request's `timeout` field may ask for less"
-        )
-    stall = stall_seconds() if stall_s is None else stall_s
-    if stall:
-        notes.append(
-            f"a stage that holds work with no progress for {stall:g} s stops the server (exit 4; "
-            f"{envs.STAGE_STALL_S.name})"
-        )
-    notes.append(f"at most {limits.max_in_flight} speech requests at once ({why}); more get 429")
+    return limits, why
 
-    voices = voices_dir.resolve() if voices_dir is not None else folder / "voices"
-    if voices_dir is not None and voices_dir.exists() and not voices_dir.is_dir():
-        raise InputError(f"--voices {voices_dir} is not a directory", "name a folder for voices")
-    notes.append(
-        f"uploaded voices (at most {max_voices}) are kept in {voices}"
-        + ("" if voices_dir is not None else ", removed at exit (--voices DIR keeps them)")
-    )
-    env = {
+
+def _server_env(
+    profile: Profile,
+    chosen: Replica,
+    limits: AdmissionLimits,
+    folder: Path,
+    voices: Path,
+    max_voices: int,
+) -> dict[str, str]:
+    """What the server gets on top of the inherited environment."""
+    return {
         **DRIVER_ENV,
         # vLLM-Omni's own: where it stores uploaded voices and restores them from (its
         # default is a hidden folder in the user's home), and how many it keeps.
@@ -249,9 +292,12 @@ def build_serve_plan(
         **profile.env,
         **limits.to_env(),
     }
-    envs.check({**os.environ, **env})  # a bad value: one line now, not the server's traceback
+
+
+def _server_argv(model: str, deploy_path: Path, options: ServeOptions) -> tuple[str, ...]:
+    """vLLM-Omni's own `serve MODEL --omni` command line, through SERVER_MODULE."""
     argv = [
-        python,
+        options.python,
         "-m",
         SERVER_MODULE,
         "serve",
@@ -260,53 +306,70 @@ def build_serve_plan(
         "--deploy-config",
         str(deploy_path),
         "--host",
-        host,
+        options.host,
         "--port",
-        str(port),
+        str(options.port),
         "--middleware",
         MIDDLEWARE_PATH,
     ]
-    if not verbose:  # uvicorn's start-up lines and one access line per request and probe
+    if not options.verbose:  # uvicorn's start-up lines and one access line per request and probe
         argv += ["--uvicorn-log-level", "warning"]
-    if served_model_name:
-        argv += ["--served-model-name", served_model_name]
-    if ref_audio_dir is not None:
+    if options.served_model_name:
+        argv += ["--served-model-name", options.served_model_name]
+    if options.ref_audio_dir is not None:
         # vLLM's own media policy: file:// URLs are read only from under this folder.
-        argv += ["--allowed-local-media-path", str(ref_audio_dir.resolve())]
-        notes.append(f"ref_audio may name files under {ref_audio_dir.resolve()} (file://...)")
-    if accept_frame_limit:
+        argv += ["--allowed-local-media-path", str(options.ref_audio_dir.resolve())]
+    return tuple(argv)
+
+
+def _notes(
+    options: ServeOptions,
+    chosen: Replica,
+    limits: AdmissionLimits,
+    why: str,
+    stall: float,
+    voices: Path,
+) -> tuple[str, ...]:
+    """What the plan means for a client, one line each (`--dry-run` prints them)."""
+    notes: list[str] = []
+    if options.max_frames is not None:
+        notes.append(
+            f"requests without max_new_tokens stop after {options.max_frames} codec frames"
+        )
+    if limits.max_long_input_chars > limits.max_input_chars > 0:
+        notes.append(
+            f"input over {limits.max_input_chars} characters, up to "
+            f"{limits.max_long_input_chars}, is spoken in sentences (one answer); longer: 400"
+        )
+    if options.request_timeout_s:
+        notes.append(
+            f"a speech request may take at most {options.request_timeout_s:g} s (504, or its "
+            "stream ends); a request's `timeout` field may ask for less"
+        )
+    if stall:
+        notes.append(
+            f"a stage that holds work with no progress for {stall:g} s stops the server (exit 4; "
+            f"{envs.STAGE_STALL_S.name})"
+        )
+    notes.append(f"at most {limits.max_in_flight} speech requests at once ({why}); more get 429")
+    notes.append(
+        f"uploaded voices (at most {options.max_voices}) are kept in {voices}"
+        + ("" if options.voices_dir is not None else ", removed at exit (--voices DIR keeps them)")
+    )
+    if options.ref_audio_dir is not None:
+        notes.append(
+            f"ref_audio may name files under {options.ref_audio_dir.resolve()} (file://...)"
+        )
+    if options.accept_frame_limit:
         notes.append("Base requests that reach their frame budget return their audio (no 500)")
     notes.append(
         "ref_audio URLs are fetched (--allow-ref-audio-urls)"
-        if allow_ref_audio_urls
+        if options.allow_ref_audio_urls
         else "ref_audio http(s) URLs get 400 (send base64 data: audio, or --allow-ref-audio-urls)"
     )
-    frontend = parse_cpu_list(chosen.frontend_cpus) if chosen.frontend_cpus else ()
-    replica_cpus = set(frontend)
-    for stage in chosen.stages:
-        replica_cpus |= set(parse_cpu_list(stage.cpus))
-    if frontend:
+    if chosen.frontend_cpus:
         notes.append(
             f"once ready, the API server moves to CPUs {chosen.frontend_cpus} (engine cores "
             "run their stage's model and stay on its CPUs)"
         )
-    return ServePlan(
-        argv=tuple(argv),
-        env=env,
-        log_env=logs.engine_log_env(verbose),
-        deploy_config=deploy,
-        deploy_config_path=str(deploy_path),
-        workdir=str(folder),
-        frontend_cpus=tuple(frontend),
-        replica_cpus=tuple(sorted(replica_cpus)),
-        limits=limits,
-        host=host,
-        port=port,
-        replica=replica,
-        drain_timeout_s=drain_timeout_s,
-        stop_timeout_s=stop_timeout_s,
-        notes=tuple(notes),
-        stall_s=stall,
-        voices_dir=str(voices) if voices_dir is not None else "",
-        progress_dir=str(folder / "progress"),
-    )
+    return tuple(notes)
