@@ -12,15 +12,6 @@ from omni_cpu.plan.policy import choose_dtype, node_memory_bytes, replica_fixed_
 from omni_cpu.profile.model import Profile, StagePlan
 
 
-def _node_of_cpu(facts: Facts) -> dict[int, int]:
-    """CPU -> the first node listing it, as the planner reads it (repeats add nothing)."""
-    nodes: dict[int, int] = {}
-    for node in facts.numa_nodes:
-        for cpu in parse_cpu_list(node.cpus):
-            nodes.setdefault(cpu, node.id)
-    return nodes
-
-
 @dataclass(frozen=True)
 class Problem:
     """One way a profile does not fit a machine. Callers decide what is fatal by kind.
@@ -100,7 +91,7 @@ class _Machine:
             online=online,
             possible=set(parse_cpu_list(facts.possible_cpus)) | online,
             usable=set(facts.usable_cpus()),
-            node_of=_node_of_cpu(facts),
+            node_of=facts.node_of_cpu(),
             memory_nodes=set(facts.usable_memory_nodes()),
         )
 
