@@ -87,6 +87,14 @@ def k8s_manifests(
     size = pod_size(profile, footprint, replica)
     resources = {"cpu": str(size.cpus), "memory": f"{size.memory_bytes // MIB}Mi"}
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "omni-cpu"}
+    container = _serve_container(profile, model, image, port, resources)
+    return [_deployment(name, labels, replicas, container), _service(name, labels, port)]
+
+
+def _serve_container(
+    profile: Profile, model: str, image: str, port: int, resources: dict[str, str]
+) -> dict[str, Any]:
+    """The pod's one container: `omni-cpu serve` planning its own cgroup, probed on /health."""
     env = [{"name": envs.TARGET_DEVICE.name, "value": "cpu"}]
     env += [
         {"name": key, "value": value}
@@ -94,7 +102,7 @@ def k8s_manifests(
         # Host library paths do not exist in the image; the pod's probe finds its own.
         if key != "LD_PRELOAD"
     ]
-    container = {
+    return {
         "name": "omni-cpu",
         "image": image,
         "command": list(SERVE_COMMAND),
@@ -135,7 +143,12 @@ def k8s_manifests(
             "allowPrivilegeEscalation": False,
         },
     }
-    deployment = {
+
+
+def _deployment(
+    name: str, labels: dict[str, str], replicas: int, container: dict[str, Any]
+) -> dict[str, Any]:
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "labels": labels},
@@ -158,7 +171,10 @@ def k8s_manifests(
             },
         },
     }
-    service = {
+
+
+def _service(name: str, labels: dict[str, str], port: int) -> dict[str, Any]:
+    return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name, "labels": labels},
@@ -167,7 +183,6 @@ def k8s_manifests(
             "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
-    return [deployment, service]
 
 
 def render_manifests(
