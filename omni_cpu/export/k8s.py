@@ -15,7 +15,6 @@ from typing import Any
 import yaml
 
 from omni_cpu import __version__, envs
-from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.export.image import DEFAULT_PORT, HEALTH_PATH, IMAGE, IMAGE_USER_ID, SERVE_COMMAND
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import replica_fixed_memory_bytes
@@ -62,14 +61,11 @@ class PodSize:
 def pod_size(profile: Profile, footprint: ModelFootprint | None, replica: int = 0) -> PodSize:
     """Integer CPUs (stage cores + front end) and memory for one replica's pod."""
     chosen = profile.replicas[replica]
-    cpus: set[int] = set(parse_cpu_list(chosen.frontend_cpus))
-    for stage in chosen.stages:
-        cpus |= set(parse_cpu_list(stage.cpus))
     memory = sum(stage.kv_cache_memory_bytes for stage in chosen.stages) + SHM_BYTES
     if footprint is not None:
         memory += replica_fixed_memory_bytes(footprint, profile.dtype)
     memory = math.ceil(memory * (1 + MEMORY_HEADROOM_FRACTION) / MIB) * MIB
-    return PodSize(cpus=len(cpus), memory_bytes=memory)
+    return PodSize(cpus=len(chosen.cpu_ids()), memory_bytes=memory)
 
 
 def k8s_manifests(

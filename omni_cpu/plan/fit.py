@@ -47,7 +47,7 @@ def check_problems(
         claimed_by_replica: list[set[int]] = []
         for stage in replica.stages:
             who = f"replica {replica.index} {stage.name} (stage {stage.stage_id})"
-            cpus = set(parse_cpu_list(stage.cpus))
+            cpus = set(stage.cpu_ids())
             problems += _cpu_problems(who, cpus, machine)
             problems += _numa_problems(who, stage, cpus, machine, facts)
             # Stages given the very same cores share them on purpose (--stages 1, or
@@ -55,7 +55,7 @@ def check_problems(
             if cpus not in claimed_by_replica:
                 problems += claims.claim(cpus, who)
                 claimed_by_replica.append(cpus)
-        frontend = set(parse_cpu_list(replica.frontend_cpus))
+        frontend = set(replica.frontend_cpu_ids())
         problems += claims.claim(frontend, f"replica {replica.index} front end")
         if frontend - machine.usable:
             problems.append(

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from omni_cpu import envs
-from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
+from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.errors import InputError
 from omni_cpu.launch import logs, startup
 from omni_cpu.platform import DRIVER_ENV
@@ -190,10 +190,6 @@ def build_serve_plan(
     limits, why = _admission_limits(model, chosen, folder, options)
     stall = stall_seconds() if options.stall_s is None else options.stall_s
     voices = options.voices_dir.resolve() if options.voices_dir is not None else folder / "voices"
-    frontend = parse_cpu_list(chosen.frontend_cpus) if chosen.frontend_cpus else ()
-    replica_cpus = set(frontend)
-    for stage in chosen.stages:
-        replica_cpus |= set(parse_cpu_list(stage.cpus))
     env = _server_env(profile, chosen, limits, folder, voices, options.max_voices)
     envs.check({**os.environ, **env})  # a bad value: one line now, not the server's traceback
     return ServePlan(
@@ -203,8 +199,8 @@ def build_serve_plan(
         deploy_config=_deploy_config(profile, options),
         deploy_config_path=str(deploy_path),
         workdir=str(folder),
-        frontend_cpus=tuple(frontend),
-        replica_cpus=tuple(sorted(replica_cpus)),
+        frontend_cpus=tuple(sorted(chosen.frontend_cpu_ids())),
+        replica_cpus=tuple(sorted(chosen.cpu_ids())),
         limits=limits,
         host=options.host,
         port=options.port,
