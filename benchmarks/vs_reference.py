@@ -157,7 +157,7 @@ def in_process(args: argparse.Namespace, ref_codes: np.ndarray) -> dict[str, Any
     import torch
 
     from omni_cpu.platform.inprocess import load_talker
-    from omni_cpu.quality.check import free_run, teacher_forced
+    from omni_cpu.quality.check_weights import free_run, teacher_forced
     from omni_cpu.speech.ref_audio import read_reference_audio
     from omni_cpu.speech.request import SpeechRequest
 

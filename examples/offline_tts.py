@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 
 from omni_cpu.errors import OmniCpuError
-from omni_cpu.launch.launch_plan import make_launch_plan
+from omni_cpu.launch.plan import make_launch_plan
 from omni_cpu.speech.ref_audio import read_reference_audio
 from omni_cpu.speech.request import TASK_TYPES, build_requests, read_model_info
 

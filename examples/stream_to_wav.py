@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_cpu.errors import OmniCpuError
-from omni_cpu.launch.launch_plan import make_launch_plan
+from omni_cpu.launch.plan import make_launch_plan
 from omni_cpu.speech.codec import SAMPLE_RATE
 from omni_cpu.speech.ref_audio import read_reference_audio
 from omni_cpu.speech.request import build_requests, read_model_info

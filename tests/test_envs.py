@@ -17,7 +17,7 @@ import typer
 from omni_cpu import envs
 from omni_cpu.errors import SettingError
 from omni_cpu.hardware.probe import read_facts
-from omni_cpu.launch.launch_plan import make_launch_plan
+from omni_cpu.launch.plan import make_launch_plan
 from omni_cpu.plan import footprint_for_model, plan_profile
 from omni_cpu.profile import dump_profile, save_profile
 from omni_cpu.serve.knobs import AdmissionLimits

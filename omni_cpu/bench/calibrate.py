@@ -8,7 +8,7 @@ Four measurements, at batch 1 as the talker and code2wav run (the kernels at 1-3
   `gemv_read_gb_s_one_core` is the reference machine's);
 - each linear kernel on the code predictor's shapes at 1-32 rows on every usable core
   (omni_cpu.kernels.timing), from which the planner picks the kernel per row
-  count (omni_cpu.plan.kernels);
+  count (omni_cpu.plan.kernel_choice);
 - the talker step's overhead besides its weights: µs per call of the small torch ops a
   step is made of (norms, residual adds, activations, a softmax over a few positions,
   slicing), one thread, 1 x 1024 bf16 activations; the cost model scales its built-in
@@ -92,7 +92,7 @@ def calibrate(
             if progress:
                 progress(f"{count} core(s): {bandwidth[count]} GB/s of weights")
         del weights
-        # Which kernel at which row count (omni_cpu.plan.kernels chooses from it).
+        # Which kernel at which row count (omni_cpu.plan.kernel_choice chooses from it).
         kernels = _kernel_times(cores, min(KERNEL_BUDGET_S, left() - CODE2WAV_RESERVE_S))
         if kernels.get("ms") and progress:
             progress(f"kernels timed on {cores} thread(s) at rows {KERNEL_ROWS}")

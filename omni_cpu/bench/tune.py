@@ -15,9 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.hardware.facts import Facts
-from omni_cpu.launch.launch_plan import LaunchPlan
+from omni_cpu.launch.plan import LaunchPlan
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import PlanOptions, plan_profile
@@ -44,7 +43,7 @@ class GridPoint:
 
 
 def _compute_cpus(profile: Profile) -> tuple[int, ...]:
-    return tuple(sorted({cpu for s in profile.stages for cpu in parse_cpu_list(s.cpus)}))
+    return tuple(sorted(frozenset().union(*(stage.cpu_ids() for stage in profile.stages))))
 
 
 def auto_point(profile: Profile) -> GridPoint:
@@ -52,7 +51,7 @@ def auto_point(profile: Profile) -> GridPoint:
     talker, code2wav = profile.stages[0], profile.stages[1]
     shared = talker.cpus == code2wav.cpus
     return GridPoint(
-        SHARED if shared else len(parse_cpu_list(talker.cpus)),
+        SHARED if shared else len(talker.cpu_ids()),
         profile.streaming.codec_chunk_frames,
         talker.max_num_seqs,
         talker.dtype,

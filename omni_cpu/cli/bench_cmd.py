@@ -95,8 +95,8 @@ def bench_command(
     ),
 ) -> None:
     from omni_cpu.bench.report import print_bench, require_matplotlib, write_plot
-    from omni_cpu.bench.runner import parse_concurrency, run_bench
-    from omni_cpu.launch.launch_plan import make_launch_plan
+    from omni_cpu.bench.sweep import parse_concurrency, run_bench
+    from omni_cpu.launch.plan import make_launch_plan
     from omni_cpu.speech.request import read_model_info
 
     levels = parse_concurrency(concurrency)

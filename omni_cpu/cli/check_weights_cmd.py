@@ -115,7 +115,7 @@ def check_weights_command(
     ),
 ) -> None:
     from omni_cpu.bench.report import require_matplotlib
-    from omni_cpu.bench.runner import check_query_type
+    from omni_cpu.bench.sweep import check_query_type
     from omni_cpu.launch import logs
     from omni_cpu.speech.request import read_model_info, read_texts
     from omni_cpu.speech.wav import check_output_path
@@ -137,7 +137,7 @@ def check_weights_command(
     logs.apply_to_this_process(logs.verbose_requested(verbose))
     try:
         from omni_cpu.platform import inprocess
-        from omni_cpu.quality.check import RANDOM_NOTE, check_weights
+        from omni_cpu.quality.check_weights import RANDOM_NOTE, check_weights
     except ImportError as error:
         raise RuntimeMissingError.on_import(error) from None
     for chosen in formats:

@@ -50,7 +50,7 @@ def validate(
 ) -> None:
     from omni_cpu.errors import ModelError
     from omni_cpu.hardware.probe import read_facts
-    from omni_cpu.plan.check import check_profile, kernel_notes
+    from omni_cpu.plan.fit import check_profile, kernel_notes
     from omni_cpu.plan.footprint import footprint_for_model
     from omni_cpu.profile import load_profile
 

@@ -102,7 +102,7 @@ def run_command(
     verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print timings (or the dry run) as JSON."),
 ) -> None:
-    from omni_cpu.launch.launch_plan import make_launch_plan
+    from omni_cpu.launch.plan import make_launch_plan
     from omni_cpu.profile.sampling import Sampling
     from omni_cpu.speech.request import read_model_info, read_texts
     from omni_cpu.speech.wav import check_output_path

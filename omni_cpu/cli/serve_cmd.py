@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from omni_cpu.cli.common import VERBOSE_HELP, WEIGHTS_HELP, console, err_console, print_json
+
+if TYPE_CHECKING:
+    from omni_cpu.serve.command import ServePlan
 
 SERVE_HELP = """Serve speech over HTTP with vLLM-Omni's own OpenAI-compatible server on CPU.
 
@@ -137,20 +141,13 @@ def serve(
     verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
 ) -> None:
-    from omni_cpu.launch.launch_plan import with_weights
     from omni_cpu.launch.logs import verbose_requested
+    from omni_cpu.launch.plan import with_weights
     from omni_cpu.plan.resolve import FATAL_TO_START, FORCED, resolve
-    from omni_cpu.serve.serve_plan import build_serve_plan
+    from omni_cpu.serve.command import ServeOptions, build_serve_plan
 
-    # The same resolver as run/bench/tune: a profile naming CPUs this machine cannot
-    # give refuses to start instead of serving with its binding silently dropped.
-    resolved = resolve(deploy_profile, model, weights, fatal=FORCED if force else FATAL_TO_START)
-    for problem in resolved.problems:
-        err_console.print(f"[yellow]warning:[/] {problem.message}", highlight=False)
-    profile = resolved.profile
-    plan = build_serve_plan(
-        model,
-        with_weights(profile, weights),
+    # A bad option is refused before the machine is planned.
+    options = ServeOptions(
         replica=replica,
         host=host,
         port=port,
@@ -170,15 +167,14 @@ def serve(
         accept_frame_limit=accept_frame_limit,
         verbose=verbose_requested(verbose),
     )
+    # The same resolver as run/bench/tune: a profile naming CPUs this machine cannot
+    # give refuses to start instead of serving with its binding silently dropped.
+    resolved = resolve(deploy_profile, model, weights, fatal=FORCED if force else FATAL_TO_START)
+    for problem in resolved.problems:
+        err_console.print(f"[yellow]warning:[/] {problem.message}", highlight=False)
+    plan = build_serve_plan(model, with_weights(resolved.profile, weights), options)
     if dry_run:
-        if as_json:
-            print_json(plan.to_dict())
-            return
-        for note in plan.notes:
-            console.print(f"# {note}", highlight=False, markup=False)
-        console.print(plan.shell(), highlight=False, markup=False, soft_wrap=True)
-        console.print(f"\n# {plan.deploy_config_path}:", highlight=False, markup=False)
-        console.print(plan.deploy_config_yaml(), highlight=False, markup=False, soft_wrap=True)
+        _print_dry_run(plan, as_json)
         return
     if as_json:
         err_console.print("--json only applies with --dry-run; starting the server")
@@ -187,6 +183,18 @@ def serve(
     code = run_plan(plan)
     if code:
         raise typer.Exit(code)
+
+
+def _print_dry_run(plan: ServePlan, as_json: bool) -> None:
+    """The plan: as JSON, or its notes, command line and deploy config."""
+    if as_json:
+        print_json(plan.to_dict())
+        return
+    for note in plan.notes:
+        console.print(f"# {note}", highlight=False, markup=False)
+    console.print(plan.shell(), highlight=False, markup=False, soft_wrap=True)
+    console.print(f"\n# {plan.deploy_config_path}:", highlight=False, markup=False)
+    console.print(plan.deploy_config_yaml(), highlight=False, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -143,7 +143,7 @@ def bench_request(info: ModelInfo, frames: int, voice: Voice = Voice()) -> Speec
     a VoiceDesign model with BENCH_VOICE unless the voice's `instruct` says
     otherwise; Base needs its reference as `run` does.
     """
-    from omni_cpu.bench.runner import check_query_type
+    from omni_cpu.bench.sweep import check_query_type
 
     task = check_query_type(voice.query_type or info.task_type or "CustomVoice")
     speaker, instruct = voice.speaker, voice.instruct

@@ -15,7 +15,6 @@ from typing import Any
 import yaml
 
 from omni_cpu import __version__, envs
-from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.export.image import DEFAULT_PORT, HEALTH_PATH, IMAGE, IMAGE_USER_ID, SERVE_COMMAND
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import replica_fixed_memory_bytes
@@ -62,14 +61,11 @@ class PodSize:
 def pod_size(profile: Profile, footprint: ModelFootprint | None, replica: int = 0) -> PodSize:
     """Integer CPUs (stage cores + front end) and memory for one replica's pod."""
     chosen = profile.replicas[replica]
-    cpus: set[int] = set(parse_cpu_list(chosen.frontend_cpus))
-    for stage in chosen.stages:
-        cpus |= set(parse_cpu_list(stage.cpus))
     memory = sum(stage.kv_cache_memory_bytes for stage in chosen.stages) + SHM_BYTES
     if footprint is not None:
         memory += replica_fixed_memory_bytes(footprint, profile.dtype)
     memory = math.ceil(memory * (1 + MEMORY_HEADROOM_FRACTION) / MIB) * MIB
-    return PodSize(cpus=len(cpus), memory_bytes=memory)
+    return PodSize(cpus=len(chosen.cpu_ids()), memory_bytes=memory)
 
 
 def k8s_manifests(
@@ -87,6 +83,14 @@ def k8s_manifests(
     size = pod_size(profile, footprint, replica)
     resources = {"cpu": str(size.cpus), "memory": f"{size.memory_bytes // MIB}Mi"}
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "omni-cpu"}
+    container = _serve_container(profile, model, image, port, resources)
+    return [_deployment(name, labels, replicas, container), _service(name, labels, port)]
+
+
+def _serve_container(
+    profile: Profile, model: str, image: str, port: int, resources: dict[str, str]
+) -> dict[str, Any]:
+    """The pod's one container: `omni-cpu serve` planning its own cgroup, probed on /health."""
     env = [{"name": envs.TARGET_DEVICE.name, "value": "cpu"}]
     env += [
         {"name": key, "value": value}
@@ -94,7 +98,7 @@ def k8s_manifests(
         # Host library paths do not exist in the image; the pod's probe finds its own.
         if key != "LD_PRELOAD"
     ]
-    container = {
+    return {
         "name": "omni-cpu",
         "image": image,
         "command": list(SERVE_COMMAND),
@@ -135,7 +139,12 @@ def k8s_manifests(
             "allowPrivilegeEscalation": False,
         },
     }
-    deployment = {
+
+
+def _deployment(
+    name: str, labels: dict[str, str], replicas: int, container: dict[str, Any]
+) -> dict[str, Any]:
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "labels": labels},
@@ -158,7 +167,10 @@ def k8s_manifests(
             },
         },
     }
-    service = {
+
+
+def _service(name: str, labels: dict[str, str], port: int) -> dict[str, Any]:
+    return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name, "labels": labels},
@@ -167,7 +179,6 @@ def k8s_manifests(
             "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
-    return [deployment, service]
 
 
 def render_manifests(

@@ -231,6 +231,14 @@ class Facts:
                 return entry
         return None
 
+    def node_of_cpu(self) -> dict[int, int]:
+        """CPU -> the first node listing it (a node that repeats an earlier one adds nothing)."""
+        nodes: dict[int, int] = {}
+        for node in self.numa_nodes:
+            for cpu in parse_cpu_list(node.cpus):
+                nodes.setdefault(cpu, node.id)
+        return nodes
+
     def usable_cpus(self) -> tuple[int, ...]:
         """Online CPUs this process may use: cpuset and affinity applied."""
         usable = set(parse_cpu_list(self.online_cpus))

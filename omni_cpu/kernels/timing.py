@@ -4,7 +4,7 @@ Why: which kernel is fastest at which row count differs between CPUs more than
 any ISA rule says. On the 2-core Xeon (AMX) AMX tiles beat the AVX-512 tiles
 from 2-4 rows in bf16 but only from ~16 in int8, and the AVX-512 W8A8 GEMV
 beats everything at 1 row; on the Zen 4 (no AMX) there is no AMX to choose.
-So `probe --calibrate` measures, and the planner (omni_cpu.plan.kernels) turns
+So `probe --calibrate` measures, and the planner (omni_cpu.plan.kernel_choice) turns
 the measurements into the profile's kernel settings, which the stage's linears
 follow (omni_cpu.models.linears, omni_cpu.kernels.gemv).
 

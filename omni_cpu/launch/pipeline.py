@@ -28,7 +28,7 @@ from typing import Any
 from omni_cpu import envs
 from omni_cpu.errors import OmniCpuError, RuntimeMissingError, StageError
 from omni_cpu.launch import logs, startup
-from omni_cpu.launch.launch_plan import DRIVER_ENV_DEFAULTS, LaunchPlan
+from omni_cpu.launch.plan import DRIVER_ENV_DEFAULTS, LaunchPlan
 from omni_cpu.platform import stage_startup
 from omni_cpu.process import proctree, stage_processes
 from omni_cpu.process.guard import StageGuard
@@ -334,7 +334,8 @@ class PipelineSession:
         self._builder: PromptBuilder | None = None
         self._check = check or []
         self._output_folders = output_folders
-        self._guard: StageGuard | None = None
+        # What starting the engines entered, left in the reverse order (close()).
+        self._started = contextlib.ExitStack()
         self._watch: StageWatch | None = None
         self._alarm: _StallAlarm | None = None
         self._progress_dir: str | None = None  # where the stages count their work steps
@@ -370,34 +371,7 @@ class PipelineSession:
         STOPPING.clear()
         try:
             ENGINES_STARTED.set()
-            self._guard = StageGuard(self._output_folders).__enter__()
-            binds = stage_processes.stage_binds(self.plan.deploy_config)
-            # The stages (started below, with this environment) count their work steps
-            # there: the stall watch's measure of progress (omni_cpu.process.progress).
-            self._progress_dir = str(run_progress_dir())
-            os.environ[envs.STAGE_PROGRESS_DIR.name] = self._progress_dir
-            self._watch = StageWatch(os.getpid(), binds, stall_seconds(), self._progress_dir)
-            self._alarm = _StallAlarm(self._watch)
-            self._alarm.start()
-            register_qwen3_tts_config()
-            launched = dataclasses.replace(
-                self.plan,
-                deploy_config=startup.launch_deploy_config(self.plan.deploy_config, self.verbose),
-            )
-            with tempfile.TemporaryDirectory(prefix="omni-cpu-") as tmp:
-                deploy_path = launched.write_deploy_config(Path(tmp))
-                start = time.perf_counter()
-                with stage_startup.collected() as self.stage_startup:
-                    self._omni = Omni(
-                        model=self.plan.model,
-                        deploy_config=str(deploy_path),
-                        stage_init_timeout=STAGE_INIT_TIMEOUT_S,
-                        log_stats=False,
-                    )
-                self.load_s = self.startup["engines_s"] = time.perf_counter() - start
-            self._watch.sample()
-            self.stage_pids = proctree.descendants(os.getpid())
-            self.binding = stage_processes.observed_binding(self.stage_pids, binds)
+            self._start_engines(Omni, register_qwen3_tts_config)
         except BaseException as error:
             failure = error
             if not isinstance(error, (OmniCpuError, KeyboardInterrupt, SystemExit)):
@@ -407,6 +381,42 @@ class PipelineSession:
                 raise
             raise failure from error
         return self
+
+    def _start_engines(self, omni_class: Any, register_config: Callable[[], None]) -> None:
+        """Start the stages under a guard, each step's undoing pushed on `self._started`."""
+        started = self._started
+        started.callback(self._drop_progress_dir)
+        started.enter_context(StageGuard(self._output_folders))
+        started.callback(self._close_omni)
+        started.callback(self._kill_stages)
+        binds = stage_processes.stage_binds(self.plan.deploy_config)
+        # The stages (started below, with this environment) count their work steps
+        # there: the stall watch's measure of progress (omni_cpu.process.progress).
+        self._progress_dir = str(run_progress_dir())
+        os.environ[envs.STAGE_PROGRESS_DIR.name] = self._progress_dir
+        self._watch = StageWatch(os.getpid(), binds, stall_seconds(), self._progress_dir)
+        self._alarm = _StallAlarm(self._watch)
+        self._alarm.start()
+        started.callback(self._alarm.stop)
+        register_config()
+        launched = dataclasses.replace(
+            self.plan,
+            deploy_config=startup.launch_deploy_config(self.plan.deploy_config, self.verbose),
+        )
+        with tempfile.TemporaryDirectory(prefix="omni-cpu-") as tmp:
+            deploy_path = launched.write_deploy_config(Path(tmp))
+            start = time.perf_counter()
+            with stage_startup.collected() as self.stage_startup:
+                self._omni = omni_class(
+                    model=self.plan.model,
+                    deploy_config=str(deploy_path),
+                    stage_init_timeout=STAGE_INIT_TIMEOUT_S,
+                    log_stats=False,
+                )
+            self.load_s = self.startup["engines_s"] = time.perf_counter() - start
+        self._watch.sample()
+        self.stage_pids = proctree.descendants(os.getpid())
+        self.binding = stage_processes.observed_binding(self.stage_pids, binds)
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
@@ -420,8 +430,9 @@ class PipelineSession:
         close() then finds nothing to wait for.
         """
         STOPPING.set()
-        if self._alarm is not None:
-            self._alarm.stop()
+        self._started.close()  # the stall alarm, the stages, the engines, the guard, the folder
+
+    def _kill_stages(self) -> None:
         spare = StageGuard.watchdog_pids
         # The resource tracker ignores SIGTERM and ends by itself once this process
         # does, unlinking what it tracked: leave it to that (and to the watchdog).
@@ -436,14 +447,15 @@ class PipelineSession:
             logging.getLogger("vllm_omni").setLevel(logging.CRITICAL)
         proctree.signal_all(stages, signal.SIGKILL)
         proctree.wait_gone(stages, STOP_GRACE_S)
+
+    def _close_omni(self) -> None:
         if self._omni is not None:
-            # With its stages gone close() may raise; the sweep below still runs.
+            # With its stages gone close() may raise; the sweep after it still runs.
             with contextlib.suppress(Exception):
                 self._omni.close()
             self._omni = None
-        if self._guard is not None:
-            self._guard.__exit__(None, None, None)
-            self._guard = None
+
+    def _drop_progress_dir(self) -> None:
         if self._progress_dir is not None:
             os.environ.pop(envs.STAGE_PROGRESS_DIR.name, None)
             shutil.rmtree(self._progress_dir, ignore_errors=True)

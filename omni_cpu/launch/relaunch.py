@@ -25,7 +25,7 @@ import sys
 import time
 
 from omni_cpu import envs
-from omni_cpu.launch.launch_plan import LaunchPlan
+from omni_cpu.launch.plan import LaunchPlan
 from omni_cpu.process import procfs
 from omni_cpu.process.guard import driver_mark, new_driver_mark
 

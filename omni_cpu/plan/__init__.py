@@ -1,7 +1,7 @@
 """The planner: pure functions from (facts, model footprint, options) to a deploy profile.
 
 `resolve` is its one door that reads the live machine (`--deploy-profile auto|FILE`
-for run, serve, bench and tune); `check` says whether a profile still fits a machine.
+for run, serve, bench and tune); `fit` says whether a profile still fits a machine.
 """
 
 from omni_cpu.plan.footprint import ModelFootprint, footprint_for_model

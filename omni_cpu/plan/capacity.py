@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from omni_cpu import envs
-from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.listening import (
@@ -44,8 +43,8 @@ BUILT_IN = "built-in"
 
 def stage_cores(replica: Replica) -> StageCores:
     """The split a replica's CPU lists make: shared when both stages list the same CPUs."""
-    talker = set(parse_cpu_list(replica.stage(0).cpus))
-    code2wav = set(parse_cpu_list(replica.stage(1).cpus))
+    talker = replica.stage(0).cpu_ids()
+    code2wav = replica.stage(1).cpu_ids()
     if talker == code2wav:
         return StageCores(SHARED, len(talker))
     return StageCores(len(talker), len(talker | code2wav))

@@ -12,13 +12,13 @@ import json
 from dataclasses import dataclass
 
 from omni_cpu import __version__, envs
-from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
+from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
 from omni_cpu.plan.capacity import isa_class, machine_capacity, replica_capacity, stage_cores
 from omni_cpu.plan.footprint import ModelFootprint
-from omni_cpu.plan.kernels import describe as describe_kernels
-from omni_cpu.plan.kernels import kernel_env
+from omni_cpu.plan.kernel_choice import describe as describe_kernels
+from omni_cpu.plan.kernel_choice import kernel_env
 from omni_cpu.plan.listening import choose_schedule, describe_schedule
 from omni_cpu.plan.placement import (
     MachineTooSmallError,
@@ -94,15 +94,6 @@ def split_cores(core_count: int, chunk_frames: int, inputs: SpeedInputs) -> tupl
     return talker, core_count - talker
 
 
-def _cpu_nodes(facts: Facts) -> dict[int, int]:
-    """CPU -> the first node listing it (a node that repeats an earlier one adds nothing)."""
-    nodes: dict[int, int] = {}
-    for node in facts.numa_nodes:
-        for cpu in parse_cpu_list(node.cpus):
-            nodes.setdefault(cpu, node.id)
-    return nodes
-
-
 def _fingerprint(facts: Facts) -> str:
     basis = {
         "architecture": facts.architecture,
@@ -171,17 +162,23 @@ def _talker_batch(
     return seqs, seqs * per_seq + reserved
 
 
-def _replica(
-    index: int,
-    node: NodeCores,
-    facts: Facts,
-    footprint: ModelFootprint,
-    options: PlanOptions,
-    speed: SpeedInputs,
-    replica_count: int,
-    notes: list[str],
-) -> tuple[Replica, int]:
-    dtype = speed.talker_dtype
+@dataclass(frozen=True)
+class _CoreSplit:
+    """A replica's cores: the front end's, and the talker's and code2wav's (the same
+    cores where the stages share them), fastest first; and the codec chunk they led to."""
+
+    frontend: list[PhysicalCore]
+    compute: list[PhysicalCore]
+    talker: list[PhysicalCore]
+    code2wav: list[PhysicalCore]
+    shared: bool
+    chunk_frames: int
+
+
+def _split_node(
+    node: NodeCores, options: PlanOptions, speed: SpeedInputs, notes: list[str]
+) -> _CoreSplit:
+    """The front end takes the slowest cores; the rest go to the stages, the talker first."""
     # Fastest cores first, so the talker (the heavier stage) gets the big ones.
     cores: list[PhysicalCore] = sorted(node.cores, key=lambda c: (-c.capacity, c.cpu))
     reserve = frontend_reserve(len(cores)) if options.reserve is None else options.reserve
@@ -197,40 +194,67 @@ def _replica(
         else:
             talker_n = best_split(len(compute), chunk, speed) or talker_n
     if talker_n == SHARED:
-        talker_cores = code2wav_cores = compute
-    else:
-        talker_cores, code2wav_cores = compute[:talker_n], compute[talker_n:]
+        return _CoreSplit(frontend, compute, compute, compute, True, chunk)
+    return _CoreSplit(frontend, compute, compute[:talker_n], compute[talker_n:], False, chunk)
+
+
+def _talker_node_room(
+    facts: Facts,
+    node: NodeCores,
+    talker_node: int,
+    footprint: ModelFootprint,
+    options: PlanOptions,
+    dtype: str,
+    notes: list[str],
+) -> int | None:
+    """What the talker's own node holds for its KV where the replica's memory is on several
+    nodes (vLLM binds a worker's memory to one); None where the home's budget holds it."""
+    # A spanning replica's talker interleaves over all its nodes: the home's budget holds it.
+    if len(node.memory_node_ids()) < 2 or node.spanning:
+        return None
+    own = node_memory_bytes(facts, node.node_memory.get(talker_node), notes)
+    if not own:
+        return None
+    return (
+        own
+        - safety_margin(own)
+        - footprint.talker_weight_bytes(dtype, options.weights)
+        - costs.TALKER_STAGE_OVERHEAD_BYTES
+    )
+
+
+def _replica(
+    index: int,
+    node: NodeCores,
+    facts: Facts,
+    footprint: ModelFootprint,
+    options: PlanOptions,
+    speed: SpeedInputs,
+    replica_count: int,
+    notes: list[str],
+) -> tuple[Replica, int]:
+    """Replica `index` on `node`, and the codec chunk its split of cores led to."""
+    dtype = speed.talker_dtype
+    split = _split_node(node, options, speed, notes)
     budget = memory_budget(facts, node, replica_count, options.fit_available_memory, notes)
     memory_nodes = node.memory_node_ids()
-    cpu_node = _cpu_nodes(facts)
+    cpu_node = facts.node_of_cpu()
 
     def stage_node(group: list[PhysicalCore]) -> int:
         return cpu_node.get(group[0].cpu, node.node) if group else node.node
 
-    def memory_node_of(group: list[PhysicalCore]) -> int:
-        # vLLM binds a worker's memory to its first CPU's node where visible, else
-        # to the first visible node.
-        first = stage_node(group)
-        return first if first in memory_nodes else memory_nodes[0]
-
-    talker_room = None
-    # A spanning replica's talker interleaves over all its nodes: the home's budget holds it.
-    if len(memory_nodes) > 1 and not node.spanning:
-        own = node_memory_bytes(facts, node.node_memory.get(memory_node_of(talker_cores)), notes)
-        if own:
-            talker_room = (
-                own
-                - safety_margin(own)
-                - footprint.talker_weight_bytes(dtype, options.weights)
-                - costs.TALKER_STAGE_OVERHEAD_BYTES
-            )
+    # vLLM binds a worker's memory to its first CPU's node where visible, else to the
+    # first visible node.
+    talker_node = stage_node(split.talker)
+    talker_node = talker_node if talker_node in memory_nodes else memory_nodes[0]
+    talker_room = _talker_node_room(facts, node, talker_node, footprint, options, dtype, notes)
     seqs, talker_kv = _talker_batch(
         footprint,
         dtype,
         options.weights,
         # Sharing, the talker has about half the cores' time (4 streams on 2 shared
         # cores is what was measured).
-        max(1, len(compute) // 2) if talker_n == SHARED else len(talker_cores),
+        max(1, len(split.compute) // 2) if split.shared else len(split.talker),
         options.max_seqs,
         budget,
         talker_room,
@@ -244,8 +268,8 @@ def _replica(
     stages = (
         StagePlan(
             stage_id=0,
-            cpus=cpu_list(talker_cores),
-            numa_node=stage_node(talker_cores),
+            cpus=cpu_list(split.talker),
+            numa_node=stage_node(split.talker),
             memory_nodes=memory_list,
             kv_cache_memory_bytes=talker_kv,
             max_num_seqs=seqs,
@@ -256,8 +280,8 @@ def _replica(
         ),
         StagePlan(
             stage_id=1,
-            cpus=cpu_list(code2wav_cores),
-            numa_node=stage_node(code2wav_cores),
+            cpus=cpu_list(split.code2wav),
+            numa_node=stage_node(split.code2wav),
             memory_nodes=memory_list,
             kv_cache_memory_bytes=costs.CODE2WAV_KV_CACHE_BYTES,
             max_num_seqs=seqs,
@@ -270,11 +294,11 @@ def _replica(
     replica = Replica(
         index=index,
         numa_node=node.node,
-        frontend_cpus=cpu_list(frontend),
+        frontend_cpus=cpu_list(split.frontend),
         stages=stages,
         spanning=node.spanning,
     )
-    return replica, chunk
+    return replica, split.chunk_frames
 
 
 def _talker_cores(compute: int, options: PlanOptions, speed: SpeedInputs, notes: list[str]) -> int:
@@ -323,11 +347,8 @@ def preload_env(libraries: tuple[str, ...]) -> dict[str, str]:
     return {"LD_PRELOAD": ":".join(libraries)} if libraries else {}
 
 
-def plan_profile(
-    facts: Facts, footprint: ModelFootprint, options: PlanOptions | None = None
-) -> Profile:
-    """Plan one pipeline replica per memory home (NUMA node, or group of nearest nodes)."""
-    options = options or PlanOptions()
+def _checked_options(options: PlanOptions, facts: Facts) -> PlanOptions:
+    """`options` with --weights read, or the PlanError a bad option or machine is."""
     if options.stages not in (None, 1, 2):
         raise PlanError(f"--stages must be 1 or 2, not {options.stages}")
     for flag, value in (("--dtype", options.dtype), ("--code2wav-dtype", options.code2wav_dtype)):
@@ -346,6 +367,29 @@ def plan_profile(
             "no usable CPU: the online CPUs, the cgroup cpuset and the affinity mask do not meet",
             "check the container's cpuset",
         )
+    return options
+
+
+def _profile_env(options: PlanOptions, facts: Facts, notes: list[str]) -> dict[str, str]:
+    """What every stage process gets: preloads, the weights format, the measured kernels."""
+    env = {
+        # The code predictor's torch.compile costs 45-90 s of start-up for ~12 %.
+        envs.INDUCTOR.name: "0",
+        **preload_env(tuple(facts.preload_libraries)),
+    }
+    if options.weights != "model":
+        env[envs.WEIGHTS.name] = options.weights
+    if options.calibration is not None:  # the kernels measured here, at each row count
+        env.update(kernel_env(options.calibration.kernels))
+        notes.extend(describe_kernels(options.calibration.kernels))
+    return env
+
+
+def plan_profile(
+    facts: Facts, footprint: ModelFootprint, options: PlanOptions | None = None
+) -> Profile:
+    """Plan one pipeline replica per memory home (NUMA node, or group of nearest nodes)."""
+    options = _checked_options(options or PlanOptions(), facts)
     # What the probe could not read travels with the plan it shaped.
     notes: list[str] = list(facts.notes)
     dtype = options.dtype or choose_dtype(facts)
@@ -389,16 +433,7 @@ def plan_profile(
         isa_class(facts.architecture, facts.isa),
         stage_cores(replicas[0]).talker_cores,
     )
-    env = {
-        # The code predictor's torch.compile costs 45-90 s of start-up for ~12 %.
-        envs.INDUCTOR.name: "0",
-        **preload_env(tuple(facts.preload_libraries)),
-    }
-    if options.weights != "model":
-        env[envs.WEIGHTS.name] = options.weights
-    if options.calibration is not None:  # the kernels measured here, at each row count
-        env.update(kernel_env(options.calibration.kernels))
-        notes.extend(describe_kernels(options.calibration.kernels))
+    env = _profile_env(options, facts, notes)
     return Profile(
         generated_by=f"omni-cpu {__version__}",
         machine=machine_stamp(facts, options.calibration),

@@ -3,7 +3,7 @@
 `run`, `serve`, `bench` and `tune` all come through `resolve`. `auto` plans the
 machine's facts (sized for the memory free now: engines start at once); a file
 is loaded as written. Either way the result is checked against this machine's
-facts, and every problem comes back typed (omni_cpu.plan.check.Problem): each
+facts, and every problem comes back typed (omni_cpu.plan.fit.Problem): each
 caller says which kinds it cannot start with (`fatal`).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from omni_cpu.errors import ModelError, ProfileMismatchError
 from omni_cpu.hardware.facts import Facts
-from omni_cpu.plan.check import Problem, check_problems
+from omni_cpu.plan.fit import Problem, check_problems
 from omni_cpu.plan.footprint import ModelFootprint, footprint_for_model
 from omni_cpu.plan.policy import PlanOptions, plan_profile
 from omni_cpu.profile import Profile, load_profile

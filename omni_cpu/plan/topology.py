@@ -44,15 +44,6 @@ class NodeCores:
         return self.memory_nodes or (self.node,)
 
 
-def _cpu_to_node(facts: Facts) -> dict[int, int]:
-    """CPU -> the first node listing it (a node that repeats an earlier one adds nothing)."""
-    mapping: dict[int, int] = {}
-    for node in facts.numa_nodes:
-        for cpu in parse_cpu_list(node.cpus):
-            mapping.setdefault(cpu, node.id)
-    return mapping
-
-
 def _core_capacity(facts: Facts, core_type: int) -> int:
     """Capacity of a core type: the kernel's cpu_capacity where stated, else by order."""
     if 0 <= core_type < len(facts.core_types):
@@ -70,7 +61,7 @@ def nodes_with_cores(facts: Facts) -> list[NodeCores]:
     units, and a second thread on them slows bandwidth-bound decode down.
     """
     usable = set(facts.usable_cpus())
-    cpu_node = _cpu_to_node(facts)
+    cpu_node = facts.node_of_cpu()
     memory = {node.id: node.memory_bytes for node in facts.numa_nodes}
     default_node = facts.numa_nodes[0].id if facts.numa_nodes else 0
     seen_cores: set[tuple[int, ...]] = set()

@@ -25,7 +25,7 @@ class Calibration:
     # µs per call of the small torch ops a talker step is made of, one thread (0: not measured).
     small_op_us: float = 0.0
     # omni_cpu.kernels.timing: {"threads", "ms": {format: {kernel: {rows: ms}}}};
-    # omni_cpu.plan.kernels turns it into the profile's kernel settings.
+    # omni_cpu.plan.kernel_choice turns it into the profile's kernel settings.
     kernels: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -55,6 +55,12 @@ class StagePlan:
 
         return parse_cpu_list(self.memory_nodes) if self.memory_nodes else (self.numa_node,)
 
+    def cpu_ids(self) -> frozenset[int]:
+        """The CPUs `cpus` lists."""
+        from omni_cpu.cpulist import parse_cpu_list
+
+        return frozenset(parse_cpu_list(self.cpus))
+
 
 @dataclass(frozen=True)
 class ReplicaCapacity:
@@ -102,6 +108,16 @@ class Replica:
     # No one node holds its talker: the talker's memory interleaves over its memory
     # nodes (OMNI_CPU_INTERLEAVE_MEMORY=1 in the talker's environment).
     spanning: bool = False
+
+    def frontend_cpu_ids(self) -> frozenset[int]:
+        """The CPUs `frontend_cpus` lists (none where none is reserved)."""
+        from omni_cpu.cpulist import parse_cpu_list
+
+        return frozenset(parse_cpu_list(self.frontend_cpus))
+
+    def cpu_ids(self) -> frozenset[int]:
+        """Every CPU the replica's processes run on: its front end's and its stages'."""
+        return self.frontend_cpu_ids().union(*(stage.cpu_ids() for stage in self.stages))
 
     def stage(self, stage_id: int) -> StagePlan:
         for stage in self.stages:

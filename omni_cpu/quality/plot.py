@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omni_cpu.quality.check import WeightsCheck
+from omni_cpu.quality.check_weights import WeightsCheck
 
 FRAME_S = 0.08  # one codec frame
 

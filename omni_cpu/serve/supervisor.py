@@ -46,8 +46,8 @@ from omni_cpu.process.guard import StageGuard
 from omni_cpu.process.stage_processes import stage_binds
 from omni_cpu.process.watch import StageWatch
 from omni_cpu.serve import voices
+from omni_cpu.serve.command import WORKDIR_PREFIX, ServePlan
 from omni_cpu.serve.knobs import IN_FLIGHT_METRIC, ON_CLIENT_METRIC
-from omni_cpu.serve.serve_plan import WORKDIR_PREFIX, ServePlan
 
 POLL_S = 0.25
 # Stopped while starting: nothing to drain, and engines that are loading finish loading

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_cpu.bench.runner import check_query_type, parse_concurrency
+from omni_cpu.bench.sweep import check_query_type, parse_concurrency
 from omni_cpu.errors import InputError
 
 HUB_ID = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"  # checked offline by name only

@@ -251,7 +251,7 @@ def test_run_json_reports_start_up_phase_by_phase(stream_run: tuple[Run, Path]) 
 def test_stages_are_forked_from_the_driver_where_intel_openmp_is_preloaded(
     sync_run: tuple[Run, Path], tiny_checkpoint: Path
 ) -> None:
-    from omni_cpu.launch.launch_plan import make_launch_plan
+    from omni_cpu.launch.plan import make_launch_plan
     from omni_cpu.launch.relaunch import fork_blocker
 
     # The same plan the run made (auto, this machine). A forked stage's /proc environ is

@@ -59,7 +59,7 @@ def float32_profile(checkpoint: Path, folder: Path) -> Path:
 def stock_wave(checkpoint: Path) -> np.ndarray:
     """The stock model's greedy float32 frames, decoded whole, as 16-bit WAV samples read back."""
     from omni_cpu.platform.inprocess import Code2Wav, load_talker
-    from omni_cpu.quality.check import free_run
+    from omni_cpu.quality.check_weights import free_run
     from omni_cpu.speech.request import SpeechRequest
 
     talker = load_talker(checkpoint, "model", "float32", stock=True)

@@ -111,7 +111,7 @@ def test_the_table_prints_the_host_in_one_row_and_every_cpu_list_as_ranges(machi
 
 def test_validate_calls_a_cpu_outside_the_cpuset_barred_not_offline(machine):
     from omni_cpu.plan import footprint_for_model, plan_profile
-    from omni_cpu.plan.check import check_profile
+    from omni_cpu.plan.fit import check_profile
 
     host = read_facts(_host_32_cpus_4_sockets_8_nodes(machine).root)
     profile = plan_profile(host, footprint_for_model("0.6b"))

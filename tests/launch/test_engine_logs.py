@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from omni_cpu.launch import logs
-from omni_cpu.launch.launch_plan import make_launch_plan
+from omni_cpu.launch.plan import make_launch_plan
 
 
 @pytest.fixture(autouse=True)

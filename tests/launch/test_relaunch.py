@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from omni_cpu.hardware.preload import INTEL_OPENMP, TCMALLOC, find_library
-from omni_cpu.launch.launch_plan import LaunchPlan
+from omni_cpu.launch.plan import LaunchPlan
 from omni_cpu.launch.relaunch import fork_blocker
 from omni_cpu.profile import deploy_config_dict
 from omni_cpu.profile.yaml_io import load_profile

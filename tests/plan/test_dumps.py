@@ -16,7 +16,7 @@ from omni_cpu.plan import (
     footprint_for_model,
     plan_profile,
 )
-from omni_cpu.plan.check import check_profile
+from omni_cpu.plan.fit import check_profile
 from omni_cpu.profile import parse_profile
 from tests.helpers import sysroots
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
-from omni_cpu.plan.kernels import amx_rows, kernel_env
+from omni_cpu.plan.kernel_choice import amx_rows, kernel_env
 from omni_cpu.profile import dump_profile, parse_profile
 from omni_cpu.profile.calibration import Calibration
 from omni_cpu.profile.deploy import stage_env
@@ -74,7 +74,7 @@ def test_a_calibrated_profile_carries_the_choice_to_every_stage_and_back() -> No
 
 
 def test_a_kernel_choice_used_on_another_cpu_says_so() -> None:
-    from omni_cpu.plan.check import kernel_notes
+    from omni_cpu.plan.fit import kernel_notes
 
     amx = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
     calibration = Calibration({1: 12.7}, {}, 5.0, kernels=XEON)

@@ -11,7 +11,7 @@ import pytest
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.hardware.probe import read_facts
 from omni_cpu.plan import MachineTooSmallError, footprint_for_model, plan_profile
-from omni_cpu.plan.check import check_profile
+from omni_cpu.plan.fit import check_profile
 from omni_cpu.profile import dump_profile, parse_profile
 from omni_cpu.profile.deploy import stage_env
 from tests.helpers.machines import GIB, FakeMachine, machine

@@ -13,7 +13,7 @@ import yaml
 from omni_cpu.errors import ProfileMismatchError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.hardware.probe import read_facts
-from omni_cpu.launch.launch_plan import make_launch_plan
+from omni_cpu.launch.plan import make_launch_plan
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.plan.resolve import resolve
 from omni_cpu.profile import save_profile

@@ -27,7 +27,7 @@ from vllm_omni.platforms.interface import OmniPlatform
 
 from omni_cpu import pins
 from omni_cpu.launch import startup
-from omni_cpu.launch.launch_plan import LaunchPlan, make_launch_plan
+from omni_cpu.launch.plan import LaunchPlan, make_launch_plan
 from omni_cpu.platform import (
     AR_WORKER_QUALNAME,
     DRIVER_ENV,

@@ -20,7 +20,7 @@ pytest.importorskip("vllm_omni", reason="the inference runtime is not installed"
 import torch
 
 from omni_cpu.platform.inprocess import load_talker
-from omni_cpu.quality.check import free_run
+from omni_cpu.quality.check_weights import free_run
 from omni_cpu.speech import ref_audio
 from omni_cpu.speech.request import SpeechRequest
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from omni_cpu.hardware.facts import Limits
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
-from omni_cpu.plan.check import check_profile
+from omni_cpu.plan.fit import check_profile
 from omni_cpu.profile.diff import diff_profiles
 from tests.helpers.machines import GIB, machine
 

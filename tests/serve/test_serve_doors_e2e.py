@@ -438,7 +438,9 @@ def test_a_reference_declaring_minutes_of_audio_is_400_without_growing_the_serve
             sound.write(block)
     data_url = "data:audio/flac;base64," + base64.b64encode(path.read_bytes()).decode()
     children = proctree.descendants(server.process.pid)
-    api_server = next(pid for pid in children if "server_main" in proctree.command_line(pid))
+    api_server = next(
+        pid for pid in children if "omni_cpu.serve.server" in proctree.command_line(pid)
+    )
     rss = psutil.Process(api_server).memory_info().rss
     Path(f"/proc/{api_server}/clear_refs").write_text("5")  # its peak starts again from now
     status, reply = post_json(

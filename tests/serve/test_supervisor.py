@@ -15,7 +15,7 @@ import pytest
 
 from omni_cpu.errors import PortInUseError
 from omni_cpu.profile import load_profile
-from omni_cpu.serve.serve_plan import build_serve_plan
+from omni_cpu.serve.command import ServeOptions, build_serve_plan
 from omni_cpu.serve.supervisor import Supervisor, check_port_free, listens_on, sweep_workdirs
 from tests.helpers.engines import OMNI_CPU
 
@@ -84,7 +84,9 @@ def test_ready_means_our_own_process_listens_on_the_port():
 
 
 def test_drain_survives_its_folder_being_removed(tmp_path: Path):
-    plan = build_serve_plan("m", load_profile(PROFILE), port=1, workdir=tmp_path / "gone")
+    plan = build_serve_plan(
+        "m", load_profile(PROFILE), ServeOptions(port=1, workdir=tmp_path / "gone")
+    )
     log = io.StringIO()
     supervisor = Supervisor(plan, log)
     with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) as child:

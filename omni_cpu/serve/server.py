@@ -1,6 +1,6 @@
 """The API server process `omni-cpu serve` starts: vLLM-Omni's own CLI, without teardown.
 
-`python -m omni_cpu.serve.server_main serve MODEL --omni ...` is exactly vLLM-Omni's
+`python -m omni_cpu.serve.server serve MODEL --omni ...` is exactly vLLM-Omni's
 `vllm-omni serve` (its `main`, same arguments). Once the server has shut down, the
 process ends with `os._exit`: interpreter teardown after vLLM has imported triton
 prints ~90 lines of nanobind "leaked instance/type/function" reports (a broken

@@ -9,16 +9,7 @@ from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import choose_dtype, node_memory_bytes, replica_fixed_memory_bytes
-from omni_cpu.profile.model import Profile
-
-
-def _node_of_cpu(facts: Facts) -> dict[int, int]:
-    """CPU -> the first node listing it, as the planner reads it (repeats add nothing)."""
-    nodes: dict[int, int] = {}
-    for node in facts.numa_nodes:
-        for cpu in parse_cpu_list(node.cpus):
-            nodes.setdefault(cpu, node.id)
-    return nodes
+from omni_cpu.profile.model import Profile, StagePlan
 
 
 @dataclass(frozen=True)
@@ -49,115 +40,163 @@ def check_problems(
     profile: Profile, facts: Facts, footprint: ModelFootprint | None = None
 ) -> list[Problem]:
     """`check_profile` with each problem's kind."""
+    machine = _Machine.of(facts)
+    claims = _Claims()
     problems: list[Problem] = []
-    # The machine's online CPUs, not only the cpuset's: a CPU outside the cpuset is
-    # barred (said below), not offline.
-    host_online = facts.host.online_cpus if facts.host is not None else facts.online_cpus
-    online = set(parse_cpu_list(host_online))
-    possible = set(parse_cpu_list(facts.possible_cpus)) | online
-    usable = set(facts.usable_cpus())
-    node_of = _node_of_cpu(facts)
-    memory_nodes = set(facts.usable_memory_nodes())
-    owner: dict[int, str] = {}
-
-    def claim(cpus: set[int], who: str) -> None:
-        for cpu in sorted(cpus):
-            if cpu in owner:
-                problems.append(
-                    Problem("overlap", f"CPU {cpu} is used by both {owner[cpu]} and {who}")
-                )
-            else:
-                owner[cpu] = who
-
     for replica in profile.replicas:
         claimed_by_replica: list[set[int]] = []
         for stage in replica.stages:
             who = f"replica {replica.index} {stage.name} (stage {stage.stage_id})"
-            cpus = set(parse_cpu_list(stage.cpus))
-            missing = cpus - possible
-            if missing:
-                problems.append(
-                    Problem("cpu", f"{who}: CPUs {format_cpu_list(missing)} do not exist here")
-                )
-            offline = (cpus & possible) - online
-            if offline:
-                problems.append(
-                    Problem("cpu", f"{who}: CPUs {format_cpu_list(offline)} are offline")
-                )
-            barred = (cpus & online) - usable
-            if barred:
-                problems.append(
-                    Problem(
-                        "cpu",
-                        f"{who}: CPUs {format_cpu_list(barred)} are outside this process's "
-                        "cgroup cpuset or affinity",
-                    )
-                )
-            nodes = {node_of[cpu] for cpu in cpus if cpu in node_of}
-            # A stage may span nodes whose memory it may use, and memoryless nodes;
-            # CPUs on a node with memory it is not bound to read memory remotely.
-            remote = sorted((nodes & memory_nodes) - set(stage.memory_node_ids()))
-            if len(nodes) > 1 and remote:
-                problems.append(
-                    Problem(
-                        "numa",
-                        f"{who}: its CPUs span NUMA nodes {sorted(nodes)}, and its memory "
-                        f"(nodes {stage.memory_nodes or stage.numa_node}) is not on {remote}",
-                    )
-                )
-            elif nodes and stage.numa_node not in nodes:
-                problems.append(
-                    Problem(
-                        "numa",
-                        f"{who}: numa_node is {stage.numa_node} but its CPUs are on node "
-                        f"{sorted(nodes)[0]}",
-                    )
-                )
-            absent = set(stage.memory_node_ids()) - set(facts.usable_memory_nodes())
-            if absent and facts.numa_stated:
-                problems.append(
-                    Problem(
-                        "numa",
-                        f"{who}: memory nodes {sorted(absent)} hold no memory this process may use",
-                    )
-                )
+            cpus = set(stage.cpu_ids())
+            problems += _cpu_problems(who, cpus, machine)
+            problems += _numa_problems(who, stage, cpus, machine, facts)
             # Stages given the very same cores share them on purpose (--stages 1, or
             # a one-core machine); a partial overlap is a mistake.
             if cpus not in claimed_by_replica:
-                claim(cpus, who)
+                problems += claims.claim(cpus, who)
                 claimed_by_replica.append(cpus)
-        frontend = set(parse_cpu_list(replica.frontend_cpus))
-        claim(frontend, f"replica {replica.index} front end")
-        if frontend - usable:
+        frontend = set(replica.frontend_cpu_ids())
+        problems += claims.claim(frontend, f"replica {replica.index} front end")
+        if frontend - machine.usable:
             problems.append(
                 Problem(
                     "cpu",
                     f"replica {replica.index} front end: CPUs "
-                    f"{format_cpu_list(frontend - usable)} are not usable here",
+                    f"{format_cpu_list(frontend - machine.usable)} are not usable here",
                 )
             )
+    problems += _dtype_problems(profile, facts)
+    problems += _model_problems(profile, footprint)
+    problems += _memory_problems(profile, facts, footprint)
+    return problems
+
+
+@dataclass(frozen=True)
+class _Machine:
+    """The CPU and node sets a profile's stages are checked against."""
+
+    online: set[int]
+    possible: set[int]
+    usable: set[int]
+    node_of: dict[int, int]
+    memory_nodes: set[int]
+
+    @classmethod
+    def of(cls, facts: Facts) -> _Machine:
+        # The machine's online CPUs, not only the cpuset's: a CPU outside the cpuset is
+        # barred (said by _cpu_problems), not offline.
+        host_online = facts.host.online_cpus if facts.host is not None else facts.online_cpus
+        online = set(parse_cpu_list(host_online))
+        return cls(
+            online=online,
+            possible=set(parse_cpu_list(facts.possible_cpus)) | online,
+            usable=set(facts.usable_cpus()),
+            node_of=facts.node_of_cpu(),
+            memory_nodes=set(facts.usable_memory_nodes()),
+        )
+
+
+class _Claims:
+    """Which stage or front end holds each CPU: a second claim on one is an overlap."""
+
+    def __init__(self) -> None:
+        self.owner: dict[int, str] = {}
+
+    def claim(self, cpus: set[int], who: str) -> list[Problem]:
+        problems = []
+        for cpu in sorted(cpus):
+            if cpu in self.owner:
+                problems.append(
+                    Problem("overlap", f"CPU {cpu} is used by both {self.owner[cpu]} and {who}")
+                )
+            else:
+                self.owner[cpu] = who
+        return problems
+
+
+def _cpu_problems(who: str, cpus: set[int], machine: _Machine) -> list[Problem]:
+    """CPUs a stage names that do not exist, are offline, or are barred to this process."""
+    problems = []
+    missing = cpus - machine.possible
+    if missing:
+        problems.append(Problem("cpu", f"{who}: CPUs {format_cpu_list(missing)} do not exist here"))
+    offline = (cpus & machine.possible) - machine.online
+    if offline:
+        problems.append(Problem("cpu", f"{who}: CPUs {format_cpu_list(offline)} are offline"))
+    barred = (cpus & machine.online) - machine.usable
+    if barred:
+        problems.append(
+            Problem(
+                "cpu",
+                f"{who}: CPUs {format_cpu_list(barred)} are outside this process's "
+                "cgroup cpuset or affinity",
+            )
+        )
+    return problems
+
+
+def _numa_problems(
+    who: str, stage: StagePlan, cpus: set[int], machine: _Machine, facts: Facts
+) -> list[Problem]:
+    """A stage's memory bound away from its CPUs, or to nodes with no memory for it."""
+    problems = []
+    nodes = {machine.node_of[cpu] for cpu in cpus if cpu in machine.node_of}
+    # A stage may span nodes whose memory it may use, and memoryless nodes;
+    # CPUs on a node with memory it is not bound to read memory remotely.
+    remote = sorted((nodes & machine.memory_nodes) - set(stage.memory_node_ids()))
+    if len(nodes) > 1 and remote:
+        problems.append(
+            Problem(
+                "numa",
+                f"{who}: its CPUs span NUMA nodes {sorted(nodes)}, and its memory "
+                f"(nodes {stage.memory_nodes or stage.numa_node}) is not on {remote}",
+            )
+        )
+    elif nodes and stage.numa_node not in nodes:
+        problems.append(
+            Problem(
+                "numa",
+                f"{who}: numa_node is {stage.numa_node} but its CPUs are on node "
+                f"{sorted(nodes)[0]}",
+            )
+        )
+    absent = set(stage.memory_node_ids()) - machine.memory_nodes
+    if absent and facts.numa_stated:
+        problems.append(
+            Problem(
+                "numa",
+                f"{who}: memory nodes {sorted(absent)} hold no memory this process may use",
+            )
+        )
+    return problems
+
+
+def _dtype_problems(profile: Profile, facts: Facts) -> list[Problem]:
     bf16_stages = sorted(
         {s.name for r in profile.replicas for s in r.stages if s.dtype == "bfloat16"}
     )
     if bf16_stages and choose_dtype(facts) != "bfloat16" and facts.isa_source is not None:
-        problems.append(
+        return [
             Problem(
                 "dtype",
                 f"dtype bfloat16 ({', '.join(bf16_stages)}): this CPU has no native bf16 "
                 "(avx512_bf16/amx_bf16/bf16); use float32",
             )
-        )
+        ]
+    return []
+
+
+def _model_problems(profile: Profile, footprint: ModelFootprint | None) -> list[Problem]:
     if footprint is not None and profile.model_kind and footprint.kind != profile.model_kind:
-        problems.append(
+        return [
             Problem(
                 "model",
                 f"the profile was planned for a {profile.model_kind} model ({profile.model}) "
                 f"but is used with a {footprint.kind} model ({footprint.name}); re-plan it "
                 f"with `omni-cpu probe --model {footprint.name} --output FILE`",
             )
-        )
-    problems.extend(_memory_problems(profile, facts, footprint))
-    return problems
+        ]
+    return []
 
 
 def _memory_problems(

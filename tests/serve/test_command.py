@@ -15,7 +15,7 @@ from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.errors import InputError
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.profile import load_profile, save_profile
-from omni_cpu.serve import build_serve_plan
+from omni_cpu.serve import ServeOptions, build_serve_plan
 from omni_cpu.serve.knobs import MIDDLEWARE_PATH
 from tests.helpers.cli import omni_cpu
 from tests.helpers.machines import machine
@@ -37,7 +37,7 @@ def option(argv: tuple[str, ...], name: str) -> str:
 
 def test_replica_n_binds_its_stages_and_memory_to_node_n():
     profile = load_profile(EIGHT_NODES)
-    plan = build_serve_plan("ckpt", profile, replica=5, port=8005)
+    plan = build_serve_plan("ckpt", profile, ServeOptions(replica=5, port=8005))
     assert plan.env["CPU_VISIBLE_MEMORY_NODES"] == "5"
     cpu_env = {s["stage_id"]: s["env"] for s in plan.deploy_config["platforms"]["cpu"]["stages"]}
     for stage in profile.replicas[5].stages:
@@ -47,7 +47,7 @@ def test_replica_n_binds_its_stages_and_memory_to_node_n():
 
 def test_deploy_config_carries_the_replicas_kv_bytes_and_batch_limits():
     profile = load_profile(EIGHT_NODES)
-    plan = build_serve_plan("ckpt", profile, replica=2)
+    plan = build_serve_plan("ckpt", profile, ServeOptions(replica=2))
     stages = {s["stage_id"]: s for s in plan.deploy_config["stages"]}
     for stage in profile.replicas[2].stages:
         assert stages[stage.stage_id]["kv_cache_memory_bytes"] == stage.kv_cache_memory_bytes
@@ -57,8 +57,10 @@ def test_deploy_config_carries_the_replicas_kv_bytes_and_batch_limits():
 
 
 def test_command_is_vllm_omnis_own_server_with_the_cpu_platform_and_middleware():
-    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), host="127.0.0.1", port=8123)
-    assert plan.argv[1:6] == ("-m", "omni_cpu.serve.server_main", "serve", "ckpt", "--omni")
+    plan = build_serve_plan(
+        "ckpt", load_profile(EIGHT_NODES), ServeOptions(host="127.0.0.1", port=8123)
+    )
+    assert plan.argv[1:6] == ("-m", "omni_cpu.serve.server", "serve", "ckpt", "--omni")
     assert option(plan.argv, "--deploy-config") == plan.deploy_config_path
     assert option(plan.argv, "--port") == "8123"
     assert option(plan.argv, "--middleware") == MIDDLEWARE_PATH
@@ -69,7 +71,7 @@ def test_queue_limit_is_max_num_seqs_plus_the_waiting_cap():
     profile = load_profile(EIGHT_NODES)
     seqs = profile.replicas[0].stage(0).max_num_seqs
     assert build_serve_plan("m", profile).limits.max_in_flight == 2 * seqs
-    plan = build_serve_plan("m", profile, max_waiting=3)
+    plan = build_serve_plan("m", profile, ServeOptions(max_waiting=3))
     assert plan.env[envs.SERVE_MAX_IN_FLIGHT.name] == str(seqs + 3)
 
 
@@ -81,7 +83,7 @@ def test_input_limit_defaults_to_half_the_talker_context():
 
 
 def test_drain_flag_lives_in_the_per_port_workdir():
-    plan = build_serve_plan("m", load_profile(EIGHT_NODES), port=8077)
+    plan = build_serve_plan("m", load_profile(EIGHT_NODES), ServeOptions(port=8077))
     assert plan.env[envs.SERVE_DRAIN_FILE.name] == str(Path(plan.workdir) / "draining")
     assert Path(plan.deploy_config_path).parent == Path(plan.workdir)
     # Per port and per process: a second server never touches the first one's files.
@@ -89,32 +91,34 @@ def test_drain_flag_lives_in_the_per_port_workdir():
 
 
 def test_max_frames_caps_the_talkers_default_max_tokens():
-    plan = build_serve_plan("m", load_profile(EIGHT_NODES), max_frames=48)
+    plan = build_serve_plan("m", load_profile(EIGHT_NODES), ServeOptions(max_frames=48))
     talker = next(s for s in plan.deploy_config["stages"] if s["stage_id"] == 0)
     assert talker["default_sampling_params"]["max_tokens"] == 48
 
 
 def test_reserved_frontend_cpus_pin_the_api_server(two_node_profile):
-    plan = build_serve_plan("m", two_node_profile, replica=1)
+    plan = build_serve_plan("m", two_node_profile, ServeOptions(replica=1))
     reserved = two_node_profile.replicas[1].frontend_cpus
     assert reserved
     assert plan.frontend_cpus == parse_cpu_list(reserved)
 
 
 def test_server_starts_on_its_replicas_cpus_only(two_node_profile):
-    plan = build_serve_plan("m", two_node_profile, replica=1)
+    plan = build_serve_plan("m", two_node_profile, ServeOptions(replica=1))
     replica = two_node_profile.replicas[1]
     expected = set(parse_cpu_list(replica.frontend_cpus))
     for stage in replica.stages:
         expected |= set(parse_cpu_list(stage.cpus))
     assert set(plan.replica_cpus) == expected
-    assert not expected & set(build_serve_plan("m", two_node_profile, replica=0).replica_cpus)
+    assert not expected & set(
+        build_serve_plan("m", two_node_profile, ServeOptions(replica=0)).replica_cpus
+    )
     assert plan.shell().startswith(f"taskset -c {format_cpu_list(plan.replica_cpus)}")
 
 
 def test_replica_past_the_profile_is_a_user_error():
     with pytest.raises(InputError, match="8 replica"):
-        build_serve_plan("m", load_profile(EIGHT_NODES), replica=8)
+        build_serve_plan("m", load_profile(EIGHT_NODES), ServeOptions(replica=8))
 
 
 def test_dry_run_prints_command_env_and_config(tmp_path):
@@ -127,7 +131,7 @@ def test_dry_run_prints_command_env_and_config(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "VLLM_TARGET_DEVICE=cpu" in done.stdout
-    assert "omni_cpu.serve.server_main serve ckpt" in done.stdout
+    assert "omni_cpu.serve.server serve ckpt" in done.stdout
     assert "--deploy-config /" in done.stdout
     config_text = done.stdout.split("deploy-replica0.yaml:\n", 1)[1]
     assert yaml.safe_load(config_text)["stages"][0]["stage_id"] == 0
@@ -149,7 +153,7 @@ def test_dry_run_json_is_the_plan(tmp_path):
 
 def test_ref_audio_dir_becomes_vllms_allowed_local_media_path(tmp_path):
     profile = load_profile(next(Path("profiles").glob("*.yaml")))
-    plan = build_serve_plan("m", profile, workdir=tmp_path, ref_audio_dir=tmp_path)
+    plan = build_serve_plan("m", profile, ServeOptions(workdir=tmp_path, ref_audio_dir=tmp_path))
     argv = list(plan.argv)
     assert argv[argv.index("--allowed-local-media-path") + 1] == str(tmp_path.resolve())
     assert plan.limits.allow_ref_audio_urls is False
@@ -159,21 +163,20 @@ def test_ref_audio_dir_becomes_vllms_allowed_local_media_path(tmp_path):
 
 
 def test_a_ref_audio_dir_that_is_not_a_folder_is_refused(tmp_path):
-    profile = load_profile(next(Path("profiles").glob("*.yaml")))
     with pytest.raises(InputError, match="not a directory"):
-        build_serve_plan("m", profile, workdir=tmp_path, ref_audio_dir=tmp_path / "nope")
+        ServeOptions(workdir=tmp_path, ref_audio_dir=tmp_path / "nope")
 
 
 def test_a_grouped_replica_serves_with_memory_from_every_node_of_its_group():
     small_nodes = machine({n: [2 * n, 2 * n + 1] for n in range(4)}, memory_per_node=5 << 30)
     profile = plan_profile(small_nodes, footprint_for_model("0.6b"), PlanOptions())
     assert len(profile.replicas) == 2
-    plan = build_serve_plan("ckpt", profile, replica=1, port=8001)
+    plan = build_serve_plan("ckpt", profile, ServeOptions(replica=1, port=8001))
     assert plan.env["CPU_VISIBLE_MEMORY_NODES"] == "2,3"
 
 
 def test_serve_starts_the_stages_together_and_quietly_like_run():
-    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), port=8123)
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), ServeOptions(port=8123))
     stages = plan.deploy_config["stages"]
     assert [stage["devices"] for stage in stages] == [str(s["stage_id"]) for s in stages]
     assert all(stage["use_tqdm_on_load"] is False for stage in stages)
@@ -182,7 +185,9 @@ def test_serve_starts_the_stages_together_and_quietly_like_run():
 
 
 def test_verbose_serve_shows_the_engines_and_uvicorns_logs():
-    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), port=8123, verbose=True)
+    plan = build_serve_plan(
+        "ckpt", load_profile(EIGHT_NODES), ServeOptions(port=8123, verbose=True)
+    )
     assert plan.log_env["VLLM_LOGGING_LEVEL"] == "INFO"
     assert "--uvicorn-log-level" not in plan.argv
     assert "use_tqdm_on_load" not in plan.deploy_config["stages"][0]
@@ -191,7 +196,7 @@ def test_verbose_serve_shows_the_engines_and_uvicorns_logs():
 def test_a_log_level_the_user_set_reaches_the_server():
     from omni_cpu.launch import logs
 
-    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), port=8123)
+    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), ServeOptions(port=8123))
     env = {"VLLM_LOGGING_LEVEL": "DEBUG", "PYTHONWARNINGS": "error::DeprecationWarning"}
     logs.merge_log_env(env, plan.log_env)
     assert env["VLLM_LOGGING_LEVEL"] == "DEBUG"
@@ -210,8 +215,10 @@ def test_admission_defaults_to_the_streams_the_replica_carries_without_a_gap():
     assert any("without a gap" in note for note in plan.notes)
     # --max-waiting asks for the talker's batch plus a queue; --max-in-flight says it outright.
     seqs = replica.stage(0).max_num_seqs
-    assert build_serve_plan("m", ramped, max_waiting=2).limits.max_in_flight == seqs + 2
-    assert build_serve_plan("m", ramped, max_in_flight=5).limits.max_in_flight == 5
+    assert (
+        build_serve_plan("m", ramped, ServeOptions(max_waiting=2)).limits.max_in_flight == seqs + 2
+    )
+    assert build_serve_plan("m", ramped, ServeOptions(max_in_flight=5)).limits.max_in_flight == 5
 
 
 def test_a_replica_predicted_to_carry_no_gap_free_stream_admits_its_batch_and_queue():
@@ -223,7 +230,7 @@ def test_a_replica_predicted_to_carry_no_gap_free_stream_admits_its_batch_and_qu
 
 def test_max_in_flight_below_one_is_refused():
     with pytest.raises(InputError, match="--max-in-flight"):
-        build_serve_plan("m", load_profile(EIGHT_NODES), max_in_flight=0)
+        ServeOptions(max_in_flight=0)
 
 
 LEAKS_SHARED_MEMORY = """
@@ -264,10 +271,14 @@ def test_the_users_own_warning_filters_are_kept(monkeypatch):
 
 
 def test_uploaded_voices_live_in_the_servers_own_folder_unless_voices_names_one(tmp_path):
-    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), workdir=tmp_path / "work")
+    plan = build_serve_plan(
+        "ckpt", load_profile(EIGHT_NODES), ServeOptions(workdir=tmp_path / "work")
+    )
     assert plan.env["SPEAKER_SAMPLES_DIR"] == str(tmp_path / "work" / "voices")  # removed at exit
     kept = build_serve_plan(
-        "ckpt", load_profile(EIGHT_NODES), voices_dir=tmp_path / "voices", max_voices=5
+        "ckpt",
+        load_profile(EIGHT_NODES),
+        ServeOptions(voices_dir=tmp_path / "voices", max_voices=5),
     )
     assert kept.env["SPEAKER_SAMPLES_DIR"] == str((tmp_path / "voices").resolve())
     assert kept.env["SPEAKER_MAX_UPLOADED"] == "5"
@@ -275,6 +286,8 @@ def test_uploaded_voices_live_in_the_servers_own_folder_unless_voices_names_one(
 
 
 def test_stages_count_their_steps_in_the_servers_folder(tmp_path):
-    plan = build_serve_plan("ckpt", load_profile(EIGHT_NODES), workdir=tmp_path / "work")
+    plan = build_serve_plan(
+        "ckpt", load_profile(EIGHT_NODES), ServeOptions(workdir=tmp_path / "work")
+    )
     assert plan.env[envs.STAGE_PROGRESS_DIR.name] == plan.progress_dir
     assert plan.progress_dir.startswith(str(tmp_path / "work"))

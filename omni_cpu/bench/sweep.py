@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,10 @@ from omni_cpu.bench.session import EngineSession
 from omni_cpu.bench.stats import summarize_streams
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
-from omni_cpu.launch.launch_plan import LaunchPlan
 from omni_cpu.launch.pipeline import startup_dict
+from omni_cpu.launch.plan import LaunchPlan
 from omni_cpu.plan import capacity
+from omni_cpu.plan.speed import SpeedInputs
 from omni_cpu.platform import steplog
 from omni_cpu.process import procfs
 from omni_cpu.process.stage_processes import stage_binds
@@ -249,40 +251,13 @@ def run_bench(
     from omni_cpu.plan.footprint import footprint_for_model
 
     stage_cpus = stage_cpus_of(plan)
-    weights = plan.profile.env.get(envs.WEIGHTS.name, "model")
-    talker_dtype = plan.profile.replicas[plan.replica].stage(0).dtype
-    footprint = footprint_for_model(plan.model)
-    weight_bytes = footprint.streamed_bytes_per_frame(talker_dtype, weights)
     speed = capacity.profile_speed_inputs(
-        plan.profile, plan.replica, footprint, envs.OMNI_CPU_CODE2WAV
+        plan.profile, plan.replica, footprint_for_model(plan.model), envs.OMNI_CPU_CODE2WAV
     )
-    progress("measuring memory bandwidth (triad) before the engines start")
-    triad = triad_bandwidth(triad_bytes) if triad_bytes else triad_bandwidth()
-    progress("measuring the read bandwidth of the talker's own cores")
-    talker_read = stage_read(parse_cpu_list(stage_cpus["talker"]))
-    # The triad's arrays are freed before the engines start; without this the driver's
-    # peak would report them instead of what serving costs.
-    procfs.reset_peak_rss()
-    result = BenchResult(
-        plan.model,
-        plan.profile_source,
-        query_type,
-        frames,
-        warmup,
-        stage_cpus,
-        triad,
-        weight_bytes,
-        weights,
-        stage_read=talker_read,
-        prediction=capacity.prediction_dict(plan.profile, plan.replica, speed),
+    result = _measure_memory(
+        plan, stage_cpus, speed, query_type, frames, warmup, triad_bytes, progress
     )
-    # Stage workers inherit this and log each step's wall time (read per level); a folder
-    # made here is bench's own and goes when the run ends (one the user named stays).
-    own_step_dir = not envs.OMNI_CPU_STEP_LOG
-    if own_step_dir:
-        os.environ[envs.STEP_LOG.name] = tempfile.mkdtemp(prefix=steplog.STEP_DIR_PREFIX)
-    step_dir = Path(envs.OMNI_CPU_STEP_LOG)
-    try:
+    with _step_log() as step_dir:
         progress("loading the talker and code2wav engines")
         with EngineSession(plan, verbose=verbose) as session:
             result.load_s = session.load_s
@@ -330,8 +305,58 @@ def run_bench(
                 )
                 result.capacity = search.to_dict()
                 result.levels.sort(key=lambda level: level.concurrency)
-    finally:
-        if own_step_dir:
-            os.environ.pop(envs.STEP_LOG.name, None)
-            shutil.rmtree(step_dir, ignore_errors=True)
     return result
+
+
+def _measure_memory(
+    plan: LaunchPlan,
+    stage_cpus: dict[str, str],
+    speed: SpeedInputs,
+    query_type: str,
+    frames: int,
+    warmup: int,
+    triad_bytes: int | None,
+    progress: Callable[[str], None],
+) -> BenchResult:
+    """The result before any engine starts: the machine's triad, the talker cores' read
+    bandwidth, and what the profile predicts."""
+    weight_bytes = speed.footprint.streamed_bytes_per_frame(speed.talker_dtype, speed.weights)
+    progress("measuring memory bandwidth (triad) before the engines start")
+    triad = triad_bandwidth(triad_bytes) if triad_bytes else triad_bandwidth()
+    progress("measuring the read bandwidth of the talker's own cores")
+    talker_read = stage_read(parse_cpu_list(stage_cpus["talker"]))
+    # The triad's arrays are freed before the engines start; without this the driver's
+    # peak would report them instead of what serving costs.
+    procfs.reset_peak_rss()
+    return BenchResult(
+        plan.model,
+        plan.profile_source,
+        query_type,
+        frames,
+        warmup,
+        stage_cpus,
+        triad,
+        weight_bytes,
+        speed.weights,
+        stage_read=talker_read,
+        prediction=capacity.prediction_dict(plan.profile, plan.replica, speed),
+    )
+
+
+@contextlib.contextmanager
+def _step_log() -> Iterator[Path]:
+    """The folder stage workers log each step's wall time in (read per level).
+
+    Stage workers inherit it through the environment. A folder made here is bench's
+    own and goes when the run ends; one the user named stays.
+    """
+    own = not envs.OMNI_CPU_STEP_LOG
+    if own:
+        os.environ[envs.STEP_LOG.name] = tempfile.mkdtemp(prefix=steplog.STEP_DIR_PREFIX)
+    folder = Path(envs.OMNI_CPU_STEP_LOG)
+    try:
+        yield folder
+    finally:
+        if own:
+            os.environ.pop(envs.STEP_LOG.name, None)
+            shutil.rmtree(folder, ignore_errors=True)
