@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from omni_cpu.hardware.facts import Limits
 from omni_cpu.hardware.limits import read_limits
 from omni_cpu.hardware.probe import read_facts
 from omni_cpu.hardware.sysroot import SysRoot
@@ -30,11 +31,9 @@ def test_v2_reads_cpuset_quota_and_memory_max(machine):
     machine.write("/sys/fs/cgroup/app/cpuset.cpus.effective", "0-3")
     machine.write("/sys/fs/cgroup/app/cpu.max", "150000 100000")
     machine.write("/sys/fs/cgroup/app/memory.max", str(8 * GIB))
-    limits = read_limits(SysRoot(machine.root))
-    assert limits.cgroup_version == 2
-    assert limits.cpuset_cpus == "0-3"
-    assert limits.cpu_quota_cores == 1.5
-    assert limits.memory_max_bytes == 8 * GIB
+    assert read_limits(SysRoot(machine.root)) == Limits(
+        cgroup_version=2, cpuset_cpus="0-3", cpu_quota_cores=1.5, memory_max_bytes=8 * GIB
+    )
 
 
 def test_v2_max_means_no_limit(machine):
@@ -68,11 +67,9 @@ def test_v1_reads_cpuset_cfs_quota_and_memory_limit(machine):
     machine.write("/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "250000")
     machine.write("/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000")
     machine.write("/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", str(4 * GIB))
-    limits = read_limits(SysRoot(machine.root))
-    assert limits.cgroup_version == 1
-    assert limits.cpuset_cpus == "4-7"
-    assert limits.cpu_quota_cores == 2.5
-    assert limits.memory_max_bytes == 4 * GIB
+    assert read_limits(SysRoot(machine.root)) == Limits(
+        cgroup_version=1, cpuset_cpus="4-7", cpu_quota_cores=2.5, memory_max_bytes=4 * GIB
+    )
 
 
 def test_v1_unlimited_sentinels_mean_no_limit(machine):
