@@ -363,14 +363,14 @@ def model_config(
     elif size == "tiny":
         config["speaker_encoder_config"]["enc_dim"] = 128
         # The talker and its code predictor: one small decoder shape for both.
-        layers = dict(
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=64,
-        )
+        layers = {
+            "hidden_size": 128,
+            "intermediate_size": 256,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 64,
+        }
         talker.update(layers, text_hidden_size=64)
         # [24, 20, 20] sums to 64 = 128 / 2; keep the same proportions for head_dim 64.
         talker["rope_scaling"]["mrope_section"] = [12, 10, 10]
