@@ -10,12 +10,6 @@ from omni_cpu.hardware.sysroot import SysRoot
 GIB = 1024**3
 
 
-def v2_machine(machine, path="/app"):
-    machine.write("/proc/self/cgroup", f"0::{path}\n")
-    machine.write("/sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory")
-    return machine
-
-
 def v1_machine(machine, path="/docker/abc"):
     machine.write(
         "/proc/self/cgroup",
@@ -27,7 +21,7 @@ def v1_machine(machine, path="/docker/abc"):
 
 
 def test_v2_reads_cpuset_quota_and_memory_max(machine):
-    v2_machine(machine)
+    machine.cgroup2("/app")
     machine.write("/sys/fs/cgroup/app/cpuset.cpus.effective", "0-3")
     machine.write("/sys/fs/cgroup/app/cpu.max", "150000 100000")
     machine.write("/sys/fs/cgroup/app/memory.max", str(8 * GIB))
@@ -37,7 +31,7 @@ def test_v2_reads_cpuset_quota_and_memory_max(machine):
 
 
 def test_v2_max_means_no_limit(machine):
-    v2_machine(machine)
+    machine.cgroup2("/app")
     machine.write("/sys/fs/cgroup/app/cpu.max", "max 100000")
     machine.write("/sys/fs/cgroup/app/memory.max", "max")
     limits = read_limits(SysRoot(machine.root))
@@ -45,7 +39,7 @@ def test_v2_max_means_no_limit(machine):
 
 
 def test_v2_tightest_ancestor_limit_wins(machine):
-    v2_machine(machine, "/pod/app")
+    machine.cgroup2("/pod/app")
     machine.write("/sys/fs/cgroup/pod/memory.max", str(2 * GIB))
     machine.write("/sys/fs/cgroup/pod/app/memory.max", "max")
     machine.write("/sys/fs/cgroup/pod/cpu.max", "200000 100000")
@@ -56,7 +50,7 @@ def test_v2_tightest_ancestor_limit_wins(machine):
 
 
 def test_v2_path_from_another_namespace_falls_back_to_the_mount(machine):
-    v2_machine(machine, "/host/only/path")
+    machine.cgroup2("/host/only/path")
     machine.write("/sys/fs/cgroup/memory.max", str(GIB))
     assert read_limits(SysRoot(machine.root)).memory_max_bytes == GIB
 
