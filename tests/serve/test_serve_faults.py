@@ -24,7 +24,7 @@ from tests.helpers.serving import Server, get, post_json, serving, start_server
 
 pytestmark = [pytest.mark.e2e, needs_runtime]
 
-# `with served(start_server(...)) as running:` the server once ready; its tree stopped after.
+# `with served(running):` from the server ready to its whole tree stopped, however it ends.
 served = contextlib.contextmanager(serving)
 
 
