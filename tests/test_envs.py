@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib.util
 import os
 import re
 import subprocess
@@ -21,9 +20,9 @@ from omni_cpu.launch.plan import make_launch_plan
 from omni_cpu.plan import footprint_for_model, plan_profile
 from omni_cpu.profile import dump_profile, save_profile
 from omni_cpu.serve.knobs import AdmissionLimits
+from tests.helpers.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[1]
-PROFILES_SCRIPT = REPO / "scripts" / "make_example_profiles.py"
 
 
 def test_every_knob_has_a_default_a_doc_a_reader_and_an_audience() -> None:
@@ -209,9 +208,7 @@ def test_a_stage_variable_in_a_profile_carries_its_doc_as_the_comment() -> None:
 
 
 def test_the_configuration_docs_list_every_user_knob_as_the_table_declares_it() -> None:
-    spec = importlib.util.spec_from_file_location("make_example_profiles", PROFILES_SCRIPT)
-    examples = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(examples)
+    examples = load_script("scripts/make_example_profiles.py")
     page = examples.CONFIGURATION.read_text()
     assert page == examples.with_env_table(page), "stale: run `make profiles`"
     listed = set(re.findall(r"^\| `([A-Z_0-9]+)` \|", page, re.MULTILINE))

@@ -362,26 +362,19 @@ def model_config(
         talker.update(hidden_size=2048, intermediate_size=6144)
     elif size == "tiny":
         config["speaker_encoder_config"]["enc_dim"] = 128
-        talker.update(
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=64,
-            text_hidden_size=64,
-        )
+        # The talker and its code predictor: one small decoder shape for both.
+        layers = {
+            "hidden_size": 128,
+            "intermediate_size": 256,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 64,
+        }
+        talker.update(layers, text_hidden_size=64)
         # [24, 20, 20] sums to 64 = 128 / 2; keep the same proportions for head_dim 64.
         talker["rope_scaling"]["mrope_section"] = [12, 10, 10]
-        predictor.update(
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=64,
-            layer_types=["full_attention"] * 2,
-        )
+        predictor.update(layers, layer_types=["full_attention"] * 2)
         if kv_heads is not None:
             for part in (talker, predictor):
                 part.update(num_attention_heads=2 * kv_heads, num_key_value_heads=kv_heads)

@@ -226,10 +226,7 @@ class Facts:
         return tuple(sorted(nodes))
 
     def node(self, node_id: int) -> NumaNode | None:
-        for entry in self.numa_nodes:
-            if entry.id == node_id:
-                return entry
-        return None
+        return next((entry for entry in self.numa_nodes if entry.id == node_id), None)
 
     def node_of_cpu(self) -> dict[int, int]:
         """CPU -> the first node listing it (a node that repeats an earlier one adds nothing)."""
@@ -249,10 +246,7 @@ class Facts:
         return tuple(sorted(usable))
 
     def cpu(self, cpu_id: int) -> LogicalCpu | None:
-        for entry in self.cpus:
-            if entry.cpu == cpu_id:
-                return entry
-        return None
+        return next((entry for entry in self.cpus if entry.cpu == cpu_id), None)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -6,31 +6,21 @@ Nothing here needs the reference venv or starts a model: the probe is a fixed
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.helpers.scripts import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-compare = _load("compare_qwen_tts", REPO / "benchmarks" / "compare_qwen_tts.py")
-reference = _load("qwen_tts_reference", REPO / "benchmarks" / "qwen_tts_reference.py")
+compare = load_script("benchmarks/compare_qwen_tts.py")
+reference = load_script("benchmarks/qwen_tts_reference.py")
 
 # What `omni-cpu probe --json` says on a 4-CPU avx2 box (the keys the script reads).
 PROBE: dict[str, Any] = {

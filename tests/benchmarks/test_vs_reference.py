@@ -5,7 +5,6 @@ Nothing here runs the reference or a model: the figures are computed on small ar
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -13,18 +12,15 @@ from types import ModuleType
 
 import numpy as np
 
+from tests.helpers.scripts import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _load() -> ModuleType:
     sys.path.insert(0, str(REPO / "benchmarks"))  # as when run: it imports compare_qwen_tts
     try:
-        path = REPO / "benchmarks" / "vs_reference.py"
-        spec = importlib.util.spec_from_file_location("vs_reference", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+        return load_script("benchmarks/vs_reference.py")
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
 

@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "weight_cache_speed.py"
+from tests.helpers.scripts import load_script
 
-
-def _module():
-    spec = importlib.util.spec_from_file_location("weight_cache_speed", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+cache_speed = load_script("benchmarks/weight_cache_speed.py")
 
 
 def _run(cache: str, step: float) -> dict:
@@ -28,7 +20,7 @@ def _run(cache: str, step: float) -> dict:
 
 
 def test_the_summary_sets_the_hits_median_over_the_misses() -> None:
-    summary = _module().summarize(
+    summary = cache_speed.summarize(
         [_run("off", 60), _run("hit", 90), _run("off", 66), _run("hit", 80), _run("off", 70)]
     )
     assert summary["talker_step_ms"]["miss"] == 66
@@ -38,5 +30,5 @@ def test_the_summary_sets_the_hits_median_over_the_misses() -> None:
 
 
 def test_a_run_that_packed_at_start_counts_as_a_miss_whatever_the_cache_said() -> None:
-    summary = _module().summarize([_run("miss", 60), _run("hit", 60)])
+    summary = cache_speed.summarize([_run("miss", 60), _run("hit", 60)])
     assert summary["talker_step_ms"]["hit_over_miss"] == 1.0

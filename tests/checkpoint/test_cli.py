@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 
-from omni_cpu.cli import main
+from tests.helpers.cli import exit_code
 
 
 def _run(monkeypatch, *args: str) -> int:
-    monkeypatch.setattr(sys, "argv", ["omni-cpu", "make-checkpoint", *args])
-    try:
-        main()
-    except SystemExit as done:
-        return int(done.code or 0)
-    return 0
+    return exit_code(monkeypatch, "make-checkpoint", *args)
 
 
 def test_non_empty_directory_is_a_one_line_error(monkeypatch, capsys, tmp_path):

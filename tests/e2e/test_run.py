@@ -3,9 +3,9 @@
 Two engine runs in all (sync, streaming; about a minute each on 2 cores), each
 checked for its audio, its stage binding and its leftovers, plus one that fails in
 its first stage, a third with int4 talker weights (x86 with AVX2), and the int8 and
-int4 runs once more, on the packed weights their first start cached;
-the bad-input checks start no engine. The sync run is what a user
-sees (no --json): the checkpoint's weights, the per-step log, and no engine chatter.
+int4 runs once more, on the packed weights their first start cached (the bad-input
+checks start no engine: test_run_parts.py). The sync run is what a user sees (no
+--json): the checkpoint's weights, the per-step log, and no engine chatter.
 The streaming run is --json --verbose with int8 talker weights, so both weight
 paths produce audio and the engines' own logs show. Both decode
 code2wav with omni-cpu's streaming decode (the default): a 1-frame chunk, then a
@@ -32,6 +32,8 @@ from tests.helpers.engines import (
     run_omni_cpu,
 )
 from tests.helpers.profiles import with_talker
+
+pytestmark = [pytest.mark.e2e, needs_runtime]
 
 MAX_FRAMES = "12"
 
@@ -158,14 +160,10 @@ def each_run(request: pytest.FixtureRequest) -> tuple[Run, Path]:
     return request.getfixturevalue(request.param)
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_run_writes_24khz_mono_whole_frames_of_sound(each_run: tuple[Run, Path]) -> None:
     _assert_speech_shaped_wav(each_run[1])
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_max_frames_gives_exactly_that_many_frames(sync_run: tuple[Run, Path]) -> None:
     # Random weights sample end-of-speech about once in 2049 steps, so an early stop
     # within 12 frames happens in about 0.5 % of runs; a cap off by one fails always.
@@ -173,8 +171,6 @@ def test_max_frames_gives_exactly_that_many_frames(sync_run: tuple[Run, Path]) -
     assert samples.size == int(MAX_FRAMES) * FRAME
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_stream_run_reports_timings_for_the_audio_it_wrote(stream_run: tuple[Run, Path]) -> None:
     run, path = stream_run
     report = run.json()
@@ -184,8 +180,6 @@ def test_stream_run_reports_timings_for_the_audio_it_wrote(stream_run: tuple[Run
     assert report["rtf"] == pytest.approx(report["wall_s"] / report["audio_s"], rel=1e-2)
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_each_stage_worker_is_bound_to_its_profile_cpus(
     sync_run: tuple[Run, Path], stage_cpus: dict[int, str]
 ) -> None:
@@ -207,8 +201,6 @@ def test_each_stage_worker_is_bound_to_its_profile_cpus(
         )
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_healthy_run_prints_a_few_lines_of_its_own_and_no_error_or_warning(
     sync_run: tuple[Run, Path],
 ) -> None:
@@ -219,16 +211,12 @@ def test_healthy_run_prints_a_few_lines_of_its_own_and_no_error_or_warning(
     assert f"wrote {path}" in run.stdout
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_verbose_run_shows_the_engines_own_logs(stream_run: tuple[Run, Path]) -> None:
     run, _ = stream_run
     assert re.search(r"INFO .*Initializing a V1 LLM engine", run.stderr), run.stderr[-3000:]
     run.json()  # stdout is still only the JSON document
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_run_json_reports_start_up_phase_by_phase(stream_run: tuple[Run, Path]) -> None:
     report = stream_run[0].json()
     startup = report["startup"]
@@ -246,8 +234,6 @@ def test_run_json_reports_start_up_phase_by_phase(stream_run: tuple[Run, Path]) 
     assert set(startup["stage_phases"]) == set(talker) | set(code2wav)
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_stages_are_forked_from_the_driver_where_intel_openmp_is_preloaded(
     sync_run: tuple[Run, Path], tiny_checkpoint: Path
 ) -> None:
@@ -263,8 +249,6 @@ def test_stages_are_forked_from_the_driver_where_intel_openmp_is_preloaded(
     assert run.stage_starts == {"fork"}, run.stage_starts
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_a_stage_that_fails_to_start_still_shows_its_own_error(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -295,14 +279,10 @@ def test_a_stage_that_fails_to_start_still_shows_its_own_error(
     assert not out.exists()
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_no_stage_process_outlives_the_run(each_run: tuple[Run, Path]) -> None:
     assert none_left(each_run[0].token)
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_stream_run_decodes_each_frame_once_into_exactly_its_frames(
     stream_run: tuple[Run, Path],
 ) -> None:
@@ -314,8 +294,6 @@ def test_stream_run_decodes_each_frame_once_into_exactly_its_frames(
     assert samples.size == int(MAX_FRAMES) * FRAME
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_stream_run_reports_time_to_first_audio(stream_run: tuple[Run, Path]) -> None:
     report = stream_run[0].json()
     assert report["stream"] is True
@@ -323,49 +301,6 @@ def test_stream_run_reports_time_to_first_audio(stream_run: tuple[Run, Path]) ->
     assert 0 < report["ttfa_s"] <= report["wall_s"]
 
 
-# ---- bad input: one line, non-zero exit, no engine started -----------------------------
-
-
-def _refused(*args: str) -> str:
-    run = run_omni_cpu("run", *args, timeout_s=120)
-    assert run.returncode != 0
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1, run.stderr
-    assert lines[0].startswith("error: ")
-    return lines[0]
-
-
-def test_unknown_speaker_is_refused_with_the_speaker_list(tiny_checkpoint: Path, tmp_path) -> None:
-    line = _refused("--model", str(tiny_checkpoint), "--text", "Hi", "--speaker", "bob")
-    assert "unknown speaker 'bob'" in line
-    assert "aiden" in line and "vivian" in line and "ryan" in line
-
-
-def test_empty_text_is_refused(tiny_checkpoint: Path) -> None:
-    assert "text is empty" in _refused("--model", str(tiny_checkpoint), "--text", "   ")
-
-
-def test_missing_model_path_is_refused(tmp_path: Path) -> None:
-    line = _refused("--model", str(tmp_path / "no-such-model"), "--text", "Hi")
-    assert "does not exist" in line
-
-
-def test_profile_naming_cpus_this_machine_lacks_is_refused(
-    tiny_checkpoint: Path, tmp_path: Path
-) -> None:
-    from omni_cpu.plan import plan_for_machine
-    from omni_cpu.profile import save_profile
-
-    _, profile = plan_for_machine(str(tiny_checkpoint))
-    absent = str(max(os.cpu_count() or 1, 4095) + 1)
-    path = tmp_path / "elsewhere.yaml"
-    save_profile(with_talker(profile, cpus=absent), path)
-    line = _refused("--model", str(tiny_checkpoint), "--deploy-profile", str(path), "--text", "Hi")
-    assert f"CPUs {absent} do not exist here" in line
-
-
-@pytest.mark.e2e
-@needs_runtime
 def test_sync_run_logs_each_talker_step_with_its_code_predictor_time(
     sync_run: tuple[Run, Path],
 ) -> None:
@@ -392,8 +327,6 @@ def _layers_by_kernel(run: Run, weights: str) -> dict[str, list[tuple[str, int]]
     }
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_int8_stream_run_quantized_the_talker_and_its_code_predictor(
     stream_run: tuple[Run, Path],
 ) -> None:
@@ -402,8 +335,6 @@ def test_int8_stream_run_quantized_the_talker_and_its_code_predictor(
         assert int8 > 0, (model, layers)
 
 
-@pytest.mark.e2e
-@needs_runtime
 def test_int4_run_quantized_both_models_and_wrote_sound(int4_run: tuple[Run, Path]) -> None:
     run, out = int4_run
     _assert_speech_shaped_wav(out)
@@ -412,8 +343,6 @@ def test_int4_run_quantized_both_models_and_wrote_sound(int4_run: tuple[Run, Pat
         assert int4 > 0, (model, layers)
 
 
-@pytest.mark.e2e
-@needs_runtime
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
 def test_a_second_start_maps_the_packed_weights_and_writes_the_same_audio(
     second_starts: dict, fmt: str

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import wave
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from omni_cpu.errors import InputError, ModelError
 from omni_cpu.speech.request import ModelInfo, build_requests, read_model_info, read_texts
 from tests.helpers.engines import OMNI_CPU, run_omni_cpu
+from tests.helpers.profiles import with_talker
 
 INFO = ModelInfo(Path("m"), ("ryan", "vivian"), ("chinese", "english"), "0b6")
 
@@ -167,3 +169,44 @@ def test_a_10000_line_text_file_fits_under_ulimit_n_1024(
     assert "open files" not in done.stderr and "Traceback" not in done.stderr
     assert list(out.iterdir()) == []
     assert time.monotonic() - started < 240
+
+
+# ---- bad input: one line, non-zero exit, no engine started -----------------------------
+
+
+def _refused(*args: str) -> str:
+    run = run_omni_cpu("run", *args, timeout_s=120)
+    assert run.returncode != 0
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_unknown_speaker_is_refused_with_the_speaker_list(tiny_checkpoint: Path, tmp_path) -> None:
+    line = _refused("--model", str(tiny_checkpoint), "--text", "Hi", "--speaker", "bob")
+    assert "unknown speaker 'bob'" in line
+    assert "aiden" in line and "vivian" in line and "ryan" in line
+
+
+def test_empty_text_is_refused(tiny_checkpoint: Path) -> None:
+    assert "text is empty" in _refused("--model", str(tiny_checkpoint), "--text", "   ")
+
+
+def test_missing_model_path_is_refused(tmp_path: Path) -> None:
+    line = _refused("--model", str(tmp_path / "no-such-model"), "--text", "Hi")
+    assert "does not exist" in line
+
+
+def test_profile_naming_cpus_this_machine_lacks_is_refused(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    from omni_cpu.plan import plan_for_machine
+    from omni_cpu.profile import save_profile
+
+    _, profile = plan_for_machine(str(tiny_checkpoint))
+    absent = str(max(os.cpu_count() or 1, 4095) + 1)
+    path = tmp_path / "elsewhere.yaml"
+    save_profile(with_talker(profile, cpus=absent), path)
+    line = _refused("--model", str(tiny_checkpoint), "--deploy-profile", str(path), "--text", "Hi")
+    assert f"CPUs {absent} do not exist here" in line

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
+from omni_cpu.hardware.facts import Limits
 from omni_cpu.hardware.limits import read_limits
 from omni_cpu.hardware.probe import read_facts
 from omni_cpu.hardware.sysroot import SysRoot
 
 GIB = 1024**3
-
-
-def v2_machine(machine, path="/app"):
-    machine.write("/proc/self/cgroup", f"0::{path}\n")
-    machine.write("/sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory")
-    return machine
 
 
 def v1_machine(machine, path="/docker/abc"):
@@ -26,19 +21,17 @@ def v1_machine(machine, path="/docker/abc"):
 
 
 def test_v2_reads_cpuset_quota_and_memory_max(machine):
-    v2_machine(machine)
+    machine.cgroup2("/app")
     machine.write("/sys/fs/cgroup/app/cpuset.cpus.effective", "0-3")
     machine.write("/sys/fs/cgroup/app/cpu.max", "150000 100000")
     machine.write("/sys/fs/cgroup/app/memory.max", str(8 * GIB))
-    limits = read_limits(SysRoot(machine.root))
-    assert limits.cgroup_version == 2
-    assert limits.cpuset_cpus == "0-3"
-    assert limits.cpu_quota_cores == 1.5
-    assert limits.memory_max_bytes == 8 * GIB
+    assert read_limits(SysRoot(machine.root)) == Limits(
+        cgroup_version=2, cpuset_cpus="0-3", cpu_quota_cores=1.5, memory_max_bytes=8 * GIB
+    )
 
 
 def test_v2_max_means_no_limit(machine):
-    v2_machine(machine)
+    machine.cgroup2("/app")
     machine.write("/sys/fs/cgroup/app/cpu.max", "max 100000")
     machine.write("/sys/fs/cgroup/app/memory.max", "max")
     limits = read_limits(SysRoot(machine.root))
@@ -46,7 +39,7 @@ def test_v2_max_means_no_limit(machine):
 
 
 def test_v2_tightest_ancestor_limit_wins(machine):
-    v2_machine(machine, "/pod/app")
+    machine.cgroup2("/pod/app")
     machine.write("/sys/fs/cgroup/pod/memory.max", str(2 * GIB))
     machine.write("/sys/fs/cgroup/pod/app/memory.max", "max")
     machine.write("/sys/fs/cgroup/pod/cpu.max", "200000 100000")
@@ -57,7 +50,7 @@ def test_v2_tightest_ancestor_limit_wins(machine):
 
 
 def test_v2_path_from_another_namespace_falls_back_to_the_mount(machine):
-    v2_machine(machine, "/host/only/path")
+    machine.cgroup2("/host/only/path")
     machine.write("/sys/fs/cgroup/memory.max", str(GIB))
     assert read_limits(SysRoot(machine.root)).memory_max_bytes == GIB
 
@@ -68,11 +61,9 @@ def test_v1_reads_cpuset_cfs_quota_and_memory_limit(machine):
     machine.write("/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "250000")
     machine.write("/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000")
     machine.write("/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", str(4 * GIB))
-    limits = read_limits(SysRoot(machine.root))
-    assert limits.cgroup_version == 1
-    assert limits.cpuset_cpus == "4-7"
-    assert limits.cpu_quota_cores == 2.5
-    assert limits.memory_max_bytes == 4 * GIB
+    assert read_limits(SysRoot(machine.root)) == Limits(
+        cgroup_version=1, cpuset_cpus="4-7", cpu_quota_cores=2.5, memory_max_bytes=4 * GIB
+    )
 
 
 def test_v1_unlimited_sentinels_mean_no_limit(machine):

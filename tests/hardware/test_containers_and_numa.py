@@ -77,8 +77,7 @@ def test_dump_without_proc_self_reads_the_cgroup_chain_it_holds(machine):
 
 
 def test_v2_configured_cpuset_binds_where_no_effective_file_is_present(machine):
-    machine.write("/proc/self/cgroup", "0::/a/b\n")
-    machine.write("/sys/fs/cgroup/cgroup.controllers", "cpuset")
+    machine.cgroup2("/a/b", controllers="cpuset")
     machine.write("/sys/fs/cgroup/a/cpuset.cpus", "0-5")
     machine.write("/sys/fs/cgroup/a/b/cpuset.cpus", "4-9")
     assert read_limits(SysRoot(machine.root)).cpuset_cpus == "4-5"

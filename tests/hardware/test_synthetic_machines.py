@@ -47,8 +47,7 @@ def test_smt_siblings_give_threads_per_core_and_sockets(machine):
 
 def test_container_cpuset_restricts_usable_cpus(machine):
     machine.cpus(online=list(range(8))).node(0, "0-7")
-    machine.write("/proc/self/cgroup", "0::/pod/app\n")
-    machine.write("/sys/fs/cgroup/cgroup.controllers", "cpuset cpu memory")
+    machine.cgroup2("/pod/app")
     machine.write("/sys/fs/cgroup/pod/app/cpuset.cpus.effective", "2-3,6")
     facts = read_facts(machine.root)
     assert facts.usable_cpus() == (2, 3, 6)
@@ -112,8 +111,7 @@ def test_missing_root_is_a_sysroot_error(tmp_path):
 
 def test_junk_in_every_file_degrades_without_crashing(machine):
     machine.cpus(online=[0, 1], present=[0, 1, 2]).node(0, "0-1")
-    machine.write("/proc/self/cgroup", "0::/app\n")
-    machine.write("/sys/fs/cgroup/cgroup.controllers", "cpu")
+    machine.cgroup2("/app", controllers="cpu")
     for name in ("cpu.max", "memory.max", "cpuset.cpus.effective"):
         machine.write(f"/sys/fs/cgroup/app/{name}", "\x00\xff junk -1 : , -")
     for path in sorted(p for p in machine.root.rglob("*") if p.is_file()):

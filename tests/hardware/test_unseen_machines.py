@@ -12,7 +12,10 @@ from omni_cpu.hardware.sysroot import SysRoot
 
 GIB = 1024**3
 
-LEGACY_CPUSET_MOUNT = (
+# A hybrid host's mount table: the unified hierarchy at /sys/fs/cgroup, and the
+# legacy cpuset file system at /dev/cpuset.
+CGROUP2_BESIDE_LEGACY_CPUSET = (
+    "30 25 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n"
     "41 25 0:36 / /dev/cpuset rw,relatime shared:21 - cgroup cgroup "
     "rw,cpuset,noprefix,release_agent=/sbin/cpuset_release_agent\n"
 )
@@ -26,10 +29,7 @@ def test_legacy_cpuset_beside_cgroup2_binds_cpus_there_and_quota_and_memory_here
     # and memory on the unified hierarchy. Each limit comes from its own hierarchy.
     machine.cpus(online=list(range(8))).node(0, "0-7")
     machine.write("/proc/self/cgroup", "3:cpuset:/batch/job7\n0::/user.slice/job7.scope\n")
-    machine.write(
-        "/proc/self/mountinfo",
-        "30 25 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n" + LEGACY_CPUSET_MOUNT,
-    )
+    machine.write("/proc/self/mountinfo", CGROUP2_BESIDE_LEGACY_CPUSET)
     machine.write("/dev/cpuset/batch/job7/cpus", "2-3")
     machine.write("/dev/cpuset/batch/job7/mems", "0")
     machine.write("/sys/fs/cgroup/user.slice/job7.scope/memory.max", str(2 * GIB))
@@ -86,10 +86,7 @@ def test_pure_cgroup2_ignores_an_unused_legacy_cpuset_mount(machine):
     machine.cpus(online=list(range(8))).node(0, "0-7")
     machine.write("/proc/self/cgroup", "0::/pod/app\n")
     machine.write("/proc/self/cpuset", "/pod/app")
-    machine.write(
-        "/proc/self/mountinfo",
-        "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n" + LEGACY_CPUSET_MOUNT,
-    )
+    machine.write("/proc/self/mountinfo", CGROUP2_BESIDE_LEGACY_CPUSET)
     machine.write("/dev/cpuset/cpus", "0-7")
     machine.write("/sys/fs/cgroup/pod/app/cpuset.cpus.effective", "6-7")
     facts = read_facts(machine.root)

@@ -135,3 +135,8 @@ class FakeMachine:
             f"MemTotal:       {total_kib} kB\nMemFree:        {available_kib // 2} kB\n"
             f"MemAvailable:   {available_kib} kB\n",
         )
+
+    def cgroup2(self, group: str, controllers: str = "cpuset cpu memory") -> FakeMachine:
+        """This process in cgroup2 group `group`, the unified hierarchy at /sys/fs/cgroup."""
+        self.write("/proc/self/cgroup", f"0::{group}\n")
+        return self.write("/sys/fs/cgroup/cgroup.controllers", controllers)

@@ -113,6 +113,14 @@ def serving(server: Server) -> Iterator[Server]:
             proctree.stop_tree(server.process.pid, 60)
 
 
+def serving_tiny(folder: Path, kind: str, max_seqs: int, *options: str) -> Iterator[Server]:
+    """A module fixture's body: `omni-cpu serve OPTIONS` on a tiny `kind` checkpoint with a
+    profile planned here for `max_seqs` requests at once (both written in `folder`)."""
+    model, profile = planned_tiny_model(folder, kind, max_seqs)
+    log = folder / "serve.log"
+    yield from serving(start_server(model, log, "--deploy-profile", str(profile), *options))
+
+
 def get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as reply:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from omni_cpu.cpulist import parse_cpu_list
@@ -19,16 +16,10 @@ from omni_cpu.plan import (
 from omni_cpu.plan.fit import check_profile
 from omni_cpu.profile import parse_profile
 from tests.helpers import sysroots
+from tests.helpers.scripts import load_script
 
 FOOTPRINT = footprint_for_model("0.6b")
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_example_profiles.py"
-
-
-def _examples_module():
-    spec = importlib.util.spec_from_file_location("make_example_profiles", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+examples = load_script("scripts/make_example_profiles.py")
 
 
 def plan_or_skip_small(facts):
@@ -79,9 +70,8 @@ def test_multi_node_dump_gets_one_replica_per_node_with_cpus(dump, dump_root):
 
 
 @pytest.mark.skipif(not sysroots.available(), reason=sysroots.MISSING_REASON)
-@pytest.mark.parametrize("dump_id", sorted(_examples_module().EXAMPLES))
+@pytest.mark.parametrize("dump_id", sorted(examples.EXAMPLES))
 def test_example_profile_is_fresh(dump_id, unpacked_dumps):
-    examples = _examples_module()
     dump = next(d for d in sysroots.load_dumps() if d.id == dump_id)
     checked_in = examples.PROFILES_DIR / examples.EXAMPLES[dump_id]
     expected = examples.example_profile_text(unpacked_dumps.root(dump))
@@ -91,7 +81,6 @@ def test_example_profile_is_fresh(dump_id, unpacked_dumps):
 
 @pytest.mark.skipif(not sysroots.available(), reason=sysroots.MISSING_REASON)
 def test_planning_docs_capacity_table_is_fresh(unpacked_dumps):
-    examples = _examples_module()
     dumps = {d.id: d for d in sysroots.load_dumps()}
     roots = {dump_id: unpacked_dumps.root(dumps[dump_id]) for dump_id in examples.EXAMPLES}
     page = examples.PLANNING.read_text()

@@ -36,10 +36,8 @@ from tests.helpers.serving import (
     REQUEST_TIMEOUT_S,
     Server,
     get,
-    planned_tiny_model,
     post_json,
-    serving,
-    start_server,
+    serving_tiny,
     wav_data_url,
 )
 
@@ -82,14 +80,12 @@ def voices(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def server(folder: Path, voices: Path) -> Iterator[Server]:
-    model, profile = planned_tiny_model(folder, "base", max_seqs=1)
-    server = start_server(
-        model, folder / "serve.log", "--deploy-profile", str(profile),
+    yield from serving_tiny(
+        folder, "base", 1,
         "--max-frames", str(MAX_FRAMES), "--max-waiting", "1", "--accept-frame-limit",
         "--max-input-chars", str(MAX_INPUT_CHARS), "--max-voices", str(MAX_VOICES),
         "--body-timeout", str(BODY_TIMEOUT_S), "--voices", str(voices), "--drain-timeout", "120",
     )  # fmt: skip
-    yield from serving(server)
 
 
 def _error(reply: bytes) -> dict[str, Any]:

@@ -28,10 +28,8 @@ from tests.helpers.serving import (
     Server,
     get,
     get_status,
-    planned_tiny_model,
     post_json,
-    serving,
-    start_server,
+    serving_tiny,
     wav_data_url,
 )
 
@@ -47,14 +45,11 @@ MAX_WAITING = 1  # 3 admitted at once: 8 concurrent requests overflow
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    folder = tmp_path_factory.mktemp("serve")
-    model, profile = planned_tiny_model(folder, "custom-voice", MAX_SEQS)
-    server = start_server(
-        model, folder / "serve.log", "--deploy-profile", str(profile),
+    yield from serving_tiny(
+        tmp_path_factory.mktemp("serve"), "custom-voice", MAX_SEQS,
         "--max-frames", str(MAX_FRAMES), "--max-waiting", str(MAX_WAITING),
         "--drain-timeout", "120",
     )  # fmt: skip
-    yield from serving(server)
 
 
 def pcm_samples(data: bytes) -> int:

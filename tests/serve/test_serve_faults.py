@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,12 @@ import pytest
 from omni_cpu.process import proctree
 from tests.helpers.engines import needs_runtime
 from tests.helpers.leftovers import SHM, eventually, new_shm_entries
-from tests.helpers.serving import Server, get, post_json, start_server, wait_ready
+from tests.helpers.serving import Server, get, post_json, serving, start_server
 
 pytestmark = [pytest.mark.e2e, needs_runtime]
+
+# `with served(running):` from the server ready to its whole tree stopped, however it ends.
+served = contextlib.contextmanager(serving)
 
 
 def talker_process(root: int) -> int:
@@ -29,6 +33,21 @@ def talker_process(root: int) -> int:
         if "EngineCore" in proctree.command_line(pid) and "stage0" in proctree.command_line(pid):
             return pid
     raise AssertionError("no talker engine core")
+
+
+@contextlib.contextmanager
+def talker_stopped(root: int) -> Iterator[tuple[int, float]]:
+    """The talker's engine core stopped (SIGSTOP) for the block: (its pid, when it stopped).
+
+    Resumed afterwards however the block ends, so the server's tree can be stopped.
+    """
+    victim = talker_process(root)
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        yield victim, time.monotonic()
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(victim, signal.SIGCONT)
 
 
 def health_naming_the_talker(running: Server, since: float, within_s: float = 60) -> str | None:
@@ -52,8 +71,7 @@ def test_a_killed_stage_is_named_by_health_and_the_server_exits_4(
     shm_before = set(os.listdir(SHM))
     running = start_server(tiny_checkpoint, tmp_path / "serve.log", "--max-frames", "12")
     server, log = running.process, running.log
-    try:
-        wait_ready(running)
+    with served(running):
         tree = [server.pid, *proctree.descendants(server.pid)]
         victim = talker_process(server.pid)
         killed_at = time.monotonic()
@@ -70,9 +88,6 @@ def test_a_killed_stage_is_named_by_health_and_the_server_exits_4(
             return new_shm_entries(shm_before, tree)
 
         assert eventually(lambda: not left()), left()
-    finally:
-        if server.poll() is None:
-            proctree.stop_tree(server.pid, 30)
 
 
 def test_a_hung_stage_fails_requests_and_health_and_the_server_exits_4(
@@ -83,12 +98,7 @@ def test_a_hung_stage_fails_requests_and_health_and_the_server_exits_4(
     env = {**os.environ, "OMNI_CPU_STAGE_STALL_S": "4"}
     running = start_server(tiny_checkpoint, tmp_path / "serve.log", "--max-frames", "12", env=env)
     server, log = running.process, running.log
-    victim = None
-    try:
-        wait_ready(running)
-        victim = talker_process(server.pid)
-        os.kill(victim, signal.SIGSTOP)
-        stopped_at = time.monotonic()
+    with served(running), talker_stopped(server.pid) as (victim, stopped_at):
         answer: list[tuple[int, bytes]] = []
         speech = {"model": str(tiny_checkpoint), "input": "Hello.", "voice": "ryan"}
         url = running.url("/v1/audio/speech")
@@ -101,12 +111,6 @@ def test_a_hung_stage_fails_requests_and_health_and_the_server_exits_4(
         assert answer and answer[0][0] == 503, answer  # an error status, not a hang
         assert time.monotonic() - stopped_at < 40
         assert "Traceback" not in log.read_text()
-    finally:
-        if victim is not None:
-            with contextlib.suppress(OSError):
-                os.kill(victim, signal.SIGCONT)
-        if server.poll() is None:
-            proctree.stop_tree(server.pid, 30)
 
 
 def test_a_stage_hung_under_websocket_and_batch_work_closes_1011_and_answers_503(
@@ -130,38 +134,28 @@ def test_a_stage_hung_under_websocket_and_batch_work_closes_1011_and_answers_503
         env=env,
     )
     server, log = running.process, running.log
-    victim = None
-    try:
-        wait_ready(running)
+    with served(running):
         model = str(tiny_checkpoint)
         session = ws_client.connect(f"ws://127.0.0.1:{running.port}/v1/audio/speech/stream")
         session.send(json.dumps({"type": "session.config", "model": model, "voice": "ryan"}))
         session.send(json.dumps({"type": "input.text", "text": "Hello there."}))
         session.send(json.dumps({"type": "input.done"}))
         session.recv(timeout=120)  # the utterance is under way
-        victim = talker_process(server.pid)
-        os.kill(victim, signal.SIGSTOP)
-        stopped_at = time.monotonic()
-        answer: list[tuple[int, bytes]] = []
-        batch = {"model": model, "voice": "ryan", "items": [{"input": "Hi."}]}
-        url = running.url("/v1/audio/speech/batch")
-        asking = threading.Thread(target=lambda: answer.append(post_json(url, batch, 60)))
-        asking.start()
-        closed = None
-        try:
-            while time.monotonic() - stopped_at < 60:
-                session.recv(timeout=60)
-        except ConnectionClosed as gone:
-            closed = gone.rcvd
-        asking.join(60)
-        assert server.wait(timeout=60) == 4, log.read_text()[-4000:]
-        assert closed is not None and closed.code == 1011, closed
-        assert f"pid {victim}" in closed.reason and "no progress" in closed.reason
-        assert answer and answer[0][0] == 503, answer
-        assert time.monotonic() - stopped_at < 40
-    finally:
-        if victim is not None:
-            with contextlib.suppress(OSError):
-                os.kill(victim, signal.SIGCONT)
-        if server.poll() is None:
-            proctree.stop_tree(server.pid, 30)
+        with talker_stopped(server.pid) as (victim, stopped_at):
+            answer: list[tuple[int, bytes]] = []
+            batch = {"model": model, "voice": "ryan", "items": [{"input": "Hi."}]}
+            url = running.url("/v1/audio/speech/batch")
+            asking = threading.Thread(target=lambda: answer.append(post_json(url, batch, 60)))
+            asking.start()
+            closed = None
+            try:
+                while time.monotonic() - stopped_at < 60:
+                    session.recv(timeout=60)
+            except ConnectionClosed as gone:
+                closed = gone.rcvd
+            asking.join(60)
+            assert server.wait(timeout=60) == 4, log.read_text()[-4000:]
+            assert closed is not None and closed.code == 1011, closed
+            assert f"pid {victim}" in closed.reason and "no progress" in closed.reason
+            assert answer and answer[0][0] == 503, answer
+            assert time.monotonic() - stopped_at < 40

@@ -22,10 +22,8 @@ from tests.helpers.serving import (
     FRAME_SAMPLES,
     SAMPLE_RATE,
     Server,
-    planned_tiny_model,
     post_json,
-    serving,
-    start_server,
+    serving_tiny,
     wav_data_url,
 )
 
@@ -38,14 +36,11 @@ MAX_FRAMES = 12
 
 
 def _start(folder: Path, kind: str) -> Iterator[Server]:
-    model, profile = planned_tiny_model(folder, kind, max_seqs=2)
-    server = start_server(
-        model, folder / "serve.log", "--deploy-profile", str(profile),
-        "--max-frames", str(MAX_FRAMES),
+    yield from serving_tiny(
+        folder, kind, 2, "--max-frames", str(MAX_FRAMES),
         # Random weights never emit end-of-speech: without it every Base request is a 500.
         "--accept-frame-limit",
     )  # fmt: skip
-    yield from serving(server)
 
 
 @pytest.fixture(scope="module")

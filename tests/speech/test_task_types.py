@@ -9,6 +9,7 @@ from omni_cpu.checkpoint.writer import make_checkpoint
 from omni_cpu.errors import InputError
 from omni_cpu.speech.ref_audio import from_samples
 from omni_cpu.speech.request import build_requests, read_model_info
+from tests.helpers.cli import exit_code
 
 KINDS = ("custom-voice", "voice-design", "base")
 
@@ -92,26 +93,13 @@ def test_a_query_type_mismatch_names_the_checkpoint_kind_to_make(models):
     assert "make-checkpoint --kind voice-design" in refused.value.fix
 
 
-def _cli(monkeypatch, *args: str) -> int:
-    import sys
-
-    from omni_cpu.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["omni-cpu", *args])
-    try:
-        main()
-    except SystemExit as done:
-        return int(done.code or 0)
-    return 0
-
-
 def test_bench_on_a_base_model_needs_reference_audio_before_any_engine(models, monkeypatch, capsys):
-    code = _cli(monkeypatch, "bench", "--model", str(models["base"].path), "--frames", "4")
+    code = exit_code(monkeypatch, "bench", "--model", str(models["base"].path), "--frames", "4")
     err = capsys.readouterr().err
     assert code == 2 and "needs --ref-audio" in err and len(err.strip().splitlines()) == 1
 
 
 def test_bench_query_type_must_fit_the_model(models, monkeypatch, capsys):
     model = str(models["voice-design"].path)
-    code = _cli(monkeypatch, "bench", "--model", model, "--query-type", "Base")
+    code = exit_code(monkeypatch, "bench", "--model", model, "--query-type", "Base")
     assert code == 2 and "does not fit this model" in capsys.readouterr().err
