@@ -143,6 +143,10 @@ VERBOSE = _declare(
         _flag,
     )
 )
+# The next five are a stage's choices: the profile's stage entry says each
+# (`additional_config: {omni_cpu: {weights: ...}}`, omni_cpu.profile.choices) and the
+# variable, where set, overrides it for experiments; read them through
+# `choices.value(knob)`, never as `envs.OMNI_CPU_*`.
 # The talker stage's weight format (omni_cpu.models.int8). "model" keeps the
 # checkpoint's dtype; "int8" and "int4" quantize the talker's and code predictor's
 # linears (int4: groups of 32 K elements, omni-cpu's GEMV only; omni_cpu.kernels.gemv).

@@ -25,6 +25,7 @@ from omni_cpu.plan import capacity
 from omni_cpu.platform import steplog
 from omni_cpu.process import procfs
 from omni_cpu.process.stage_processes import stage_binds
+from omni_cpu.profile import choices
 from omni_cpu.speech.codec import FRAME_SAMPLES
 from omni_cpu.speech.playback import PLAY_BUFFER_MS, StreamTrace
 from omni_cpu.speech.request import SpeechRequest
@@ -249,12 +250,17 @@ def run_bench(
     from omni_cpu.plan.footprint import footprint_for_model
 
     stage_cpus = stage_cpus_of(plan)
-    weights = plan.profile.env.get(envs.WEIGHTS.name, "model")
-    talker_dtype = plan.profile.replicas[plan.replica].stage(0).dtype
+    talker, code2wav = (plan.profile.replicas[plan.replica].stage(i) for i in (0, 1))
+    # What the stages run with: their entries', or this environment's override.
+    weights = choices.resolve(envs.WEIGHTS, talker.choices)
     footprint = footprint_for_model(plan.model)
-    weight_bytes = footprint.streamed_bytes_per_frame(talker_dtype, weights)
+    weight_bytes = footprint.streamed_bytes_per_frame(talker.dtype, weights)
     speed = capacity.profile_speed_inputs(
-        plan.profile, plan.replica, footprint, envs.OMNI_CPU_CODE2WAV
+        plan.profile,
+        plan.replica,
+        footprint,
+        choices.resolve(envs.CODE2WAV, code2wav.choices),
+        weights,
     )
     progress("measuring memory bandwidth (triad) before the engines start")
     triad = triad_bandwidth(triad_bytes) if triad_bytes else triad_bandwidth()

@@ -19,6 +19,7 @@ from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.export.image import DEFAULT_PORT, HEALTH_PATH, IMAGE, IMAGE_USER_ID, SERVE_COMMAND
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import replica_fixed_memory_bytes
+from omni_cpu.profile import choices
 from omni_cpu.profile.model import Profile
 
 
@@ -93,6 +94,13 @@ def k8s_manifests(
         for key, value in sorted(profile.env.items())
         # Host library paths do not exist in the image; the pod's probe finds its own.
         if key != "LD_PRELOAD"
+    ]
+    # The pod plans its own profile (`auto`): what this one's stages choose besides the
+    # defaults travels as the variables, which win over the entries (omni_cpu.profile.choices).
+    env += [
+        {"name": key, "value": value}
+        for stage in profile.replicas[replica].stages
+        for key, value in sorted(choices.as_env(stage.choices, stage.stage_id).items())
     ]
     container = {
         "name": "omni-cpu",

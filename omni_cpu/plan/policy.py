@@ -18,7 +18,7 @@ from omni_cpu.plan import costs
 from omni_cpu.plan.capacity import isa_class, machine_capacity, replica_capacity, stage_cores
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.kernels import describe as describe_kernels
-from omni_cpu.plan.kernels import kernel_env
+from omni_cpu.plan.kernels import kernel_choices
 from omni_cpu.plan.listening import choose_schedule, describe_schedule
 from omni_cpu.plan.placement import (
     MachineTooSmallError,
@@ -40,6 +40,7 @@ from omni_cpu.plan.speed import (
     frame_ms,
 )
 from omni_cpu.plan.topology import NodeCores, PhysicalCore
+from omni_cpu.profile import choices
 from omni_cpu.profile.deploy import default_stage_settings
 from omni_cpu.profile.model import MachineStamp, Profile, Replica, StagePlan, Streaming
 
@@ -394,11 +395,21 @@ def plan_profile(
         envs.INDUCTOR.name: "0",
         **preload_env(tuple(facts.preload_libraries)),
     }
-    if options.weights != "model":
-        env[envs.WEIGHTS.name] = options.weights
+    # Every stage's entry says all it runs with (omni_cpu.profile.choices).
+    chosen = {"weights": options.weights}
     if options.calibration is not None:  # the kernels measured here, at each row count
-        env.update(kernel_env(options.calibration.kernels))
+        chosen.update(kernel_choices(options.calibration.kernels))
         notes.extend(describe_kernels(options.calibration.kernels))
+    replicas = [
+        dataclasses.replace(
+            replica,
+            stages=tuple(
+                dataclasses.replace(stage, choices=choices.for_stage(stage.stage_id, chosen))
+                for stage in replica.stages
+            ),
+        )
+        for replica in replicas
+    ]
     return Profile(
         generated_by=f"omni-cpu {__version__}",
         machine=machine_stamp(facts, options.calibration),
