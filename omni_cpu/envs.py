@@ -160,16 +160,23 @@ WEIGHTS = _declare(
         choices=("model", "int8", "int4"),
     )
 )
+# fused: the product's forward (its fallbacks, vLLM's CPU ops and the eager cached
+# forward, are its own, not choices). stock stays: vLLM-Omni's own forward is the
+# reference the agreement tests hold fused to, and the way back if fused misbehaves.
 CODE_PREDICTOR = _declare(
     Knob(
         "OMNI_CPU_CODE_PREDICTOR",
         "fused",
-        "code predictor: fused (one C++ call, else ops), ops (vLLM's CPU ops), cached, stock",
+        "code predictor: fused (KV-cached: one C++ call, else vLLM's CPU ops) or stock "
+        "(vLLM-Omni's re-prefill: the reference)",
         "stage",
         _lower,
-        choices=("fused", "ops", "cached", "stock"),
+        choices=("fused", "stock"),
     )
 )
+# stream: the product's decode. recompute stays: it is vLLM-Omni's own decode, untouched
+# (tests/models/test_code2wav.py checks it stays so), the way back where the streaming
+# decode misbehaves on a codec it was not written for.
 CODE2WAV = _declare(
     Knob(
         "OMNI_CPU_CODE2WAV",

@@ -56,7 +56,7 @@ exact: the frame's codes equal predict_codes' loop over the same `run`.
 Only where every layer's four linears went to one GEMV module (bf16, int8 or int4
 weights): elsewhere (OMNI_CPU_GEMV=off, float32 weights on oneDNN, FBGEMM's int8, no
 AVX2) `build` returns None and the dispatcher (omni_cpu.models.predictor) installs
-FusedRunner, unchanged; `OMNI_CPU_CODE_PREDICTOR=ops` asks for it anyway.
+FusedRunner, unchanged.
 
 What is left, int4 on AVX-512: a frame streams 757 MB (15 passes over the 5 layers' 49.2 MB
 of packed weights and scales, the 2-position first one included, plus each lm head's 1.3 MB

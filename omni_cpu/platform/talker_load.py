@@ -36,7 +36,7 @@ import torch
 from omni_cpu import envs
 from omni_cpu.kernels import fbgemm, gemv, weight_cache
 from omni_cpu.models import int8, linears, norms, talker_reference
-from omni_cpu.models.predictor import KERNEL_MODES, install_forward
+from omni_cpu.models.predictor import install_forward
 from omni_cpu.platform import lean_load
 from omni_cpu.profile import choices
 
@@ -105,7 +105,7 @@ def open_packing(
     import vllm_omni
 
     config = files[0].with_name("config.json")
-    # Which code predictor layers are routed depends on its mode (bf16: "fused"/"ops" only).
+    # Which code predictor layers are routed depends on its mode (bf16: "fused" only).
     parts = {
         "weights": weights,
         "dtype": str(dtype),
@@ -186,7 +186,7 @@ def load_talker(
     code_predictor = getattr(loaded, "code_predictor", None)
     if code_predictor is not None:
         mode = choices.value(envs.CODE_PREDICTOR)
-        if weights in ("int8", "int4") or mode in KERNEL_MODES:
+        if weights in ("int8", "int4") or mode == "fused":
             report.predictor_kernels = linears.route_linears(
                 code_predictor, weights, report.packing, "code_predictor"
             )
