@@ -157,6 +157,10 @@ VERBOSE = _declare(
         audience="user",
     )
 )
+# The next five are a stage's choices: the profile's stage entry says each
+# (`additional_config: {omni_cpu: {weights: ...}}`, omni_cpu.profile.choices) and the
+# variable, where set, overrides it for experiments; read them through
+# `choices.value(knob)`, never as `envs.OMNI_CPU_*`.
 # The talker stage's weight format (omni_cpu.models.int8). "model" keeps the
 # checkpoint's dtype; "int8" and "int4" quantize the talker's and code predictor's
 # linears (int4: groups of 32 K elements, omni-cpu's GEMV only; omni_cpu.kernels.gemv).
@@ -171,17 +175,24 @@ WEIGHTS = _declare(
         audience="stage",
     )
 )
+# fused: the product's forward (its fallbacks, vLLM's CPU ops and the eager cached
+# forward, are its own, not choices). stock stays: vLLM-Omni's own forward is the
+# reference the agreement tests hold fused to, and the way back if fused misbehaves.
 CODE_PREDICTOR = _declare(
     Knob(
         "OMNI_CPU_CODE_PREDICTOR",
         "fused",
-        "code predictor: fused (one C++ call, else ops), ops (vLLM's CPU ops), cached, stock",
+        "code predictor: fused (KV-cached: one C++ call, else vLLM's CPU ops) or stock "
+        "(vLLM-Omni's re-prefill: the reference)",
         "stage",
         _lower,
-        choices=("fused", "ops", "cached", "stock"),
+        choices=("fused", "stock"),
         audience="stage",
     )
 )
+# stream: the product's decode. recompute stays: it is vLLM-Omni's own decode, untouched
+# (tests/models/test_code2wav.py checks it stays so), the way back where the streaming
+# decode misbehaves on a codec it was not written for.
 CODE2WAV = _declare(
     Knob(
         "OMNI_CPU_CODE2WAV",

@@ -14,7 +14,7 @@ import pytest
 import typer
 
 from omni_cpu import envs
-from omni_cpu.errors import SettingError
+from omni_cpu.errors import ProfileError, SettingError
 from omni_cpu.hardware.probe import read_facts
 from omni_cpu.launch.plan import make_launch_plan
 from omni_cpu.plan import footprint_for_model, plan_profile
@@ -168,9 +168,13 @@ def test_a_launch_refuses_a_bad_value_its_stages_would_get(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"))
-    bad = dataclasses.replace(profile, env={envs.CODE2WAV.name: "fast"})
+    bad = dataclasses.replace(profile, env={envs.STAGE_START.name: "fastest"})
     save_profile(bad, tmp_path / "p.yaml")
-    with pytest.raises(SettingError, match="OMNI_CPU_CODE2WAV='fast'"):
+    with pytest.raises(SettingError, match="OMNI_CPU_STAGE_START='fastest'"):
+        make_launch_plan("ckpt", str(tmp_path / "p.yaml"))
+    # A stage's choice lives in its entry now: the profile itself is refused, naming it.
+    save_profile(profile.with_choice(envs.CODE2WAV, "fast"), tmp_path / "p.yaml")
+    with pytest.raises(ProfileError, match=r"omni_cpu.code2wav 'fast' is not allowed"):
         make_launch_plan("ckpt", str(tmp_path / "p.yaml"))
     save_profile(profile, tmp_path / "p.yaml")
     monkeypatch.setenv(envs.GEMV.name, "fastest")  # from the shell that starts it, likewise
@@ -201,10 +205,17 @@ def test_every_serve_knob_is_a_field_the_api_server_gets() -> None:
 
 def test_a_stage_variable_in_a_profile_carries_its_doc_as_the_comment() -> None:
     profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"))
-    profile = dataclasses.replace(profile, env={**profile.env, envs.CODE2WAV.name: "recompute"})
-    lines = [line for line in dump_profile(profile).splitlines() if "OMNI_CPU_CODE2WAV" in line]
+    profile = dataclasses.replace(profile, env={**profile.env, envs.WEIGHT_CACHE.name: "off"})
+    lines = [line for line in dump_profile(profile).splitlines() if "OMNI_CPU_WEIGHT_CACHE" in line]
     assert len(lines) == 3  # omni_cpu.env, then each stage's env in the deploy config
-    assert all(line.endswith(f"# {envs.CODE2WAV.doc}") for line in lines)
+    assert all(line.endswith(f"# {envs.WEIGHT_CACHE.doc}") for line in lines)
+
+
+def test_a_stage_choice_in_a_profile_carries_its_knobs_doc_as_the_comment() -> None:
+    profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"))
+    text = dump_profile(profile.with_choice(envs.CODE2WAV, "recompute"))
+    (line,) = [line for line in text.splitlines() if 'code2wav: "recompute"' in line]
+    assert line.endswith(f"# {envs.CODE2WAV.doc}")
 
 
 def test_the_configuration_docs_list_every_user_knob_as_the_table_declares_it() -> None:

@@ -27,6 +27,7 @@ from omni_cpu.plan.speed import SpeedInputs
 from omni_cpu.platform import steplog
 from omni_cpu.process import procfs
 from omni_cpu.process.stage_processes import stage_binds
+from omni_cpu.profile import choices
 from omni_cpu.speech.codec import FRAME_SAMPLES
 from omni_cpu.speech.playback import PLAY_BUFFER_MS, StreamTrace
 from omni_cpu.speech.request import SpeechRequest
@@ -251,8 +252,14 @@ def run_bench(
     from omni_cpu.plan.footprint import footprint_for_model
 
     stage_cpus = stage_cpus_of(plan)
+    talker, code2wav = (plan.profile.replicas[plan.replica].stage(i) for i in (0, 1))
+    # What the stages run with: their entries', or this environment's override.
     speed = capacity.profile_speed_inputs(
-        plan.profile, plan.replica, footprint_for_model(plan.model), envs.OMNI_CPU_CODE2WAV
+        plan.profile,
+        plan.replica,
+        footprint_for_model(plan.model),
+        choices.resolve(envs.CODE2WAV, code2wav.choices),
+        choices.resolve(envs.WEIGHTS, talker.choices),
     )
     result = _measure_memory(
         plan, stage_cpus, speed, query_type, frames, warmup, triad_bytes, progress

@@ -18,6 +18,7 @@ from omni_cpu import __version__, envs
 from omni_cpu.export.image import DEFAULT_PORT, HEALTH_PATH, IMAGE, IMAGE_USER_ID, SERVE_COMMAND
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import replica_fixed_memory_bytes
+from omni_cpu.profile import choices
 from omni_cpu.profile.model import Profile
 
 
@@ -83,12 +84,17 @@ def k8s_manifests(
     size = pod_size(profile, footprint, replica)
     resources = {"cpu": str(size.cpus), "memory": f"{size.memory_bytes // MIB}Mi"}
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "omni-cpu"}
-    container = _serve_container(profile, model, image, port, resources)
+    container = _serve_container(profile, replica, model, image, port, resources)
     return [_deployment(name, labels, replicas, container), _service(name, labels, port)]
 
 
 def _serve_container(
-    profile: Profile, model: str, image: str, port: int, resources: dict[str, str]
+    profile: Profile,
+    replica: int,
+    model: str,
+    image: str,
+    port: int,
+    resources: dict[str, str],
 ) -> dict[str, Any]:
     """The pod's one container: `omni-cpu serve` planning its own cgroup, probed on /health."""
     env = [{"name": envs.TARGET_DEVICE.name, "value": "cpu"}]
@@ -97,6 +103,13 @@ def _serve_container(
         for key, value in sorted(profile.env.items())
         # Host library paths do not exist in the image; the pod's probe finds its own.
         if key != "LD_PRELOAD"
+    ]
+    # The pod plans its own profile (`auto`): what this one's stages choose besides the
+    # defaults travels as the variables, which win over the entries (omni_cpu.profile.choices).
+    env += [
+        {"name": key, "value": value}
+        for stage in profile.replicas[replica].stages
+        for key, value in sorted(choices.as_env(stage.choices, stage.stage_id).items())
     ]
     return {
         "name": "omni-cpu",

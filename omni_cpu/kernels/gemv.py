@@ -170,15 +170,16 @@ def amx_supported() -> bool:
 def amx_rows(weights: str) -> int:
     """Rows from which a `weights` ("bf16" or "int8") product takes AMX tiles; 0 = never.
 
-    `OMNI_CPU_AMX_ROWS` (the profile sets what `probe --calibrate` measured); "auto"
+    The talker's `amx_rows` choice (its profile entry: what `probe --calibrate` measured); "auto"
     is AMX_ROWS where the CPU has AMX and this process was granted its state.
     """
     from omni_cpu import envs
+    from omni_cpu.profile import choices
 
     module = kernel()
     if module is None or not amx_supported() or not module.amx_ready():
         return 0
-    chosen = envs.OMNI_CPU_AMX_ROWS or {}
+    chosen = choices.value(envs.AMX_ROWS) or {}
     return max(0, chosen.get(weights, AMX_ROWS.get(weights, 0)))
 
 
@@ -190,15 +191,17 @@ def avx2_cpu_supports() -> bool:
 
 def wanted() -> bool:
     from omni_cpu import envs
+    from omni_cpu.profile import choices
 
-    return envs.OMNI_CPU_GEMV != "off"
+    return choices.value(envs.GEMV) != "off"
 
 
 def forced_avx2() -> bool:
     """`OMNI_CPU_GEMV=avx2`: the AVX2 build even where the AVX-512 one runs (tests, benchmarks)."""
     from omni_cpu import envs
+    from omni_cpu.profile import choices
 
-    return envs.OMNI_CPU_GEMV == "avx2"
+    return choices.value(envs.GEMV) == "avx2"
 
 
 def cache_root() -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,7 @@ from omni_cpu import envs
 from omni_cpu.errors import ProfileMismatchError
 from omni_cpu.launch.logs import engine_log_env
 from omni_cpu.platform import DRIVER_ENV
-from omni_cpu.profile import Profile, deploy_config_dict, stage_env
+from omni_cpu.profile import Profile, choices, deploy_config_dict, stage_env
 from omni_cpu.profile.sampling import Sampling, with_sampling
 
 # Set in the driver (unless already set) and inherited by every stage: vLLM's CPU
@@ -81,13 +80,13 @@ class LaunchPlan:
 def with_weights(profile: Profile, weights: str) -> Profile:
     """`profile` whose stages load the talker's weights as `weights` (`envs.WEIGHTS`' choices).
 
-    The choice travels as an environment variable in the profile's `env`, so a
-    profile file can carry it too (`env: {OMNI_CPU_WEIGHTS: int8}`).
+    The choice travels in the talker's stage entry, as a profile file says it
+    (`additional_config: {omni_cpu: {weights: int8}}`); "model" keeps the file's.
     """
     weights = envs.WEIGHTS.read(weights, "--weights")
     if weights == "model":
         return profile
-    return dataclasses.replace(profile, env={**profile.env, envs.WEIGHTS.name: weights})
+    return profile.with_choice(envs.WEIGHTS, weights)
 
 
 def make_launch_plan(
@@ -119,11 +118,17 @@ def make_launch_plan(
             "use --replica 0",
         )
     envs.check({**os.environ, **profile.env})
+    # An OMNI_CPU_* variable of a stage's choice wins over its entry (omni_cpu.profile.choices).
+    overridden = [
+        line
+        for stage in profile.replicas[replica].stages
+        for line in choices.overrides(stage.choices, stage.stage_id, os.environ)
+    ]
     return LaunchPlan(
         model=model,
         profile=profile,
         profile_source=resolved.source,
         replica=replica,
         deploy_config=deploy_config_dict(profile, replica),
-        problems=tuple(problem.message for problem in resolved.problems),
+        problems=tuple(problem.message for problem in resolved.problems) + tuple(overridden),
     )

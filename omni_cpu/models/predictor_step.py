@@ -42,7 +42,7 @@ exact: the frame's codes equal predict_codes' loop over the same `run`.
 Only where every layer's four linears went to one GEMV module (bf16, int8 or int4
 weights): elsewhere (OMNI_CPU_GEMV=off, float32 weights on oneDNN, FBGEMM's int8, no
 AVX2) `build` returns None and the dispatcher (omni_cpu.models.predictor) installs
-FusedRunner, unchanged; `OMNI_CPU_CODE_PREDICTOR=ops` asks for it anyway.
+FusedRunner, unchanged.
 
 What is left: nearly all of a frame is the GEMV's tiles streaming the packed weights
 (15 passes over the 5 layers, plus each lm head once); attention, norms, sampling and

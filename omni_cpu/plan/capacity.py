@@ -228,11 +228,16 @@ def assumptions(speed: SpeedInputs, isa: str, talker_cores: int = 1) -> tuple[st
 
 
 def profile_speed_inputs(
-    profile: Profile, replica_index: int, footprint: ModelFootprint, code2wav_decode: str = "stream"
+    profile: Profile,
+    replica_index: int,
+    footprint: ModelFootprint,
+    code2wav_decode: str | None = None,
+    weights: str | None = None,
 ) -> SpeedInputs:
     """The cost model's inputs as a (loaded) profile states them, for one of its replicas.
 
-    `code2wav_decode` is the stage's OMNI_CPU_CODE2WAV (the caller reads it: omni_cpu.envs).
+    `code2wav_decode` and `weights`: what the stages run with where it is not what their
+    entries say (an environment override: omni_cpu.profile.choices); None: the entries'.
     """
     replica = profile.replicas[replica_index]
     calibration = profile.machine.calibration
@@ -240,9 +245,9 @@ def profile_speed_inputs(
         footprint=footprint,
         talker_dtype=replica.stage(0).dtype,
         code2wav_dtype=replica.stage(1).dtype,
-        weights=profile.env.get(envs.WEIGHTS.name, "model"),
+        weights=weights or replica.stage(0).choice(envs.WEIGHTS),
         calibration=None if calibration is None else Calibration.from_dict(calibration),
-        code2wav_decode=code2wav_decode,
+        code2wav_decode=code2wav_decode or replica.stage(1).choice(envs.CODE2WAV),
         cpu_class=isa_class(profile.machine.architecture, profile.machine.isa),
     )
 

@@ -9,6 +9,7 @@ from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import choose_dtype, node_memory_bytes, replica_fixed_memory_bytes
+from omni_cpu.profile import choices
 from omni_cpu.profile.model import Profile, StagePlan
 
 
@@ -205,7 +206,7 @@ def _memory_problems(
     problems = []
     memory = {node.id: node_memory_bytes(facts, node.memory_bytes, []) for node in facts.numa_nodes}
     limit = facts.limits.memory_max_bytes
-    weights = profile.env.get(envs.WEIGHTS.name, "model")
+    weights = profile.choice(envs.WEIGHTS)
     for replica in profile.replicas:
         need = sum(stage.kv_cache_memory_bytes for stage in replica.stages)
         if footprint is not None:
@@ -227,13 +228,18 @@ def _memory_problems(
     return problems
 
 
-KERNEL_ENV = (envs.AMX_ROWS.name, envs.GEMV.name)  # what `probe --calibrate` chose
+KERNEL_CHOICES = (envs.AMX_ROWS, envs.GEMV)  # what `probe --calibrate` chose
 KERNEL_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
 
 
 def kernel_notes(profile: Profile, facts: Facts) -> list[str]:
     """Why a profile's measured kernel choice may not suit this machine (not a failure)."""
-    chosen = {key: profile.env[key] for key in KERNEL_ENV if key in profile.env}
+    talker = profile.replicas[0].stage(0).choices
+    chosen = {
+        name: talker[name]
+        for name in (choices.NAME_OF[knob.name] for knob in KERNEL_CHOICES)
+        if talker.get(name, "auto") != "auto"
+    }
     if not chosen:
         return []
     here = " / ".join(facts.model_names) or "unknown"

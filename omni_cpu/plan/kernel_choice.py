@@ -2,10 +2,11 @@
 
 `probe --calibrate` times each kernel the machine has on the code predictor's
 shapes at a few row counts (omni_cpu.kernels.timing); this turns those
-times into the two settings the stage's linears read (omni_cpu.kernels.gemv):
-- `OMNI_CPU_AMX_ROWS`, per format: the row count from which AMX tiles are no
+times into the talker's two choices its linears read (omni_cpu.kernels.gemv), as its
+stage entry names them (omni_cpu.profile.choices):
+- `amx_rows`, per format: the row count from which AMX tiles are no
   slower than the AVX-512 tiles at every larger measured count (0: never);
-- `OMNI_CPU_GEMV=off` only where the library kernel beats omni-cpu's GEMV at one
+- `gemv: off` only where the library kernel beats omni-cpu's GEMV at one
   row by more than NOISE in every format measured (it has not on any machine
   measured so far, but a profile must follow the machine, not the rule).
 Without measurements nothing is set, and the stage uses its built-in defaults.
@@ -14,8 +15,6 @@ Without measurements nothing is set, and the stage uses its built-in defaults.
 from __future__ import annotations
 
 from typing import Any
-
-from omni_cpu import envs
 
 NOISE = 0.10  # a library kernel must be this much faster to displace the GEMV
 LIBRARY = {"bf16": "onednn", "int8": "fbgemm"}  # what the GEMV stands in for
@@ -33,8 +32,8 @@ def amx_rows(times: dict[str, dict[int, float]]) -> int:
     return chosen
 
 
-def kernel_env(timings: dict[str, Any] | None) -> dict[str, str]:
-    """The environment entries the measured times call for ({} without measurements)."""
+def kernel_choices(timings: dict[str, Any] | None) -> dict[str, str]:
+    """The talker's choices the measured times call for ({} without measurements)."""
     measured: dict[str, dict[str, dict[int, float]]] = (timings or {}).get("ms", {})
     env: dict[str, str] = {}
     rows = {
@@ -43,7 +42,7 @@ def kernel_env(timings: dict[str, Any] | None) -> dict[str, str]:
         if "gemv" in kernels and "gemv-amx" in kernels
     }
     if rows:
-        env[envs.AMX_ROWS.name] = ",".join(f"{fmt}={count}" for fmt, count in rows.items())
+        env["amx_rows"] = ",".join(f"{fmt}={count}" for fmt, count in rows.items())
     with_gemv = [fmt for fmt, kernels in measured.items() if 1 in kernels.get("gemv", {})]
 
     def library_wins(fmt: str) -> bool:
@@ -51,7 +50,7 @@ def kernel_env(timings: dict[str, Any] | None) -> dict[str, str]:
         return 1 in library and library[1] < (1 - NOISE) * measured[fmt]["gemv"][1]
 
     if with_gemv and all(library_wins(fmt) for fmt in with_gemv):
-        env[envs.GEMV.name] = "off"
+        env["gemv"] = "off"
     return env
 
 
@@ -59,7 +58,7 @@ def describe(timings: dict[str, Any] | None) -> list[str]:
     """One note per format: ms per layer at each row count, per kernel, and the choice."""
     if not timings or not timings.get("ms"):
         return []
-    env = kernel_env(timings)
+    env = kernel_choices(timings)
     notes = []
     for fmt, kernels in sorted(timings["ms"].items()):
         shown = "; ".join(

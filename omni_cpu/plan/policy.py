@@ -18,7 +18,7 @@ from omni_cpu.plan import costs
 from omni_cpu.plan.capacity import isa_class, machine_capacity, replica_capacity, stage_cores
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.kernel_choice import describe as describe_kernels
-from omni_cpu.plan.kernel_choice import kernel_env
+from omni_cpu.plan.kernel_choice import kernel_choices
 from omni_cpu.plan.listening import choose_schedule, describe_schedule
 from omni_cpu.plan.placement import (
     MachineTooSmallError,
@@ -40,6 +40,7 @@ from omni_cpu.plan.speed import (
     frame_ms,
 )
 from omni_cpu.plan.topology import NodeCores, PhysicalCore
+from omni_cpu.profile import choices
 from omni_cpu.profile.deploy import default_stage_settings
 from omni_cpu.profile.model import MachineStamp, Profile, Replica, StagePlan, Streaming
 
@@ -370,19 +371,32 @@ def _checked_options(options: PlanOptions, facts: Facts) -> PlanOptions:
     return options
 
 
-def _profile_env(options: PlanOptions, facts: Facts, notes: list[str]) -> dict[str, str]:
-    """What every stage process gets: preloads, the weights format, the measured kernels."""
-    env = {
-        # The code predictor's torch.compile costs 45-90 s of start-up for ~12 %.
+def _profile_env(facts: Facts) -> dict[str, str]:
+    """What every stage process gets: preloads, and no torch.compile of the code predictor."""
+    return {
+        # The code predictor's torch.compile: slightly faster steps, a much longer start-up.
         envs.INDUCTOR.name: "0",
         **preload_env(tuple(facts.preload_libraries)),
     }
-    if options.weights != "model":
-        env[envs.WEIGHTS.name] = options.weights
-    if options.calibration is not None:  # the kernels measured here, at each row count
-        env.update(kernel_env(options.calibration.kernels))
+
+
+def _with_choices(replicas: list[Replica], options: PlanOptions, notes: list[str]) -> list[Replica]:
+    """Every stage's entry says all it runs with (omni_cpu.profile.choices): the weights
+    format, and the kernels `probe --calibrate` measured here at each row count."""
+    chosen = {"weights": options.weights}
+    if options.calibration is not None:
+        chosen.update(kernel_choices(options.calibration.kernels))
         notes.extend(describe_kernels(options.calibration.kernels))
-    return env
+    return [
+        dataclasses.replace(
+            replica,
+            stages=tuple(
+                dataclasses.replace(stage, choices=choices.for_stage(stage.stage_id, chosen))
+                for stage in replica.stages
+            ),
+        )
+        for replica in replicas
+    ]
 
 
 def plan_profile(
@@ -433,7 +447,8 @@ def plan_profile(
         isa_class(facts.architecture, facts.isa),
         stage_cores(replicas[0]).talker_cores,
     )
-    env = _profile_env(options, facts, notes)
+    env = _profile_env(facts)
+    replicas = _with_choices(replicas, options, notes)
     return Profile(
         generated_by=f"omni-cpu {__version__}",
         machine=machine_stamp(facts, options.calibration),

@@ -38,6 +38,7 @@ from omni_cpu.platform.steplog import (
 )
 from omni_cpu.platform.talker_load import match_embedding_dtype
 from omni_cpu.process.progress import step_counter_from_env
+from omni_cpu.profile import choices
 
 __all__ = ["CPUARModelRunner", "CPUGenerationModelRunner", "match_embedding_dtype"]
 
@@ -114,7 +115,7 @@ class CPUARModelRunner(_CPUOmniRunnerMixin, GPUARModelRunner, CPUModelRunner):
         omni_cpu.platform.talker_load does the loading (the same path check-weights
         takes); its phases go to the driver (omni_cpu.platform.stage_startup).
         """
-        weights = envs.OMNI_CPU_WEIGHTS
+        weights = choices.value(envs.WEIGHTS)
         talker_load.refuse_unavailable(weights)
         config = self.model_config  # type: ignore[attr-defined]
 
@@ -146,7 +147,7 @@ class CPUGenerationModelRunner(_CPUOmniRunnerMixin, GPUGenerationModelRunner, CP
         start = time.perf_counter()
         super().load_model(*args, **kwargs)
         match_embedding_dtype(self.model, self.model_config.dtype)  # type: ignore[attr-defined]
-        streaming = envs.OMNI_CPU_CODE2WAV == "stream"
+        streaming = choices.value(envs.CODE2WAV) == "stream"
         if streaming and code2wav.install_streaming_decode(self.model):  # type: ignore[attr-defined]
             logger.info("code2wav: streaming decode (omni_cpu.models.code2wav)")
         load_s = round(time.perf_counter() - start, 3)

@@ -36,8 +36,9 @@ import torch
 from omni_cpu import envs
 from omni_cpu.kernels import fbgemm, gemv, weight_cache
 from omni_cpu.models import int8, linears, norms, talker_reference
-from omni_cpu.models.predictor import KERNEL_MODES, install_forward
+from omni_cpu.models.predictor import install_forward
 from omni_cpu.platform import lean_load
+from omni_cpu.profile import choices
 
 # vllm-omni 0.30.0's Qwen3-TTS talker and its prompt builder set
 # `_embedding_dtype = torch.bfloat16` whatever the model dtype, so a float32 talker
@@ -104,11 +105,11 @@ def open_packing(
     import vllm_omni
 
     config = files[0].with_name("config.json")
-    # Which code predictor layers are routed depends on its mode (bf16: "fused"/"ops" only).
+    # Which code predictor layers are routed depends on its mode (bf16: "fused" only).
     parts = {
         "weights": weights,
         "dtype": str(dtype),
-        "code_predictor": envs.OMNI_CPU_CODE_PREDICTOR,
+        "code_predictor": choices.value(envs.CODE_PREDICTOR),
     }
     versions = {
         "vllm": vllm.__version__,
@@ -184,8 +185,8 @@ def load_talker(
     report.fused_norms = dict(norms.install(loaded))
     code_predictor = getattr(loaded, "code_predictor", None)
     if code_predictor is not None:
-        mode = envs.OMNI_CPU_CODE_PREDICTOR
-        if weights in ("int8", "int4") or mode in KERNEL_MODES:
+        mode = choices.value(envs.CODE_PREDICTOR)
+        if weights in ("int8", "int4") or mode == "fused":
             report.predictor_kernels = linears.route_linears(
                 code_predictor, weights, report.packing, "code_predictor"
             )

@@ -22,6 +22,7 @@ from omni_cpu import envs
 from omni_cpu.models import sampler
 from omni_cpu.platform import lean_load
 from omni_cpu.platform.runners import CPUARModelRunner, CPUGenerationModelRunner
+from omni_cpu.profile import choices
 
 logger = init_logger(__name__)
 
@@ -100,6 +101,9 @@ class _CPUOmniWorker(OmniWorkerMixin, CPUWorker):
         # No torch.compile of vLLM's CPU sampler at the first token (platform.sampler).
         sampler.install_eager_random_sample()
         super().__init__(*args, **kwargs)
+        # Before anything loads: this stage's choices, from its entry of the deploy config.
+        installed = choices.install(self.vllm_config.additional_config)
+        logger.info("stage choices: %s", installed or "the defaults")
         interleave_memory_where_spanning()
         skip_structured_output_tokenizer(self.vllm_config)
 

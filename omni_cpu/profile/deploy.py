@@ -12,6 +12,7 @@ from typing import Any
 
 from omni_cpu import envs
 from omni_cpu.cpulist import parse_cpu_list
+from omni_cpu.profile import choices
 from omni_cpu.profile.model import Profile
 
 CONNECTOR = "connector_of_shared_memory"
@@ -147,6 +148,10 @@ def deploy_config_dict(profile: Profile, replica: int = 0) -> dict[str, Any]:
             "async_scheduling": False,
         }
         entry.update(copy.deepcopy(plan.settings))
+        if plan.choices:
+            # vLLM's own channel to a stage: vLLM-Omni passes it to this stage's engine
+            # as vllm_config.additional_config (omni_cpu.profile.choices).
+            entry["additional_config"] = {choices.KEY: dict(plan.choices)}
         stages.append(entry)
     return {
         "model_runner": "v1",

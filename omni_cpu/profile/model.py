@@ -10,10 +10,15 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from omni_cpu.envs import Knob
+from omni_cpu.profile import choices
+
 # 2: each replica's stages carry their own sizes, dtype and memory nodes in the
 # omni_cpu block (version 1 kept one `stages:` block for every replica; it still loads).
-PROFILE_SCHEMA_VERSION = 2
-READABLE_SCHEMA_VERSIONS = (1, 2)
+# 3: each stage entry says its choices (`additional_config: {omni_cpu: ...}`,
+# omni_cpu.profile.choices); versions 1 and 2 carried them in `env`, and still load.
+PROFILE_SCHEMA_VERSION = 3
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 STAGE_NAMES = {0: "talker", 1: "code2wav"}
 
 
@@ -45,10 +50,17 @@ class StagePlan:
     # from (a memoryless CPU node's nearest memory node; a grouped replica's nodes).
     # "" = numa_node.
     memory_nodes: str = ""
+    # What the stage runs with besides its sizes (omni_cpu.profile.choices), as the
+    # texts its entry's `additional_config.omni_cpu` says; {} = every knob's default.
+    choices: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return stage_name(self.stage_id)
+
+    def choice(self, knob: Knob) -> Any:
+        """What this stage's entry chooses for `knob` (no environment override)."""
+        return choices.resolve(knob, self.choices, {})
 
     def memory_node_ids(self) -> tuple[int, ...]:
         from omni_cpu.cpulist import parse_cpu_list
@@ -175,6 +187,26 @@ class Profile:
     def stages(self) -> tuple[StagePlan, ...]:
         """Replica 0's stages: what a single-replica `run` uses."""
         return self.replicas[0].stages
+
+    def choice(self, knob: Knob) -> Any:
+        """What the stage that reads `knob` runs with, by its entry (every replica's is one)."""
+        return self.replicas[0].stage(choices.STAGE_OF[knob.name]).choice(knob)
+
+    def with_choice(self, knob: Knob, text: str) -> Profile:
+        """This profile with every replica's stage that reads `knob` choosing `text`."""
+        stage_id = choices.STAGE_OF[knob.name]
+        name = choices.NAME_OF[knob.name]
+
+        def chosen(stage: StagePlan) -> StagePlan:
+            if stage.stage_id != stage_id:
+                return stage
+            return dataclasses.replace(stage, choices={**stage.choices, name: text})
+
+        replicas = tuple(
+            dataclasses.replace(replica, stages=tuple(chosen(s) for s in replica.stages))
+            for replica in self.replicas
+        )
+        return dataclasses.replace(self, replicas=replicas)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -21,7 +21,8 @@ import yaml
 
 from omni_cpu import envs
 from omni_cpu.cpulist import parse_cpu_list
-from omni_cpu.errors import CpuListError, ProfileError
+from omni_cpu.errors import CpuListError, ProfileError, SettingError
+from omni_cpu.profile import choices
 from omni_cpu.profile.deploy import (
     CONNECTOR,
     CONNECTOR_DEFAULTS,
@@ -111,6 +112,13 @@ COMMENTS = {
     "stages[].max_model_len": "engine arg --max-model-len",
     "stages[].enforce_eager": "engine arg --enforce-eager (no CUDA graphs on CPU)",
     "stages[].async_scheduling": "engine arg --async-scheduling (off on CPU)",
+    "stages[].additional_config": "vLLM's additional_config: the stage reads it",
+    "stages[].additional_config.omni_cpu": "this stage's choices; a set OMNI_CPU_* variable wins",
+    **{
+        f"stages[].additional_config.omni_cpu.{name}": knob.doc
+        for knobs in choices.STAGE_KNOBS.values()
+        for name, knob in knobs.items()
+    },
     "platforms.cpu.stages[].env": "per-stage process environment (replica 0)",
     # Every variable a stage reads says what it does, in the words of omni_cpu.envs.
     **{
@@ -430,7 +438,7 @@ def _stage_sizes(root: _Reader) -> dict[int, dict[str, Any]]:
     for stage in root.items("stages"):
         stage_id = stage.non_negative("stage_id")
         settings_keys = tuple(STAGE_DEFAULTS.get(stage_id, {}))
-        stage.only("stage_id", *PLANNED_STAGE_KEYS, *settings_keys)
+        stage.only("stage_id", *PLANNED_STAGE_KEYS, *settings_keys, "additional_config")
         dtype = stage.get("dtype", str)
         if dtype not in DTYPES:
             raise ProfileError(
@@ -541,6 +549,7 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
             raise ProfileError(f"omni_cpu.env.{key} must be a string (quote it)")
     notes = omni.get("notes", list)
     sizes = _stage_sizes(root)
+    stage_choices, env = _stage_choices(root, dict(env), sorted(sizes))
     replicas = []
     for replica in omni.items("replicas"):
         replica.only("index", "numa_node", "frontend_cpus", "spanning", "stages", "capacity")
@@ -555,7 +564,14 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
                 own = {**sizes[stage_id], "numa_node": numa_node, "memory_nodes": str(numa_node)}
             else:
                 own = _replica_stage_sizes(stage, sizes[stage_id]["settings"])
-            stages.append(StagePlan(stage_id=stage_id, cpus=stage.cpu_list("cpus"), **own))
+            stages.append(
+                StagePlan(
+                    stage_id=stage_id,
+                    cpus=stage.cpu_list("cpus"),
+                    choices=stage_choices[stage_id],
+                    **own,
+                )
+            )
         replicas.append(
             Replica(
                 index=replica.non_negative("index"),
@@ -584,6 +600,54 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
     )
     _check_platform_env(root, profile)
     return profile
+
+
+def _stage_choices(
+    root: _Reader, env: dict[str, str], stage_ids: list[int]
+) -> tuple[dict[int, dict[str, str]], dict[str, str]]:
+    """Each stage's whole choices (omni_cpu.profile.choices), and `env` without any of them.
+
+    A profile written before the stage entries said them (schema 1 and 2) has them in
+    `omni_cpu.env` (`OMNI_CPU_WEIGHTS: int4`): each moves to the stage that reads it and
+    keeps its meaning. One named in both places must say the same.
+    """
+    given: dict[int, dict[str, str]] = {}
+    for stage in root.items("stages"):
+        config = stage.get("additional_config", dict, optional=True)
+        if config is None:
+            continue
+        where = f"{stage.path}.additional_config"
+        _Reader(config, where).only(choices.KEY)
+        stage_id = stage.non_negative("stage_id")
+        entry = config.get(choices.KEY) or {}
+        given[stage_id] = choices.check_entry(entry, stage_id, f"{where}.{choices.KEY}")
+    rest: dict[str, str] = {}
+    moved: dict[int, dict[str, str]] = {}
+    for key, value in env.items():
+        if key not in choices.STAGE_OF:
+            rest[key] = value
+            continue
+        stage_id, name = choices.STAGE_OF[key], choices.NAME_OF[key]
+        knob = envs.KNOBS[key]
+        try:
+            wanted = knob.read(value, f"omni_cpu.env.{key}")
+        except SettingError as bad:
+            raise ProfileError(bad.args[0], bad.fix) from None
+        entry = given.get(stage_id, {})
+        if name in entry and choices.resolve(knob, entry, {}) != wanted:
+            raise ProfileError(
+                f"omni_cpu.env.{key} is {value!r} but stages[{stage_id}].additional_config."
+                f"{choices.KEY}.{name} is {entry[name]!r}",
+                "keep the stage entry's and remove the env line",
+            )
+        moved.setdefault(stage_id, {})[name] = value
+    whole = {
+        stage_id: choices.for_stage(
+            stage_id, {**moved.get(stage_id, {}), **given.get(stage_id, {})}
+        )
+        for stage_id in stage_ids
+    }
+    return whole, rest
 
 
 def _replica_stage_sizes(stage: _Reader, settings: dict[str, Any]) -> dict[str, Any]:

@@ -77,3 +77,18 @@ def test_replica_out_of_range_is_a_one_line_error(profile_file):
     done = export("--profile", str(profile_file[0]), "--replica", "9")
     assert done.returncode == 2
     assert "replica" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_stage_choice_besides_the_defaults_reaches_the_pods_stages(profile_file, tmp_path):
+    # The pod plans its own profile: the talker's int8 travels as the variable that wins.
+    from omni_cpu import envs
+    from omni_cpu.profile import save_profile
+
+    _, profile = profile_file
+    save_profile(profile.with_choice(envs.WEIGHTS, "int8"), tmp_path / "int8.yaml")
+    done = export("--profile", str(tmp_path / "int8.yaml"))
+    assert done.returncode == 0, done.stderr
+    deployment = next(yaml.safe_load_all(done.stdout))
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "OMNI_CPU_WEIGHTS", "value": "int8"} in env
+    assert not any(item["name"] == "OMNI_CPU_CODE2WAV" for item in env)  # the default

@@ -56,8 +56,8 @@ def test_top_p_is_refused_like_the_stock_forward() -> None:
 
 
 def test_installs_on_the_tts_predictor_and_not_where_buffers_are_returned() -> None:
-    predictor = make_predictor(64)
-    assert dispatcher.install_forward(predictor, "cached") == "cached"
+    predictor = make_predictor(64)  # float64: no fused kernel, so the eager cached forward
+    assert dispatcher.install_forward(predictor, "fused") == "cached"
     assert predictor.forward.__func__ is cached.cached_forward
     omni_style = make_predictor(64)
     omni_style._wrapper_config.return_proj_buf = True

@@ -1,12 +1,12 @@
-"""The kernel per row count follows what `probe --calibrate` measured, into every stage's env."""
+"""The kernel per row count follows what `probe --calibrate` measured, into the talker's entry."""
 
 from __future__ import annotations
 
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
-from omni_cpu.plan.kernel_choice import amx_rows, kernel_env
+from omni_cpu.plan.kernel_choice import amx_rows, kernel_choices
 from omni_cpu.profile import dump_profile, parse_profile
 from omni_cpu.profile.calibration import Calibration
-from omni_cpu.profile.deploy import stage_env
+from omni_cpu.profile.deploy import deploy_config_dict
 from tests.helpers.machines import machine
 
 # ms per layer on the 2-core Xeon (AMX), the shape of what kernel_timing measures.
@@ -38,13 +38,13 @@ def test_amx_that_loses_at_the_largest_count_is_never_used() -> None:
 
 
 def test_the_measured_times_become_the_kernel_settings() -> None:
-    assert kernel_env(XEON) == {"OMNI_CPU_AMX_ROWS": "bf16=4,int8=16"}
+    assert kernel_choices(XEON) == {"amx_rows": "bf16=4,int8=16"}
 
 
 def test_no_measurement_sets_nothing_and_no_amx_sets_no_amx_rows() -> None:
-    assert kernel_env(None) == {}
+    assert kernel_choices(None) == {}
     zen4 = {"ms": {"bf16": {"gemv": {1: 1.3, 32: 5.0}, "onednn": {1: 2.0, 32: 5.4}}}}
-    assert kernel_env(zen4) == {}
+    assert kernel_choices(zen4) == {}
 
 
 def test_the_gemv_stands_aside_only_where_the_library_wins_every_format() -> None:
@@ -54,19 +54,20 @@ def test_the_gemv_stands_aside_only_where_the_library_wins_every_format() -> Non
             "int8": {"gemv": {1: 1.0}, "fbgemm": {1: 1.2}},
         }
     }
-    assert "OMNI_CPU_GEMV" not in kernel_env(slower)
+    assert "gemv" not in kernel_choices(slower)
     slower["ms"]["int8"]["fbgemm"][1] = 0.5
-    assert kernel_env(slower)["OMNI_CPU_GEMV"] == "off"
+    assert kernel_choices(slower)["gemv"] == "off"
 
 
-def test_a_calibrated_profile_carries_the_choice_to_every_stage_and_back() -> None:
+def test_a_calibrated_profile_carries_the_choice_in_the_talkers_entry_and_back() -> None:
     calibration = Calibration({1: 12.7, 2: 24.0}, {"bfloat16": 30.0}, 15.0, kernels=XEON)
     profile = plan_profile(
         machine({0: [0, 1]}), footprint_for_model("0.6b"), PlanOptions(calibration=calibration)
     )
-    assert profile.env["OMNI_CPU_AMX_ROWS"] == "bf16=4,int8=16"
-    for stage in (0, 1):
-        assert stage_env(profile, 0, stage)["OMNI_CPU_AMX_ROWS"] == "bf16=4,int8=16"
+    assert "OMNI_CPU_AMX_ROWS" not in profile.env
+    talker, code2wav = deploy_config_dict(profile, 0)["stages"]
+    assert talker["additional_config"]["omni_cpu"]["amx_rows"] == "bf16=4,int8=16"
+    assert "amx_rows" not in code2wav["additional_config"]["omni_cpu"]  # it runs no GEMV
     assert any(note.startswith("kernels measured here (bf16") for note in profile.notes)
     loaded = parse_profile(dump_profile(profile))
     assert loaded == profile
@@ -83,5 +84,5 @@ def test_a_kernel_choice_used_on_another_cpu_says_so() -> None:
     assert kernel_notes(profile, xeon) == []
     zen4 = machine({0: [0, 1]}, isa=("avx2", "avx512f", "avx512_bf16", "avx512_vnni"))
     (note,) = kernel_notes(profile, zen4)
-    assert "OMNI_CPU_AMX_ROWS=bf16=4,int8=16" in note and "amx_bf16 amx_int8" in note
+    assert "amx_rows=bf16=4,int8=16" in note and "amx_bf16 amx_int8" in note
     assert "probe --calibrate" in note

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from omni_cpu import envs
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import SettingError
 from omni_cpu.hardware.facts import Limits
@@ -27,6 +28,7 @@ def test_two_core_float32_box_gives_each_stage_one_core_and_reserves_none():
     assert cpus_of(profile, stage=1) == {1}
     assert profile.replicas[0].frontend_cpus == ""
     assert "OMNI_CPU_WEIGHTS" not in profile.env
+    assert profile.replicas[0].stage(0).choices["weights"] == "model"
 
 
 def test_two_core_native_bf16_box_splits_the_stages_one_core_each():
@@ -37,9 +39,10 @@ def test_two_core_native_bf16_box_splits_the_stages_one_core_each():
     assert cpus_of(profile, stage=0) == {0} and cpus_of(profile, stage=1) == {1}
 
 
-def test_int8_weights_travel_in_the_profile_env():
+def test_int8_weights_travel_in_every_replicas_talker_entry():
     profile = plan_profile(machine({0: [0, 1]}), FOOTPRINT, PlanOptions(weights="int8"))
-    assert profile.env["OMNI_CPU_WEIGHTS"] == "int8"
+    assert [replica.stage(0).choices["weights"] for replica in profile.replicas] == ["int8"]
+    assert "OMNI_CPU_WEIGHTS" not in profile.env
     # Measured: sharing both cores did not beat 1+1 beyond noise for int8 either.
     assert cpus_of(profile, stage=0) == {0} and cpus_of(profile, stage=1) == {1}
 
@@ -52,7 +55,7 @@ def test_unknown_weights_are_refused_naming_the_option_and_the_choices():
 def test_int4_weights_need_the_gemv_isa():
     avx2 = machine({0: [0, 1]}, isa=("avx2", "fma"))
     profile = plan_profile(avx2, FOOTPRINT, PlanOptions(weights="int4"))
-    assert profile.env["OMNI_CPU_WEIGHTS"] == "int4"
+    assert profile.choice(envs.WEIGHTS) == "int4"
     old = machine({0: [0, 1]}, isa=("sse4_2", "avx"))
     with pytest.raises(PlanError, match="int4 needs AVX2 and FMA") as raised:
         plan_profile(old, FOOTPRINT, PlanOptions(weights="int4"))

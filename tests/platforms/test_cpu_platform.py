@@ -25,7 +25,7 @@ pytest.importorskip("vllm_omni", reason="the inference runtime is not installed"
 from vllm.platforms.cpu import CpuPlatform
 from vllm_omni.platforms.interface import OmniPlatform
 
-from omni_cpu import pins
+from omni_cpu import envs, pins
 from omni_cpu.launch import startup
 from omni_cpu.launch.plan import LaunchPlan, make_launch_plan
 from omni_cpu.platform import (
@@ -37,6 +37,7 @@ from omni_cpu.platform import (
 )
 from omni_cpu.platform.cpu_platform import CPUOmniPlatform
 from omni_cpu.platform.hf_config import register_qwen3_tts_config
+from omni_cpu.profile import choices
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -227,7 +228,7 @@ def stage_engine_configs(tiny_kinds: dict[str, Path]) -> tuple[LaunchPlan, dict[
     )
 
     model = str(tiny_kinds["custom-voice"])
-    plan = make_launch_plan(model)
+    plan = make_launch_plan(model, weights="int8")  # a choice that is not the default
     saved = dict(os.environ)
     try:
         for key, value in DRIVER_ENV.items():
@@ -291,6 +292,24 @@ def test_stage_engines_get_the_profiles_kv_cache_bytes(stage_engine_configs) -> 
     assert {stage_id: c.cache_config.kv_cache_memory_bytes for stage_id, c in built.items()} == {
         stage.stage_id: stage.kv_cache_memory_bytes for stage in replica.stages
     }
+
+
+def test_stage_engines_get_their_entrys_choices_as_additional_config(
+    stage_engine_configs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The channel of omni_cpu.profile.choices: the deploy config's stage entry, through
+    # vLLM-Omni, to the config each stage's worker is built with, which installs it.
+    plan, built = stage_engine_configs
+    replica = plan.profile.replicas[plan.replica]
+    assert {stage_id: c.additional_config for stage_id, c in built.items()} == {
+        stage.stage_id: {"omni_cpu": stage.choices} for stage in replica.stages
+    }
+    monkeypatch.delenv(envs.WEIGHTS.name, raising=False)
+    try:
+        choices.install(built[0].additional_config)
+        assert choices.value(envs.WEIGHTS) == "int8"
+    finally:
+        choices.install(None)
 
 
 def test_torchvision_imports_beside_the_cpu_torch() -> None:

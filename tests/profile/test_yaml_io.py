@@ -62,7 +62,7 @@ def test_second_replica_deploy_config_binds_its_own_node():
 @pytest.mark.parametrize(
     ("old", "new", "key"),
     [
-        ("schema_version: 2", "schema_version: 99", "omni_cpu.schema_version"),
+        ("schema_version: 3", "schema_version: 99", "omni_cpu.schema_version"),
         ("  env:", "  surprise: 1\n  env:", "omni_cpu.surprise"),
         ("max_num_seqs: ", "max_num_seqs: many #", "stages[0].max_num_seqs"),
         ("kv_cache_memory_bytes: ", "kv_cache_memory_bytes: -", "stages[0].kv_cache_memory_bytes"),
