@@ -1,8 +1,8 @@
 // What the GEMV modules' kernels share that is no vector code: the torch-facing argument
 // checks and shape reading, the dtype dispatch, the output and bias of a product, the split
 // of column blocks over the stage's threads and the packed layout's constants. Included by
-// the AVX-512 and the AVX2 builds alike (gemv.py hashes and copies every header of csrc/
-// with the sources).
+// the AVX-512 and the AVX2 builds alike (kernels/build.py hashes and copies every header of
+// csrc/ with the sources).
 
 #pragma once
 
@@ -11,11 +11,12 @@
 #include <torch/extension.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace omni_cpu {
 
-constexpr int64_t kBlock = 64;      // output columns per packed block (gemv.py's BLOCK)
+constexpr int64_t kBlock = 64;      // output columns per packed block (packing.py's BLOCK)
 constexpr int64_t kInt4Group = 32;  // K elements per (scale, minimum) of int4 (INT4_GROUP)
 
 // each(n0, nb) for every block of kBlock output columns (the last nb = 16, 32 or 48 wide
@@ -67,6 +68,14 @@ torch::Tensor with_output(const torch::Tensor& x, int64_t N,
     body(Store<float>{out.data_ptr<float>(), bias_p, N});
   }
   return out;
+}
+
+// A row's symmetric 8-bit scale: amax / 127 (1 for a row of zeros).
+template <typename In>
+float row_scale(const In* row, int64_t K) {
+  float amax = 0.f;
+  for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
+  return amax > 0.f ? amax / 127.f : 1.f;
 }
 
 // A W4A8 product's x: quantized per row to signed 8 bits, each row's scale and each
