@@ -36,9 +36,9 @@ CSRC = Path(__file__).with_name("csrc")
 # module is compiled with OpenMP (GOMP_* resolve to the runtime torch loaded, or to Intel
 # OpenMP where it is preloaded).
 _AVX2_FLAGS = ("-O3", "-fopenmp", "-mavx2", "-mfma", "-mf16c")
-# Built into every module beside its GEMV files: the attention on vec.h's vectors, and the
-# predictor step on the module's own products (gemv.h).
-_SHARED = ("attention_decode.cpp", "predictor_step.cpp")
+# Built into every module beside its GEMV files: the W4A8 tensor call and the predictor step on
+# the module's own products (gemv.h), the attention on vec.h's vectors.
+_SHARED = ("gemv_w4a8.cpp", "attention_decode.cpp", "predictor_step.cpp")
 
 
 @dataclass(frozen=True)

@@ -144,13 +144,17 @@ void w4a8_all(const Int4Rows& rows, int64_t M, const uint8_t* w, const uint16_t*
   });
 }
 
-// Per-row symmetric quantization to signed 8 bits, and each group's sum of the codes.
+}  // namespace
+
+// The module's W4A8 (gemv.h): gemv_w4a8.cpp's tensor call and predictor_step.cpp chain them.
+// x per row to signed 8 bits, and each group's sum of the codes.
 template <typename In>
-void quantize_groups(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, int32_t* sums) {
+void omni_cpu::quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales,
+                           int32_t* sums) {
   const int64_t groups = K / kGroup4;
   for (int64_t m = 0; m < M; ++m) {
     const In* row = x + m * K;
-    const float scale = omni_cpu::row_scale(row, K), inv = 1.f / scale;
+    const float scale = row_scale(row, K), inv = 1.f / scale;
     for (int64_t g = 0; g < groups; ++g) {
       int32_t sum = 0;
       for (int64_t k = g * kGroup4; k < (g + 1) * kGroup4; ++k) {
@@ -164,40 +168,13 @@ void quantize_groups(const In* x, int64_t M, int64_t K, int8_t* q, float* scales
   }
 }
 
-}  // namespace
-
-torch::Tensor omni_cpu::gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
-                                  c10::optional<torch::Tensor> bias) {
-  return gemv_w4a8_with<Store>(
-      x, w, scales, bias, [](const auto* data, auto... rest) { quantize_groups(data, rest...); },
-      [](const Int4Rows& rows, int64_t M, const uint8_t* wp, const uint16_t* sp, int64_t N,
-         const auto& store) { w4a8_all(rows, M, wp, sp, N, store); });
-}
-
-// The same product on raw pointers and caller-owned buffers (gemv.h; predictor_step.cpp
-// chains it).
-template <typename In>
-void omni_cpu::quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales,
-                           int32_t* sums) {
-  quantize_groups(x, M, K, q, scales, sums);
-}
-
 template <typename Out>
 void omni_cpu::w4a8_product(const int8_t* xq, const float* xscale, const int32_t* xsum,
                             const uint8_t* w, const c10::BFloat16* scales, int64_t M, int64_t K,
                             int64_t N, const float* bias, Out* out) {
-  const Int4Rows rows{xq, xscale, xsum, K};
-  w4a8_all(rows, M, w, reinterpret_cast<const uint16_t*>(scales), N, Store<Out>{out, bias, N});
+  w4a8_all(Int4Rows{xq, xscale, xsum, K}, M, w, reinterpret_cast<const uint16_t*>(scales), N,
+           Store<Out>{out, bias, N});
 }
 
-template void omni_cpu::quantize_s8<float>(const float*, int64_t, int64_t, int8_t*, float*,
-                                           int32_t*);
-template void omni_cpu::quantize_s8<c10::BFloat16>(const c10::BFloat16*, int64_t, int64_t,
-                                                   int8_t*, float*, int32_t*);
-template void omni_cpu::w4a8_product<float>(const int8_t*, const float*, const int32_t*,
-                                            const uint8_t*, const c10::BFloat16*, int64_t,
-                                            int64_t, int64_t, const float*, float*);
-template void omni_cpu::w4a8_product<c10::BFloat16>(const int8_t*, const float*, const int32_t*,
-                                                    const uint8_t*, const c10::BFloat16*,
-                                                    int64_t, int64_t, int64_t, const float*,
-                                                    c10::BFloat16*);
+OMNI_CPU_W4A8_INSTANCES(float)
+OMNI_CPU_W4A8_INSTANCES(c10::BFloat16)

@@ -131,12 +131,16 @@ void w4a8_all(const Rows& rows, int64_t M, const uint8_t* w, const uint16_t* sca
   });
 }
 
-// Per-row symmetric quantization to signed 8 bits, and each group's sum of the codes,
+}  // namespace
+
+// The module's W4A8 (gemv.h): gemv_w4a8.cpp's tensor call and predictor_step.cpp chain them.
+// x per row to signed 8 bits, and each group's sum of the codes.
 // 16 values a vector (K is whole groups). The scalar loop it replaced (amax, amax / 127,
 // nearbyint(x * (1 / scale))) gives the same bits: max is exact in any order, vcvtps2dq
 // rounds to nearest even as nearbyint does; it was ~1 % of an int4 code-predictor frame.
 template <typename In>
-void quantize_rows(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, int32_t* sums) {
+void omni_cpu::quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales,
+                           int32_t* sums) {
   const int64_t groups = K / kGroup;
   for (int64_t m = 0; m < M; ++m) {
     const In* row = x + m * K;
@@ -159,24 +163,6 @@ void quantize_rows(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, 
   }
 }
 
-}  // namespace
-
-torch::Tensor omni_cpu::gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
-                                  c10::optional<torch::Tensor> bias) {
-  return gemv_w4a8_with<Store>(
-      x, w, scales, bias, [](const auto* data, auto... rest) { quantize_rows(data, rest...); },
-      [](const Rows& rows, int64_t M, const uint8_t* wp, const uint16_t* sp, int64_t N,
-         const auto& store) { w4a8_all(rows, M, wp, sp, N, store); });
-}
-
-// The same product on raw pointers and caller-owned buffers (gemv.h; predictor_step.cpp
-// chains it).
-template <typename In>
-void omni_cpu::quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales,
-                           int32_t* sums) {
-  quantize_rows(x, M, K, q, scales, sums);
-}
-
 template <typename Out>
 void omni_cpu::w4a8_product(const int8_t* xq, const float* xscale, const int32_t* xsum,
                             const uint8_t* w, const c10::BFloat16* scales, int64_t M, int64_t K,
@@ -185,14 +171,5 @@ void omni_cpu::w4a8_product(const int8_t* xq, const float* xscale, const int32_t
   w4a8_all(rows, M, w, reinterpret_cast<const uint16_t*>(scales), N, Store<Out>{out, bias, N});
 }
 
-template void omni_cpu::quantize_s8<float>(const float*, int64_t, int64_t, int8_t*, float*,
-                                           int32_t*);
-template void omni_cpu::quantize_s8<c10::BFloat16>(const c10::BFloat16*, int64_t, int64_t,
-                                                   int8_t*, float*, int32_t*);
-template void omni_cpu::w4a8_product<float>(const int8_t*, const float*, const int32_t*,
-                                            const uint8_t*, const c10::BFloat16*, int64_t,
-                                            int64_t, int64_t, const float*, float*);
-template void omni_cpu::w4a8_product<c10::BFloat16>(const int8_t*, const float*, const int32_t*,
-                                                    const uint8_t*, const c10::BFloat16*,
-                                                    int64_t, int64_t, int64_t, const float*,
-                                                    c10::BFloat16*);
+OMNI_CPU_W4A8_INSTANCES(float)
+OMNI_CPU_W4A8_INSTANCES(c10::BFloat16)
