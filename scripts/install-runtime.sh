@@ -89,7 +89,7 @@ fi
 if ! versions=$(final_check); then
   exit 1
 fi
-# omni-cpu's AVX-512 GEMV (omni_cpu/kernels/gemv.py): built once here (~30 s) so that
-# no run pays for it; a no-op on CPUs without avx512_bf16/vnni, which use oneDNN/FBGEMM.
-"$python" -m omni_cpu.kernels.gemv --build
+# omni-cpu's GEMV module for this CPU (AVX-512, else AVX2; omni_cpu/kernels/build.py): built
+# once here so that no run pays for it; a no-op on CPUs without AVX2, which use oneDNN/FBGEMM.
+"$python" -m omni_cpu.kernels.build
 echo "install-runtime: ok in $((SECONDS - start)) s ($versions, $(du -sh "$venv" | cut -f1) in $venv)"

@@ -1,8 +1,10 @@
-"""omni-cpu's CPU kernels: C++ sources (`csrc/`), their build and cache, their Python face.
+"""omni-cpu's CPU kernels: C++ sources (`csrc/`), their builds, their Python face.
 
-`gemv` builds the AVX-512 (+AMX) and AVX2 extension modules once per machine and
-wraps them (the weight-streaming GEMV in bf16, W8A8 and W4A8, and the code
-predictor's one-position attention); `timing` times them against the library
-kernels for `probe --calibrate`. Model code calls them (omni_cpu.models); nothing
-here knows a model.
+`build` describes each extension module (sources, flags, the ISA it needs) and compiles it
+into a cache once per machine; `packing` quantizes and lays out weights for them; `gemv`
+picks the module this CPU runs and wraps packed weights as callables (the weight-streaming
+GEMV in bf16, W8A8 and W4A8, and the code predictor's one-position attention);
+`weight_cache` keeps packed weights on disk; `fbgemm` is the int8 fallback; `timing` times
+the kernels against the library ones for `probe --calibrate`. Model code calls them
+(omni_cpu.models); nothing here knows a model.
 """

@@ -1,65 +1,41 @@
 """Packed weights kept on disk, so a second start maps them instead of packing them again.
 
-Why: an int8 or int4 talker stage quantizes and packs every linear layer of the talker
-and its code predictor at each start (0.6B on the 2-core Zen 4: ~2.4 s in int8, ~4.5 s
-in int4, more on a busy box), and bf16 repacks them into the GEMV's column blocks
-(~0.9 s). The result depends only on the checkpoint, the format and the code that
-packs, so it is written once and mapped afterwards.
+Why: an int8, int4 or bf16 talker stage quantizes and packs every linear layer of the talker
+and its code predictor at each start, seconds that depend only on the checkpoint, the format
+and the code that packs (benchmarks/RESULTS.md, "Packed-weight cache: a hit against a miss").
+So the result is written once and mapped afterwards.
 
-Where: one safetensors file per entry in `OMNI_CPU_WEIGHT_CACHE` (default `packed/`
-beside the kernel builds: `OMNI_CPU_KERNEL_CACHE` or ~/.cache/omni-cpu/kernels; `off`
-turns the cache off), named `<slot>-<key>.safetensors`. The JSON header says what the
-entry is for (`describe` reads it without torch).
+Where: one safetensors file per entry in `OMNI_CPU_WEIGHT_CACHE` (default `packed/` beside
+the kernel builds; `off` turns the cache off), named `<slot>-<key>.safetensors`; its JSON
+header says what the entry is for (`describe` reads it without torch).
 
 The key: an entry is used only when all of these are what they were when it was written.
-- The checkpoint, per safetensors file the loader reads: its resolved path, device,
-  inode, size, mtime_ns and ctime_ns, and the sha256 of its header (names, dtypes,
-  shapes, offsets). Hashing the data itself would read 1.8-3.8 GB at every start, as
-  long as the packing it saves, so the key is what the file system says changed: a
-  rewrite in place (`open(..., "wb")`, `cp` over the file, `save_file` to the same
-  path) sets mtime and ctime; a replace by rename (most writers, rsync, the Hub's
-  downloads) makes a new inode; a writer that puts the old mtime back (`cp -p`,
-  `rsync -a`, `touch -r`) still moves ctime, which no user call can set. A false miss
-  costs one repack (a `chmod` also moves ctime); a false hit would cost wrong audio,
-  so the key errs on the side of missing. The header hash catches a different layout
-  where every stat field happens to agree.
-- The kernel build (`gemv.build_name()`: the hash of the C++ sources and flags that
-  already names the build folder, and the torch it was built against), the Python that
-  quantizes and packs (this file, gemv.py and the caller's files, hashed: an edit is a
-  miss, so a changed rounding can never meet an old entry), LAYOUT_VERSION, the group
-  sizes, the torch version, and the caller's parts (format, dtype, vLLM versions, ...).
-- The NUMA nodes of this process's CPUs: a mapped file's pages live on the node that
-  first read them, so replicas on two sockets each get their own entry (and local
-  pages) instead of one reading the other's memory.
+- Each checkpoint file's resolved path, device, inode, size, mtime_ns and ctime_ns, and the
+  sha256 of its header. Hashing the data would cost a read of the whole checkpoint, about
+  what packing costs; a rewrite in place moves mtime and ctime, a replace by rename makes a
+  new inode, and a writer that puts the old mtime back (`cp -p`, `rsync -a`) still moves
+  ctime. A false miss costs one repack, a false hit wrong audio: the key errs on missing.
+- The kernel build (`gemv.build_name()`), the Python that quantizes and packs (this file,
+  gemv.py, packing.py and the caller's files, hashed), LAYOUT_VERSION, the group sizes, the
+  torch version and the caller's parts (format, dtype, vLLM versions, ...).
+- The NUMA nodes of this process's CPUs: a mapped file's pages live on the node that first
+  read them, so replicas on two sockets each get their own entry.
+The slot is the key without the checkpoint's fingerprint, the code and the library versions:
+a new entry in a slot replaces the old one, so an upgrade leaves nothing stale behind.
 
-The slot is the key without the checkpoint's fingerprint, the packing code and the
-library versions: a new entry in a slot replaces the old one (a rewritten checkpoint or an
-upgrade leaves no stale entry behind); another venv has another kernel build, so another
-slot.
+Loading: `safe_open` maps the file privately and read-only; each tensor is a view of the
+mapping, its pages shared by every process that maps the file. Writing: at the end of a load
+that packed anything, a temp file in the same folder, fsync, `os.replace` (two writers: the
+last rename wins with the same bytes). A truncated, foreign or mismatched file is ignored and
+the load's own packing replaces it. Every tensor is aligned to 64 bytes (the GEMV's loads).
 
-Loading: `safe_open` maps the file privately and read-only in use; each tensor is a view
-of that mapping. Nothing is copied: the pages come from the page cache when the GEMV
-first reads them, and every process that maps the file (two replicas, a restart) shares
-them. The writer aligns every tensor to 64 bytes (a cache line, the GEMV's vector loads).
-
-Writing: at the end of a load that packed anything, from the packed tensors the model
-already holds: a temp file in the same folder, fsync, `os.replace`. Two stages or
-replicas starting at once each write their own temp file and the last rename wins with
-the same bytes; a process that mapped the older file keeps its pages (the inode lives
-until unmapped). A file that is truncated, not safetensors, of another layout or of
-another key is ignored, and the load's own packing replaces it.
-
-Bounds: at most MAX_BYTES in all. After a write, other entries of the same slot go, and
-entries whose checkpoint file no longer exists (a deleted temp checkpoint), then the least
-recently used (a hit sets the file's mtime) until the total fits; the entry just written
-always stays. Nothing is written when it would leave less than
-MIN_FREE_BYTES free on the disk, or alone exceeds MAX_BYTES. Temp files older than an
-hour (a writer that died) are removed.
+Bounds: at most MAX_BYTES in all; after a write, other entries of the same slot go, then
+entries whose checkpoint no longer exists, then the least recently used; nothing is written
+that would leave less than MIN_FREE_BYTES free. Temp files of a dead writer go after an hour.
 
 `python -m omni_cpu.kernels.weight_cache` shows the entries (JSON); `--clear` removes them.
-
-Not cached: FBGEMM's int8 (CPUs without the GEMV) and vLLM's own oneDNN handles.
-Written against safetensors 0.8 (`safe_open(..., "pt")` maps the file) and torch 2.13.
+Not cached: FBGEMM's int8 and vLLM's oneDNN handles. Written against safetensors 0.8
+(`safe_open(..., "pt")` maps the file) and torch 2.13.
 """
 
 from __future__ import annotations
@@ -84,7 +60,7 @@ from omni_cpu import envs
 from omni_cpu.checkpoint.safetensors_file import MAX_HEADER_BYTES, read_header
 from omni_cpu.hardware.numa import node_of_cpus, read_numa_nodes
 from omni_cpu.hardware.sysroot import SysRoot
-from omni_cpu.kernels import gemv
+from omni_cpu.kernels import build, gemv, packing
 
 LAYOUT_VERSION = "1"  # bump when the stored tensors of a packed class change meaning
 FORMAT_MARK = "omni_cpu_packed_weights"  # the metadata field that says a file is ours
@@ -108,7 +84,7 @@ def cache_root() -> Path | None:
     chosen = envs.OMNI_CPU_WEIGHT_CACHE
     if chosen == "off":
         return None
-    return Path(chosen) if chosen else gemv.cache_root() / "packed"
+    return Path(chosen) if chosen else build.cache_root() / "packed"
 
 
 def file_fingerprint(path: Path) -> dict[str, Any]:
@@ -177,14 +153,14 @@ def entry_key(
     """
     slot_parts = {
         "layout": LAYOUT_VERSION,
-        "groups": f"block={gemv.BLOCK},int4={gemv.INT4_GROUP},refits={gemv.INT4_REFITS}",
+        "groups": (f"block={packing.BLOCK},int4={packing.INT4_GROUP},refits={packing.INT4_REFITS}"),
         "kernel_build": build,
         "torch": torch.__version__,
         "numa_nodes": numa_nodes(),
         "checkpoint_folders": sorted({str(p.resolve().parent) for p in checkpoint_files}),
         **dict(parts),
     }
-    code = [Path(gemv.__file__), Path(__file__), *code_files]
+    code = [Path(gemv.__file__), Path(packing.__file__), Path(__file__), *code_files]
     keyed = {
         **slot_parts,
         **dict(versions or {}),

@@ -12,7 +12,7 @@ weights streamed at batch 1):
 | bf16/float32 elsewhere | vLLM's oneDNN `onednn_mm` (bf16 16-18) | 14-18 |
 | int8, AVX-512 VNNI | omni-cpu W8A8 GEMV | 23 (half the bytes) |
 | int8 elsewhere (x86) | FBGEMM dynamic (omni_cpu.models.int8) | 18-20 |
-| int4, AVX-512 VNNI | omni-cpu W4A8 GEMV (groups of 32) | see gemv.py |
+| int4, AVX-512 VNNI | omni-cpu W4A8 GEMV (groups of 32) | see RESULTS.md |
 
 Without avx512_bf16/VNNI (or with `OMNI_CPU_GEMV=avx2`) the GEMV's AVX2 build takes
 bf16 weights (float32 arithmetic), int8 weights (W8A8, AVX-VNNI where present) and
@@ -51,6 +51,7 @@ import torch
 from torch import nn
 
 from omni_cpu.kernels import fbgemm, gemv
+from omni_cpu.kernels.packing import BF16_GROUP, INT4_GROUP, INT8_GROUP, fits
 from omni_cpu.kernels.weight_cache import WeightCache
 from omni_cpu.models import int8
 
@@ -180,14 +181,14 @@ def _gemv_choice(
         return None
     prefix = "gemv" if module is not None else "gemv-avx2"
     if weights == "int4":
-        if int8.worth_quantizing(weight) and gemv.fits(weight, gemv.INT4_GROUP):
+        if int8.worth_quantizing(weight) and fits(weight, INT4_GROUP):
             return f"{prefix}-w4a8", gemv.PackedInt4Weights, gemv_module
         return None
     if weights == "int8":
-        if int8.worth_quantizing(weight) and gemv.fits(weight, gemv.INT8_GROUP):
+        if int8.worth_quantizing(weight) and fits(weight, INT8_GROUP):
             return f"{prefix}-w8a8", gemv.PackedInt8Weights, gemv_module
         return None
-    if weight.dtype == torch.bfloat16 and gemv.fits(weight, gemv.BF16_GROUP):
+    if weight.dtype == torch.bfloat16 and fits(weight, BF16_GROUP):
         return f"{prefix}-bf16", gemv.PackedBf16Weights, gemv_module
     return None
 

@@ -58,7 +58,7 @@ WEIGHT_FORMATS = {
     "model": WeightFormat(bytes_per_weight=None, step_overhead_ms=126.0),
     "int8": WeightFormat(bytes_per_weight=1.0, step_overhead_ms=62.0),
     # Groups of 32 weights with a bf16 scale and minimum: 0.5 + 4 / 32 = 0.625 bytes
-    # (omni_cpu.kernels.gemv.INT4_GROUP).
+    # (omni_cpu.kernels.packing.INT4_GROUP).
     "int4": WeightFormat(bytes_per_weight=0.625, step_overhead_ms=41.0),
 }
 

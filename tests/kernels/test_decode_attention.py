@@ -1,6 +1,6 @@
 """omni-cpu's one-position attention computes what SDPA computes, within rounding.
 
-The kernel (omni_cpu/kernels/csrc/decode_attention.cpp) serves the code
+The kernel (omni_cpu/kernels/csrc/attention_decode.cpp) serves the code
 predictor's steps after the first: one query per row over a frame's cache of up
 to 17 positions, grouped-query heads. Checked against float32 SDPA: float32
 inputs to 1e-5 relative (the same sums in another order); bf16 inputs to 1 %

@@ -1,4 +1,7 @@
-"""The GEMV's AVX2 build (kernels/gemv_avx2.cpp), run here whatever the CPU's AVX-512.
+"""The GEMV's AVX2 modules (csrc/gemv_avx2_*.cpp), run here whatever the CPU's AVX-512.
+
+Two compiles of the same sources: plain AVX2 (vpmaddubsw) and AVX-VNNI (vpdpbusd), the
+second only run where the CPU states avx_vnni but compiled everywhere.
 
 It takes the same packed weights as the AVX-512 build. bf16 weights with float32
 arithmetic: bound 1 % (measured 0.2-0.3 %, the bf16 rounding of the weights); int8
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -20,7 +23,7 @@ import torch
 from torch import nn
 
 from omni_cpu import envs
-from omni_cpu.kernels import gemv
+from omni_cpu.kernels import build, gemv, packing
 from omni_cpu.models import linears
 from tests.helpers.attention import one_position_case
 from tests.helpers.tensors import relative, weight
@@ -70,44 +73,50 @@ def test_avx2_gemv_on_partial_blocks_with_bias(columns: int, rows: int, dtype: t
     assert relative(w8a8, want) < 0.03
 
 
-@pytest.fixture(params=["vpmaddubsw", "avx-vnni"])
-def avx2_tile(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Each int8/int4 tile in turn: the AVX-VNNI one only where the CPU has it."""
-    module = gemv.avx2_kernel()
-    if not module.set_avx_vnni(request.param == "avx-vnni") and request.param == "avx-vnni":
-        module.set_avx_vnni(True)
-        pytest.skip("this CPU lacks avx_vnni")
-    yield request.param
-    module.set_avx_vnni(True)
+@pytest.fixture(params=[build.AVX2, build.AVX2_VNNI], ids=["vpmaddubsw", "avx-vnni"])
+def avx2_module(request: pytest.FixtureRequest) -> Any:
+    """Each AVX2 module in turn: the AVX-VNNI one only where the CPU has it."""
+    if not request.param.runs_here():
+        pytest.skip(f"this CPU lacks {', '.join(sorted(request.param.isa - build.cpu_isa()))}")
+    module = build.load(request.param)
+    assert module is not None and module.avx_vnni() == (request.param is build.AVX2_VNNI)
+    return module
+
+
+@needs_avx2
+def test_the_avx_vnni_module_compiles_on_any_avx2_cpu() -> None:
+    """Built (and imported, which runs no vpdpbusd) even where the CPU cannot run it."""
+    module = build.load(build.AVX2_VNNI)
+    assert module is not None and module.avx_vnni()
 
 
 @needs_avx2
 @pytest.mark.parametrize("rows", [1, 3], ids=lambda r: f"M{r}")
-def test_both_avx2_tiles_match_float32(avx2_tile: str, rows: int) -> None:
+def test_both_avx2_tiles_match_float32(avx2_module: Any, rows: int) -> None:
     w, x = weight(208, 1024), torch.randn(rows, 1024)
-    got = gemv.PackedInt8Weights(w, gemv.avx2_kernel())(x)
+    got = gemv.PackedInt8Weights(w, avx2_module)(x)
     assert relative(got, x @ w.t()) < 0.03
 
 
 @needs_avx2
 @pytest.mark.parametrize("rows", [1, 2, 7], ids=lambda r: f"M{r}")
-def test_both_int4_tiles_match_the_dequantized_product(avx2_tile: str, rows: int) -> None:
+def test_both_int4_tiles_match_the_dequantized_product(avx2_module: Any, rows: int) -> None:
     w, x = weight(208, 1024), torch.randn(rows, 1024)
     n, k = w.shape
-    codes, scale, low = gemv.quantize_int4(w.reshape(n, k // 32, 32))
+    codes, scale, low = packing.quantize_int4(w.reshape(n, k // 32, 32))
     dequantized = (codes.float() * scale[..., None] + low[..., None]).reshape(n, k)
-    got = gemv.PackedInt4Weights(w, gemv.avx2_kernel())(x)
+    got = gemv.PackedInt4Weights(w, avx2_module)(x)
     assert relative(got, x @ dequantized.t()) < 0.015
 
 
 @needs_avx2
-def test_avx2_w8a8_does_not_saturate_on_extreme_codes(avx2_tile: str) -> None:
+def test_avx2_w8a8_does_not_saturate_on_extreme_codes(avx2_module: Any) -> None:
     """All weights and activations at +-127: a u8 x s8 pair sum of 2 x 127 x 255 would clip."""
     w = torch.full((64, 256), 1.0)
     w[:, 1::2] = -1.0
     x = torch.ones(1, 256)
     x[:, 1::2] = -1.0  # every product is +1: y = 256
-    got = gemv.PackedInt8Weights(w, gemv.avx2_kernel())(x)
+    got = gemv.PackedInt8Weights(w, avx2_module)(x)
     assert torch.allclose(got, torch.full((1, 64), 256.0), rtol=1e-4)
 
 

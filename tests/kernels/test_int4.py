@@ -19,7 +19,7 @@ pytest.importorskip("vllm", reason="the inference runtime is not installed")
 import torch
 
 from omni_cpu import envs
-from omni_cpu.kernels import gemv
+from omni_cpu.kernels import gemv, packing
 from omni_cpu.models import linears
 from tests.helpers.tensors import relative, weight
 
@@ -36,7 +36,9 @@ KERNEL_BOUND = 0.015
 
 def dequantized(w: torch.Tensor) -> torch.Tensor:
     n, k = w.shape
-    codes, scale, low = gemv.quantize_int4(w.reshape(n, k // gemv.INT4_GROUP, gemv.INT4_GROUP))
+    codes, scale, low = packing.quantize_int4(
+        w.reshape(n, k // packing.INT4_GROUP, packing.INT4_GROUP)
+    )
     return (codes.float() * scale[..., None] + low[..., None]).reshape(n, k)
 
 
@@ -89,7 +91,7 @@ def test_each_int4_output_column_lands_in_its_own_place() -> None:
 def test_int4_quantization_is_asymmetric_per_group_and_keeps_the_weight() -> None:
     w = weight(64, 96)
     kept = w.clone()
-    codes, scale, low = gemv.quantize_int4(w.reshape(64, 3, 32))
+    codes, scale, low = packing.quantize_int4(w.reshape(64, 3, 32))
     assert torch.equal(w, kept)
     assert codes.dtype == torch.uint8 and int(codes.max()) <= 15
     assert scale.shape == low.shape == (64, 3)

@@ -18,7 +18,7 @@ pytest.importorskip("safetensors", reason="the inference runtime is not installe
 import torch
 from safetensors.torch import save_file
 
-from omni_cpu.kernels import gemv, weight_cache
+from omni_cpu.kernels import build, gemv, packing, weight_cache
 from omni_cpu.kernels.weight_cache import WeightCache, entry_key
 from tests.helpers.tensors import weight
 
@@ -66,7 +66,7 @@ def test_a_hit_multiplies_bit_for_bit_as_a_fresh_pack(
 ) -> None:
     # 48 x 64 and 208 x 192 end in a partial column block; 6144 x 1024 is the 0.6B's gate_up.
     packer, dtype = PACKERS[fmt]
-    if fmt == "int4" and shape[1] % gemv.INT4_GROUP:
+    if fmt == "int4" and shape[1] % packing.INT4_GROUP:
         pytest.skip("int4 takes K in whole groups")
     w = weight(*shape).to(dtype)
     entry = key([checkpoint(tmp_path / "ckpt")], weights=fmt)
@@ -264,16 +264,17 @@ def test_the_module_shows_the_cache_and_clears_it(monkeypatch, tmp_path: Path, c
 
 
 def test_a_changed_kernel_source_names_another_build(monkeypatch, tmp_path: Path) -> None:
-    # build_name() keys the entries; it is the build folder's name (source, flags, torch).
+    # build_name() keys the entries; it is the build folder's name (sources, flags, torch).
     monkeypatch.setenv("OMNI_CPU_KERNEL_CACHE", str(tmp_path / "kernels"))
-    monkeypatch.setattr(gemv, "kernel", lambda: object())  # "built": no compiler here
+    monkeypatch.setattr(build, "chosen", lambda: build.AVX512)
+    monkeypatch.setattr(build, "load", lambda module: object())  # "built": no compiler here
     names = []
     for version in ("// v1\n", "// v2\n"):
         folder = tmp_path / version[3:5] / "csrc"
         folder.mkdir(parents=True)
-        for source in gemv.sources():
-            (folder / source.name).write_text(version)
-        monkeypatch.setattr(gemv, "SOURCE", folder / gemv.SOURCE.name)
+        for source in build.AVX512.sources:
+            (folder / source).write_text(version)
+        monkeypatch.setattr(build, "CSRC", folder)
         names.append(gemv.build_name())
     assert names[0] != names[1]
     files = [checkpoint(tmp_path / "ckpt")]

@@ -20,7 +20,7 @@ pytest.importorskip("vllm", reason="the inference runtime is not installed")
 import torch
 from torch import nn
 
-from omni_cpu.kernels import fbgemm, gemv, weight_cache
+from omni_cpu.kernels import fbgemm, gemv, packing, weight_cache
 from omni_cpu.models import linears
 from tests.helpers.tensors import column_picking
 
@@ -71,7 +71,7 @@ def test_w8a8_gemv_stays_within_int8_rounding(rows: int, columns: int, dtype: to
 @needs_gemv
 def test_quantizing_leaves_the_float_weight_as_it_was() -> None:
     # Quantized in slices of QUANTIZE_ROWS, in place on float32 copies, never on the weight.
-    w = weight(2 * gemv.QUANTIZE_ROWS + 64, 128) * 0.02
+    w = weight(2 * packing.QUANTIZE_ROWS + 64, 128) * 0.02
     kept = w.clone()
     linears.choose(w, "int8")
     assert torch.equal(w, kept)

@@ -1,8 +1,8 @@
 // What the GEMV modules' kernels share that is no vector code: the torch-facing argument
 // checks and shape reading, the dtype dispatch, the output and bias of a product, the split
 // of column blocks over the stage's threads and the packed layout's constants. Included by
-// the AVX-512 and the AVX2 builds alike (gemv.py hashes and copies every header of csrc/
-// with the sources).
+// the AVX-512 and the AVX2 builds alike (kernels/build.py hashes and copies every header of
+// csrc/ with the sources).
 
 #pragma once
 
@@ -11,11 +11,12 @@
 #include <torch/extension.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace omni_cpu {
 
-constexpr int64_t kBlock = 64;      // output columns per packed block (gemv.py's BLOCK)
+constexpr int64_t kBlock = 64;      // output columns per packed block (packing.py's BLOCK)
 constexpr int64_t kInt4Group = 32;  // K elements per (scale, minimum) of int4 (INT4_GROUP)
 
 // each(n0, nb) for every block of kBlock output columns (the last nb = 16, 32 or 48 wide
@@ -69,6 +70,14 @@ torch::Tensor with_output(const torch::Tensor& x, int64_t N,
   return out;
 }
 
+// A row's symmetric 8-bit scale: amax / 127 (1 for a row of zeros).
+template <typename In>
+float row_scale(const In* row, int64_t K) {
+  float amax = 0.f;
+  for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
+  return amax > 0.f ? amax / 127.f : 1.f;
+}
+
 // A W4A8 product's x: quantized per row to signed 8 bits, each row's scale and each
 // group's sum of the codes.
 struct Int4Rows {
@@ -77,38 +86,5 @@ struct Int4Rows {
   const int32_t* xsum;  // [M, K / kInt4Group] sums of xq per group
   int64_t K;
 };
-
-// gemv_w4a8 of either build: checks x [M, K], w [N, K / 2] nibbles and scales [N, K / 32 * 2]
-// bf16 (scale, minimum), quantizes x by quantize(x, M, K, q, scales, sums) and returns what
-// product(rows, M, w, scales, N, store) writes.
-template <template <typename> class Store, typename Quantize, typename Product>
-torch::Tensor gemv_w4a8_with(const torch::Tensor& x, const torch::Tensor& w,
-                             const torch::Tensor& scales, const c10::optional<torch::Tensor>& bias,
-                             Quantize quantize, Product product) {
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && scales.dim() == 2, "gemv_w4a8: 2-D x, w, scales");
-  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  TORCH_CHECK(K % kInt4Group == 0, "gemv_w4a8: K must be a multiple of ", kInt4Group);
-  TORCH_CHECK(N % 16 == 0, "gemv_w4a8: N must be a multiple of 16");
-  TORCH_CHECK(w.scalar_type() == torch::kUInt8 && w.size(1) == K / 2,
-              "gemv_w4a8: w is uint8 [N, K / 2] (two 4-bit codes a byte)");
-  TORCH_CHECK(scales.scalar_type() == torch::kBFloat16 && scales.size(0) == N &&
-                  scales.size(1) == K / kInt4Group * 2,
-              "gemv_w4a8: scales are bf16 [N, K / 32 * 2] (scale, minimum)");
-  TORCH_CHECK(x.is_contiguous() && w.is_contiguous() && scales.is_contiguous(),
-              "gemv_w4a8: contiguous inputs only");
-  auto xq = torch::empty({M, K}, x.options().dtype(torch::kInt8));
-  auto xscale = torch::empty({M}, x.options().dtype(torch::kFloat32));
-  auto xsum = torch::empty({M, K / kInt4Group}, x.options().dtype(torch::kInt32));
-  const Int4Rows rows{xq.data_ptr<int8_t>(), xscale.data_ptr<float>(), xsum.data_ptr<int32_t>(),
-                      K};
-  with_rows(x, [&](const auto* data) {
-    quantize(data, M, K, xq.data_ptr<int8_t>(), xscale.data_ptr<float>(),
-             xsum.data_ptr<int32_t>());
-  });
-  const uint8_t* wp = w.data_ptr<uint8_t>();
-  const auto* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr());
-  return with_output<Store>(x, N, bias,
-                            [&](const auto& store) { product(rows, M, wp, sp, N, store); });
-}
 
 }  // namespace omni_cpu

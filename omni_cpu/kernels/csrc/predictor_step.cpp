@@ -6,10 +6,11 @@
 // layer and ~12 more per sampled code, ~1,900 a frame, each paying the dispatcher and
 // Python; on int4 weights those calls cost about what streaming the weights does. Here
 // one call runs a position through the 5 layers on the GEMV's own tiles and packed
-// weights (gemv_avx512.cpp bf16 / W8A8, gemv_int4.cpp W4A8) and decode_attention.cpp's
-// attention, with every buffer kept by the PredictorStep object between calls.
-// Built into both GEMV modules: with AVX-512 flags beside those files, with AVX2 flags
-// beside gemv_avx2.cpp (its tiles and attention, 8-lane row ops; vec:: below).
+// weights (gemv_avx512_bf16_int8.cpp bf16 / W8A8, gemv_avx512_int4.cpp W4A8) and
+// attention_decode.cpp's attention, declared in gemv.h, with every buffer kept by the
+// PredictorStep object between calls. Built into every GEMV module: with AVX-512 flags beside
+// those files, with AVX2 flags beside gemv_avx2_*.cpp (their tiles and attention, 8-lane row
+// ops; vec:: below).
 //
 // Per layer, for rows r = i * B + b (position start + i of stream b, position-major, so
 // each position's B rows are contiguous for the attention):
@@ -48,56 +49,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "gemv.h"
 #include "kernel_common.h"
 #include "vec.h"
-
-// The GEMV module's products and attention on raw pointers and caller-owned buffers,
-// defined beside their tensor calls: the same tiles on the same packed weights, so the
-// same bits as the module's gemv_bf16 / gemv_w8a8 / gemv_w4a8 / decode_attention.
-// Products: y[M, N] = x[M, K] @ W[N, K]^T (+ bias), rounded once to Out. This file is
-// built into both GEMV modules: the AVX-512 one (gemv_avx512.cpp, gemv_int4.cpp,
-// decode_attention.cpp) and the AVX2 one (gemv_avx2.cpp), whose W8A8 takes signed
-// activations and whose bf16 product float32 ones.
-namespace omni_cpu {
-// Rows a buffer of M rows must have: where amx_rows sends a product to AMX tiles, x (bf16)
-// or xq (int8) is read in whole tiles of 16 rows.
-int64_t product_rows(int64_t M);
-template <typename In>
-void quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, int32_t* sums);
-template <typename Out>
-void w4a8_product(const int8_t* xq, const float* xscale, const int32_t* xsum, const uint8_t* w,
-                  const c10::BFloat16* scales, int64_t M, int64_t K, int64_t N,
-                  const float* bias, Out* out);
-template <typename T>
-void attend_positions(const T* q, const T* keys, const T* values, T* out, int64_t B, int64_t H,
-                      int64_t G, int64_t S, int64_t D, int64_t end, float scale);
-#if defined(__AVX512F__)
-template <typename In>
-void quantize_u8(const In* x, int64_t M, int64_t K, uint8_t* q, float* scales);
-template <typename Out>
-void bf16_product(const c10::BFloat16* x, const c10::BFloat16* w, int64_t M, int64_t K,
-                  int64_t N, const float* bias, Out* out, int64_t amx_rows);
-template <typename Out>
-void w8a8_product(const uint8_t* xq, const float* xscale, const int8_t* w, const float* wscale,
-                  const int32_t* wsum, int64_t M, int64_t K, int64_t N, const float* bias,
-                  Out* out, int64_t amx_rows);
-#else
-template <typename Out>
-void bf16_product_f32(const float* x, const c10::BFloat16* w, int64_t M, int64_t K, int64_t N,
-                      const float* bias, Out* out);
-template <typename In>
-void quantize_s8_rows(const In* x, int64_t M, int64_t K, int8_t* q, float* scales);
-template <typename Out>
-void w8a8_product_s8(const int8_t* xq, const float* xscale, const int8_t* w, const float* wscale,
-                     int64_t M, int64_t K, int64_t N, const float* bias, Out* out);
-#endif
-}  // namespace omni_cpu
 
 namespace {
 
 using BF16 = c10::BFloat16;
 
-enum Format : int64_t { kBf16 = 0, kW8a8 = 1, kW4a8 = 2 };  // gemv.py's STEP_FORMATS
+enum Format : int64_t { kBf16 = 0, kW8a8 = 1, kW4a8 = 2 };  // models/predictor_step.py's STEP_FORMATS
 constexpr int64_t kGroup = omni_cpu::kInt4Group;  // K elements per (scale, minimum) of int4
 constexpr int64_t kMaxHead = 512;
 
@@ -721,7 +681,7 @@ class PredictorStep {
 
 }  // namespace
 
-void bind_predictor_step(pybind11::module& m) {
+void omni_cpu::bind_predictor_step(pybind11::module& m) {
   namespace py = pybind11;
   py::class_<PredictorStep>(m, "PredictorStep",
                             "the code predictor's layers (and sampling) in one call per position")

@@ -1,5 +1,5 @@
 // The float32 vectors of the build's ISA, chosen by its flags: 16 lanes (__m512) in the
-// AVX-512 module, 8 (__m256) in the AVX2 one. Row work written once on them (the attention,
+// AVX-512 module, 8 (__m256) in the AVX2 ones. Row work written once on them (the attention,
 // the predictor step's norms, a tile's rounded stores) compiles to each ISA's own
 // instructions; the GEMV tiles keep theirs. Bf16 is rounded to nearest even on both
 // (vcvtneps2bf16 on AVX-512, the same rounding by integer ops on AVX2; no NaN here).
@@ -64,6 +64,17 @@ inline void store(BF16* p, V v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                    _mm_packus_epi32(_mm256_castsi256_si128(high),
                                     _mm256_extracti128_si256(high, 1)));
+}
+// u8 x s8 quads summed into acc's 32-bit lanes: one vpdpbusd where the module is built with
+// AVX-VNNI, else vpmaddubsw and vpmaddwd by ones. The same integers where no pair sum of
+// vpmaddubsw saturates 16 bits (the callers' operands keep every pair under 32767).
+inline __m256i dot_quads(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+  const __m256i pairs = _mm256_maddubs_epi16(u, s);
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+#endif
 }
 #endif
 #undef OMNI_VEC_OPS

@@ -10,7 +10,7 @@
 // keys x 128, microseconds of arithmetic, and the predictor calls it 70 times a
 // frame. Scores and the weighted sum are accumulated in float32 (SDPA's CPU path
 // accumulates bf16 inputs in float32 too), and the result is rounded once.
-// Built into both GEMV modules, on vec.h's vectors: 16 float32 lanes with the AVX-512 flags,
+// Built into every GEMV module, on vec.h's vectors: 16 float32 lanes with the AVX-512 flags,
 // 8 with the AVX2 ones.
 
 #include <ATen/Parallel.h>
@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "gemv.h"
 #include "vec.h"
 
 namespace {
@@ -67,7 +68,7 @@ void attend(const T* q, const T* keys, const T* values, T* out, int64_t B, int64
 
 }  // namespace
 
-torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
+torch::Tensor omni_cpu::decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
                                int64_t end, double scale) {
   TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes(),
               "decode_attention: keys and values [B, G, S, D] alike");
@@ -96,20 +97,20 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tenso
   return out;
 }
 
-// The same attention on raw pointers and caller-owned buffers (declared in predictor_step.cpp,
-// which chains them).
-namespace omni_cpu {
-
+// The same attention on raw pointers and caller-owned buffers (gemv.h; predictor_step.cpp
+// chains it).
 template <typename T>
-void attend_positions(const T* q, const T* keys, const T* values, T* out, int64_t B, int64_t H,
-                      int64_t G, int64_t S, int64_t D, int64_t end, float scale) {
+void omni_cpu::attend_positions(const T* q, const T* keys, const T* values, T* out, int64_t B,
+                                int64_t H, int64_t G, int64_t S, int64_t D, int64_t end,
+                                float scale) {
   attend(q, keys, values, out, B, H, G, S, D, end, scale);
 }
 
-template void attend_positions<float>(const float*, const float*, const float*, float*, int64_t,
-                                      int64_t, int64_t, int64_t, int64_t, int64_t, float);
-template void attend_positions<c10::BFloat16>(const c10::BFloat16*, const c10::BFloat16*,
-                                              const c10::BFloat16*, c10::BFloat16*, int64_t,
-                                              int64_t, int64_t, int64_t, int64_t, int64_t, float);
-
-}  // namespace omni_cpu
+template void omni_cpu::attend_positions<float>(const float*, const float*, const float*, float*,
+                                                int64_t, int64_t, int64_t, int64_t, int64_t,
+                                                int64_t, float);
+template void omni_cpu::attend_positions<c10::BFloat16>(const c10::BFloat16*,
+                                                        const c10::BFloat16*,
+                                                        const c10::BFloat16*, c10::BFloat16*,
+                                                        int64_t, int64_t, int64_t, int64_t,
+                                                        int64_t, int64_t, float);

@@ -1,11 +1,12 @@
-// int4 weights, int8 activations: the GEMV of gemv_avx512.cpp with half its weight bytes.
+// int4 weights, int8 activations on AVX-512 VNNI: the GEMV of gemv_avx512_bf16_int8.cpp with
+// half its weight bytes.
 //
 // y[M, N] = x[M, K] @ W[N, K]^T with W group-wise asymmetric 4-bit along K: each run of
 // kGroup = 32 K elements of an output row has a bf16 scale s and a bf16 minimum lo, and
-// w = s * u + lo with u in 0..15 (omni_cpu/kernels/gemv.py quantizes and packs; 32 is
-// the largest group that keeps random layers under 8 % error, see PackedInt4Weights).
+// w = s * u + lo with u in 0..15 (omni_cpu/kernels/packing.py quantizes and packs; 32
+// is the largest group that keeps random layers under 8 % error, see PackedInt4Weights).
 //
-// Layout: the column blocks of gemv_avx512.cpp (64 columns, the last 16, 32 or 48).
+// Layout: the column blocks of gemv_avx512_bf16_int8.cpp (64 columns, the last 16, 32 or 48).
 // A block holds [K / 8][nb][4] bytes: byte j of column c at step p carries u[c, 8p + j]
 // in its low nibble and u[c, 8p + 4 + j] in its high one, so one 64-byte load gives two
 // vpdpbusd weight vectors (16 columns x 4 K each) after a mask and a shift. Beside it,
@@ -18,7 +19,7 @@
 // The first sum is 32-bit integer per group, the second is the row's group sum of xq,
 // computed once per call. Register tile: up to 3 rows x 4 vectors, an int32 and a
 // float32 accumulator each (24 registers), the weights and x broadcast from memory.
-// Built into omni_cpu_gemv (the same flags: AVX-512 BW/VNNI) by gemv.py.
+// Built into the AVX-512 module (kernels/build.py: the same flags, AVX-512 BW/VNNI).
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -29,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "gemv.h"
 #include "kernel_common.h"
 #include "vec.h"
 
@@ -129,12 +131,16 @@ void w4a8_all(const Rows& rows, int64_t M, const uint8_t* w, const uint16_t* sca
   });
 }
 
-// Per-row symmetric quantization to signed 8 bits, and each group's sum of the codes,
+}  // namespace
+
+// The module's W4A8 (gemv.h): gemv_w4a8.cpp's tensor call and predictor_step.cpp chain them.
+// x per row to signed 8 bits, and each group's sum of the codes.
 // 16 values a vector (K is whole groups). The scalar loop it replaced (amax, amax / 127,
 // nearbyint(x * (1 / scale))) gives the same bits: max is exact in any order, vcvtps2dq
 // rounds to nearest even as nearbyint does; it was ~1 % of an int4 code-predictor frame.
 template <typename In>
-void quantize_rows(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, int32_t* sums) {
+void omni_cpu::quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales,
+                           int32_t* sums) {
   const int64_t groups = K / kGroup;
   for (int64_t m = 0; m < M; ++m) {
     const In* row = x + m * K;
@@ -157,41 +163,13 @@ void quantize_rows(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, 
   }
 }
 
-}  // namespace
-
-torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
-                        c10::optional<torch::Tensor> bias) {
-  return omni_cpu::gemv_w4a8_with<Store>(
-      x, w, scales, bias, [](const auto* data, auto... rest) { quantize_rows(data, rest...); },
-      [](const Rows& rows, int64_t M, const uint8_t* wp, const uint16_t* sp, int64_t N,
-         const auto& store) { w4a8_all(rows, M, wp, sp, N, store); });
-}
-
-// The same product on raw pointers and caller-owned buffers (declared in predictor_step.cpp,
-// which chains them).
-namespace omni_cpu {
-
-template <typename In>
-void quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, int32_t* sums) {
-  quantize_rows(x, M, K, q, scales, sums);
-}
-
 template <typename Out>
-void w4a8_product(const int8_t* xq, const float* xscale, const int32_t* xsum, const uint8_t* w,
-                  const c10::BFloat16* scales, int64_t M, int64_t K, int64_t N,
-                  const float* bias, Out* out) {
+void omni_cpu::w4a8_product(const int8_t* xq, const float* xscale, const int32_t* xsum,
+                            const uint8_t* w, const c10::BFloat16* scales, int64_t M, int64_t K,
+                            int64_t N, const float* bias, Out* out) {
   const Rows rows{xq, xscale, xsum, K};
   w4a8_all(rows, M, w, reinterpret_cast<const uint16_t*>(scales), N, Store<Out>{out, bias, N});
 }
 
-template void quantize_s8<float>(const float*, int64_t, int64_t, int8_t*, float*, int32_t*);
-template void quantize_s8<c10::BFloat16>(const c10::BFloat16*, int64_t, int64_t, int8_t*, float*,
-                                         int32_t*);
-template void w4a8_product<float>(const int8_t*, const float*, const int32_t*, const uint8_t*,
-                                  const c10::BFloat16*, int64_t, int64_t, int64_t, const float*,
-                                  float*);
-template void w4a8_product<c10::BFloat16>(const int8_t*, const float*, const int32_t*,
-                                          const uint8_t*, const c10::BFloat16*, int64_t, int64_t,
-                                          int64_t, const float*, c10::BFloat16*);
-
-}  // namespace omni_cpu
+OMNI_CPU_W4A8_INSTANCES(float)
+OMNI_CPU_W4A8_INSTANCES(c10::BFloat16)

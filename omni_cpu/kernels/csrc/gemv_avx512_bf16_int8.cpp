@@ -25,7 +25,8 @@
 //
 // Threads: column blocks are split over torch's OpenMP team (at::parallel_for), so
 // the module must be compiled with -fopenmp: without it parallel_for runs serially.
-// Built by omni_cpu/kernels/gemv.py only on CPUs that report both extensions.
+// Built by omni_cpu/kernels/build.py only on CPUs that report both extensions; the module's
+// bindings are at the end of this file.
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -41,6 +42,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "gemv.h"
 #include "kernel_common.h"
 #include "vec.h"
 
@@ -425,20 +427,18 @@ torch::Tensor gemv_w8a8(torch::Tensor x, torch::Tensor w, torch::Tensor wscale,
   });
 }
 
-// The same products on raw pointers and caller-owned buffers (declared in predictor_step.cpp,
-// which chains them).
-namespace omni_cpu {
-
-int64_t product_rows(int64_t M) { return whole_tiles(M); }
+// The same products on raw pointers and caller-owned buffers (gemv.h; predictor_step.cpp
+// chains them).
+int64_t omni_cpu::product_rows(int64_t M) { return whole_tiles(M); }
 
 template <typename In>
-void quantize_u8(const In* x, int64_t M, int64_t K, uint8_t* q, float* scales) {
+void omni_cpu::quantize_u8(const In* x, int64_t M, int64_t K, uint8_t* q, float* scales) {
   quantize_rows(x, M, K, q, scales);
 }
 
 template <typename Out>
-void bf16_product(const c10::BFloat16* x, const c10::BFloat16* w, int64_t M, int64_t K,
-                  int64_t N, const float* bias, Out* out, int64_t amx_rows) {
+void omni_cpu::bf16_product(const c10::BFloat16* x, const c10::BFloat16* w, int64_t M, int64_t K,
+                            int64_t N, const float* bias, Out* out, int64_t amx_rows) {
   const auto* xp = reinterpret_cast<const uint16_t*>(x);
   const auto* wp = reinterpret_cast<const uint16_t*>(w);
   const Store<Out> store{out, bias, N};
@@ -449,9 +449,9 @@ void bf16_product(const c10::BFloat16* x, const c10::BFloat16* w, int64_t M, int
 }
 
 template <typename Out>
-void w8a8_product(const uint8_t* xq, const float* xscale, const int8_t* w, const float* wscale,
-                  const int32_t* wsum, int64_t M, int64_t K, int64_t N, const float* bias,
-                  Out* out, int64_t amx_rows) {
+void omni_cpu::w8a8_product(const uint8_t* xq, const float* xscale, const int8_t* w,
+                            const float* wscale, const int32_t* wsum, int64_t M, int64_t K,
+                            int64_t N, const float* bias, Out* out, int64_t amx_rows) {
   const Store<Out> store{out, bias, N};
   if (use_amx(M, K, amx_rows))
     amx_w8a8_all(xq, w, M, K, N, xscale, wscale, wsum, store);
@@ -459,22 +459,16 @@ void w8a8_product(const uint8_t* xq, const float* xscale, const int8_t* w, const
     w8a8_all(xq, w, M, K, N, xscale, wscale, wsum, store);
 }
 
-template void quantize_u8<float>(const float*, int64_t, int64_t, uint8_t*, float*);
-template void quantize_u8<c10::BFloat16>(const c10::BFloat16*, int64_t, int64_t, uint8_t*,
-                                         float*);
-template void bf16_product<float>(const c10::BFloat16*, const c10::BFloat16*, int64_t, int64_t,
-                                  int64_t, const float*, float*, int64_t);
-template void bf16_product<c10::BFloat16>(const c10::BFloat16*, const c10::BFloat16*, int64_t,
-                                          int64_t, int64_t, const float*, c10::BFloat16*,
-                                          int64_t);
-template void w8a8_product<float>(const uint8_t*, const float*, const int8_t*, const float*,
-                                  const int32_t*, int64_t, int64_t, int64_t, const float*,
-                                  float*, int64_t);
-template void w8a8_product<c10::BFloat16>(const uint8_t*, const float*, const int8_t*,
-                                          const float*, const int32_t*, int64_t, int64_t,
-                                          int64_t, const float*, c10::BFloat16*, int64_t);
-
-}  // namespace omni_cpu
+#define OMNI_AVX512_ROWS(T)                                                                   \
+  template void omni_cpu::quantize_u8<T>(const T*, int64_t, int64_t, uint8_t*, float*);       \
+  template void omni_cpu::bf16_product<T>(const c10::BFloat16*, const c10::BFloat16*, int64_t, \
+                                          int64_t, int64_t, const float*, T*, int64_t);        \
+  template void omni_cpu::w8a8_product<T>(const uint8_t*, const float*, const int8_t*,         \
+                                          const float*, const int32_t*, int64_t, int64_t,      \
+                                          int64_t, const float*, T*, int64_t);
+OMNI_AVX512_ROWS(float)
+OMNI_AVX512_ROWS(c10::BFloat16)
+#undef OMNI_AVX512_ROWS
 
 bool amx_ready() { return amx_permitted(); }
 
@@ -489,22 +483,15 @@ int64_t parallel_threads(int64_t items) {
   return reached;
 }
 
-// decode_attention.cpp
-torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
-                               int64_t end, double scale);
-// gemv_int4.cpp
-torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
-                        c10::optional<torch::Tensor> bias);
-// predictor_step.cpp
-void bind_predictor_step(pybind11::module& m);
-
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemv_bf16", &gemv_bf16, "y = x @ w.T (+ bias), bf16, weights packed by column blocks;"
         " AMX tiles from amx_rows rows (0: never)");
   m.def("gemv_w8a8", &gemv_w8a8, "y = x @ dequant(w).T (+ bias), int8 weights packed likewise");
-  m.def("gemv_w4a8", &gemv_w4a8, "y = x @ dequant(w).T (+ bias), 4-bit weights in groups of 32");
+  m.def("gemv_w4a8", &omni_cpu::gemv_w4a8,
+        "y = x @ dequant(w).T (+ bias), 4-bit weights in groups of 32");
   m.def("amx_ready", &amx_ready, "this process may use AMX tiles (Linux granted the state)");
   m.def("parallel_threads", &parallel_threads, "threads one parallel region reaches");
-  m.def("decode_attention", &decode_attention, "one query position over a short KV cache");
-  bind_predictor_step(m);
+  m.def("decode_attention", &omni_cpu::decode_attention,
+        "one query position over a short KV cache");
+  omni_cpu::bind_predictor_step(m);
 }

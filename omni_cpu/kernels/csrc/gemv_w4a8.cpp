@@ -1,0 +1,39 @@
+// The W4A8 tensor call, the same in every GEMV module: checks x [M, K], w [N, K / 2] nibbles
+// and scales [N, K / 32 * 2] bf16 (scale, minimum), quantizes x by the module's quantize_s8
+// and multiplies by its w4a8_product (gemv_avx512_int4.cpp or gemv_avx2_int4.cpp; gemv.h).
+
+#include <c10/util/BFloat16.h>
+#include <torch/extension.h>
+
+#include <cstdint>
+
+#include "gemv.h"
+#include "kernel_common.h"
+#include "vec.h"
+
+torch::Tensor omni_cpu::gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
+                                  c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && scales.dim() == 2, "gemv_w4a8: 2-D x, w, scales");
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_CHECK(K % kInt4Group == 0, "gemv_w4a8: K must be a multiple of ", kInt4Group);
+  TORCH_CHECK(N % 16 == 0, "gemv_w4a8: N must be a multiple of 16");
+  TORCH_CHECK(w.scalar_type() == torch::kUInt8 && w.size(1) == K / 2,
+              "gemv_w4a8: w is uint8 [N, K / 2] (two 4-bit codes a byte)");
+  TORCH_CHECK(scales.scalar_type() == torch::kBFloat16 && scales.size(0) == N &&
+                  scales.size(1) == K / kInt4Group * 2,
+              "gemv_w4a8: scales are bf16 [N, K / 32 * 2] (scale, minimum)");
+  TORCH_CHECK(x.is_contiguous() && w.is_contiguous() && scales.is_contiguous(),
+              "gemv_w4a8: contiguous inputs only");
+  auto xq = torch::empty({M, K}, x.options().dtype(torch::kInt8));
+  auto xscale = torch::empty({M}, x.options().dtype(torch::kFloat32));
+  auto xsum = torch::empty({M, K / kInt4Group}, x.options().dtype(torch::kInt32));
+  int8_t* q = xq.data_ptr<int8_t>();
+  float* xs = xscale.data_ptr<float>();
+  int32_t* sums = xsum.data_ptr<int32_t>();
+  with_rows(x, [&](const auto* data) { quantize_s8(data, M, K, q, xs, sums); });
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  const auto* sp = static_cast<const c10::BFloat16*>(scales.data_ptr());
+  return with_output<vec::Store>(x, N, bias, [&](const auto& store) {
+    w4a8_product(q, xs, sums, wp, sp, M, K, N, store.bias, store.out);
+  });
+}
