@@ -14,6 +14,14 @@ Why: greedy float32 codes of the two agree bit for bit except in two places
   dialect tag for `chinese` and `auto`; vLLM-Omni only for `auto`, so its prompt holds
   the Chinese tag and the codes differ from frame 0. Both prompts are 4 tags long, so
   vLLM-Omni's prompt-length estimate stays right.
+
+And where a Base model turns reference audio into codes (the speech tokenizer's encoder,
+for in-context cloning): vLLM-Omni runs that encoder in bfloat16 whatever the talker's
+dtype (`self.encoder.to(dtype=torch.bfloat16)`), which also rounds its transformer's
+rotary table (`inv_freq`, up to 0.37 %); transformers keeps that table float32 in a bf16
+model, as qwen-tts's bf16 run does. Random-weight residual codebooks turn that into 99.6 %
+equal reference codes against qwen-tts bf16 (100 % with the float32 table). The encoder's
+bf16 weights stay: against a float32 qwen-tts they agree 72.9 % whatever the table.
 """
 
 from __future__ import annotations
@@ -35,7 +43,29 @@ def install(model: Any) -> list[str]:
         applied.append("code-zero")
     if speak_dialect_for_chinese(model):
         applied.append("dialect")
+    if float32_encoder_rope(model):
+        applied.append("encoder-rope")
     return applied
+
+
+def float32_encoder_rope(model: Any) -> bool:
+    """Give the speech tokenizer encoder's rotary tables back their float32 values; any changed."""
+    encoder = getattr(model, "encoder", None)
+    if not isinstance(encoder, torch.nn.Module):
+        return False
+    changed = False
+    for module in encoder.modules():
+        table = getattr(module, "inv_freq", None)
+        compute = getattr(module, "compute_default_rope_parameters", None)
+        if not isinstance(table, torch.Tensor) or table.dtype == torch.float32 or compute is None:
+            continue
+        if getattr(module, "rope_type", "default") != "default":
+            continue
+        fresh, _ = compute(module.config, table.device)
+        module.inv_freq = fresh.float()
+        module.original_inv_freq = fresh.float().clone()
+        changed = True
+    return changed
 
 
 def allow_code_zero(model: Any) -> bool:

@@ -56,3 +56,17 @@ def test_a_dialect_speaker_asked_for_chinese_gets_its_dialect_tag(
 def test_a_plain_speaker_asked_for_chinese_keeps_the_chinese_tag(talker: Talker) -> None:
     chinese = talker.prompt(request("Chinese", "vivian")).embeds
     assert not torch.equal(chinese, talker.prompt(request("beijing_dialect", "vivian")).embeds)
+
+
+def test_the_reference_audio_encoders_rotary_table_is_float32_as_transformers_computes_it(
+    tiny_kinds: dict[str, Path],
+) -> None:
+    # vLLM-Omni 0.30.0 casts the whole encoder to bf16, table included; qwen-tts (transformers)
+    # keeps the table float32, and with it the reference codes of a clip agree with qwen-tts bf16.
+    model = load_talker(tiny_kinds["base"], "model", "float32").model
+    tables = [m for m in model.encoder.modules() if hasattr(m, "inv_freq")]
+    assert tables
+    for rotary in tables:
+        fresh, _ = rotary.compute_default_rope_parameters(rotary.config, None)
+        assert rotary.inv_freq.dtype == torch.float32
+        assert torch.equal(rotary.inv_freq, fresh.float())
