@@ -221,10 +221,12 @@ def compare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     reference_facts = json.loads(_check(commands[0]).strip().splitlines()[-1])
     ref = np.load(ref_file)
     ref_codes, ref_wave = ref["codes"], ref["wave"]
-    codes = in_process(args, ref_codes)
-    decoded = Code2Wav(args.model).decode(torch.from_numpy(ref_codes)).numpy()
+    # The engines first: this process's talker would hold its memory while they run (1.7B
+    # float32: about 9 GB on each side, which a 23 GB machine shared with others did not have).
     for command in commands[1:]:
         _check(command)
+    codes = in_process(args, ref_codes)
+    decoded = Code2Wav(args.model).decode(torch.from_numpy(ref_codes)).numpy()
     engine_wave, _ = soundfile.read(str(omni_wav), dtype="float32")
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
