@@ -12,6 +12,12 @@ language and frame count, greedy in the talker and the code predictor, in
 - audio: `omni-cpu run --greedy` through the engines (a float32 profile of this machine)
   against the reference's own audio, and the reference's codes through vLLM-Omni's decoder
   against the same, as SNR in dB (inf: the same samples).
+With `--weights int8` or `int4` it measures quantization instead: the reference runs
+float32, omni-cpu's talker in that weight format (in process, `--dtype` activations) is
+free-running and teacher-forced on the reference's codes, and beside it stand two figures of
+plain bfloat16 rounding: omni-cpu's bf16 talker teacher-forced on the same codes, and the
+reference's own bf16 run against its float32 run (free-running; qwen-tts has no
+teacher-forcing). No audio: one different code changes the rest of the waveform.
 In-process figures are for repetition penalty 1.0 (the in-process loop takes the argmax);
 the engines and the reference take `--repetition-penalty`. Appends a dated section to
 benchmarks/RESULTS.md unless `--no-record`. Run it from omni-cpu's venv:
@@ -19,6 +25,8 @@ benchmarks/RESULTS.md unless `--no-record`. Run it from omni-cpu's venv:
     .venv/bin/python benchmarks/vs_reference.py --model checkpoints/0.6b --frames 40
     .venv/bin/python benchmarks/vs_reference.py --model checkpoints/1.7b-vd \
         --instruct "A warm, low female voice" --frames 20
+    .venv/bin/python benchmarks/vs_reference.py --model checkpoints/0.6b --frames 20 \
+        --weights int8
     .venv/bin/python benchmarks/vs_reference.py --model checkpoints/0.6b-base \
         --ref-audio voice.wav --ref-text "What the clip says." --frames 20
 
@@ -72,6 +80,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--language", default="Auto")
     parser.add_argument("--frames", type=int, default=40)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument(
+        "--weights",
+        choices=("model", "int8", "int4"),
+        default="model",
+        help="omni-cpu's talker weights; int8/int4: teacher-forced against float32 (in process)",
+    )
     parser.add_argument("--repetition-penalty", type=float, default=1.0)
     parser.add_argument("--omni-cpu", default=".venv/bin/omni-cpu")
     parser.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
@@ -128,10 +142,11 @@ def voice_options(args: argparse.Namespace) -> list[str]:
     return options
 
 
-def reference_command(args: argparse.Namespace, out: Path) -> list[str]:
+def reference_command(args: argparse.Namespace, out: Path, dtype: str = "") -> list[str]:
     command = [str(REFERENCE_PYTHON), str(CODES_SCRIPT), "--model", str(args.model)]
     command += ["--text", args.text, "--language", args.language, "--frames", str(args.frames)]
-    command += ["--dtype", args.dtype, "--repetition-penalty", str(args.repetition_penalty)]
+    command += ["--dtype", dtype or args.dtype]
+    command += ["--repetition-penalty", str(args.repetition_penalty)]
     return [*command, *voice_options(args), "--out", str(out)]
 
 
@@ -152,7 +167,9 @@ def _check(command: list[str]) -> str:
     return done.stdout
 
 
-def in_process(args: argparse.Namespace, ref_codes: np.ndarray) -> dict[str, Any]:
+def in_process(
+    args: argparse.Namespace, ref_codes: np.ndarray, weights: str = "model", dtype: str = ""
+) -> dict[str, Any]:
     """omni-cpu's talker (the stage's load path) free-running and teacher-forced, in process."""
     import torch
 
@@ -175,7 +192,7 @@ def in_process(args: argparse.Namespace, ref_codes: np.ndarray) -> dict[str, Any
         x_vector_only=args.x_vector_only,
     )
     info = request.additional_information()
-    talker = load_talker(args.model, "model", args.dtype)
+    talker = load_talker(args.model, weights, dtype or args.dtype)
     free, _ = free_run(talker, info, args.frames)
     reference = torch.from_numpy(ref_codes)
     logits, residuals, _ = teacher_forced(talker, info, reference)
@@ -204,10 +221,12 @@ def compare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     reference_facts = json.loads(_check(commands[0]).strip().splitlines()[-1])
     ref = np.load(ref_file)
     ref_codes, ref_wave = ref["codes"], ref["wave"]
-    codes = in_process(args, ref_codes)
-    decoded = Code2Wav(args.model).decode(torch.from_numpy(ref_codes)).numpy()
+    # The engines first: this process's talker would hold its memory while they run (1.7B
+    # float32: about 9 GB on each side, which a 23 GB machine shared with others did not have).
     for command in commands[1:]:
         _check(command)
+    codes = in_process(args, ref_codes)
+    decoded = Code2Wav(args.model).decode(torch.from_numpy(ref_codes)).numpy()
     engine_wave, _ = soundfile.read(str(omni_wav), dtype="float32")
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -232,6 +251,92 @@ def compare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "reference_samples": int(ref_wave.size),
         "commands": [shlex.join(command) for command in commands],
     }
+
+
+def compare_quantized(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """`--weights` int8/int4 against the float32 reference, beside bf16 rounding on both sides."""
+    probe = run_probe(probe_command(args.omni_cpu, args.model))
+    float32, bf16 = work / "ref-float32.npz", work / "ref-bfloat16.npz"
+    commands = [
+        reference_command(args, float32, "float32"),
+        reference_command(args, bf16, "bfloat16"),
+    ]
+    reference_facts = json.loads(_check(commands[0]).strip().splitlines()[-1])
+    _check(commands[1])
+    ref_codes, ref_bf16 = np.load(float32)["codes"], np.load(bf16)["codes"]
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine_facts(probe),
+        "settings": {
+            "model": str(args.model),
+            "text": args.text,
+            "voice": " ".join(voice_options(args)),
+            "language": args.language,
+            "frames": args.frames,
+            "dtype": args.dtype,
+            "weights": args.weights,
+            "repetition_penalty": args.repetition_penalty,
+        },
+        "reference": reference_facts,
+        "codes": {
+            "quantized": in_process(args, ref_codes, args.weights, args.dtype),
+            "omni_cpu_bfloat16": in_process(args, ref_codes, "model", "bfloat16"),
+            "reference_bfloat16": {"free_running": code_agreement(ref_codes, ref_bf16)},
+        },
+        "commands": [shlex.join(command) for command in commands],
+    }
+
+
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2%}"
+
+
+def quantized_section(result: dict[str, Any]) -> str:
+    """The dated Markdown section of a `--weights int8/int4` run."""
+    machine, settings, codes = result["machine"], result["settings"], result["codes"]
+    columns = (codes["quantized"], codes["omni_cpu_bfloat16"], codes["reference_bfloat16"])
+
+    def row(name: str, pick: Any) -> str:
+        return f"| {name} | " + " | ".join(pick(column) for column in columns) + " |"
+
+    def first(column: dict[str, Any]) -> str:
+        frame = column["free_running"]["first_divergence"]
+        return "none" if frame is None else str(frame)
+
+    def forced(part: str) -> Any:
+        return lambda column: _share(column.get("teacher_forced", {}).get(part))
+
+    weights, dtype = settings["weights"], settings["dtype"]
+    lines = [
+        f"## {result['date']}: {weights} against qwen-tts {result['reference']['qwen_tts']} "
+        f"float32, greedy, {settings['frames']} frames",
+        "",
+        f"- Machine (`omni-cpu probe --json`): {machine['architecture']}, "
+        f"{machine['model_name']}, {machine['usable_cpu_count']} usable CPUs, "
+        f"ISA {' '.join(machine['isa']) or 'baseline'}.",
+        f"- {settings['model']}, {settings['voice']}, language {settings['language']}, text "
+        f"{settings['text']!r}, repetition penalty {settings['repetition_penalty']} (the "
+        "reference; the in-process loop is argmax). omni-cpu in process (the talker stage's "
+        f"load path); {weights} with {dtype} activations.",
+        "",
+        "```sh",
+        f".venv/bin/python benchmarks/vs_reference.py --model {settings['model']} "
+        f"--frames {settings['frames']} --weights {weights} --dtype {dtype}",
+        *result["commands"],
+        "```",
+        "",
+        f"| against the reference's float32 codes | omni-cpu {weights} | omni-cpu bf16 "
+        "| qwen-tts bf16 |",
+        "|---|---|---|---|",
+        row(
+            "codes equal, free-running, all 16 codebooks",
+            lambda c: _share(c["free_running"]["all"]),
+        ),
+        row("first differing frame", first),
+        row("teacher-forced layer-0 argmax = reference", forced("layer0")),
+        row("teacher-forced residual codes = reference", forced("residual")),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _db(value: float) -> str:
@@ -292,13 +397,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"make one: {args.omni_cpu} make-checkpoint --size 0.6b --out {args.model}",
             )
         with tempfile.TemporaryDirectory(prefix="vs-reference-") as folder:
-            result = compare(args, Path(folder))
+            measure = compare if args.weights == "model" else compare_quantized
+            result = measure(args, Path(folder))
     except OmniCpuError as error:
         print(f"error: {error.one_line()}", file=sys.stderr)
         return error.exit_code
     print(json.dumps(result, indent=2, default=str))
     if not args.no_record:
-        append_results(results_section(result), REPO / RESULTS_FILE)
+        section = results_section if args.weights == "model" else quantized_section
+        append_results(section(result), REPO / RESULTS_FILE)
     return 0
 
 

@@ -146,11 +146,13 @@ def predict_codes(
 
     stored_mode = self._wrapper_config.sampling_mode == "stored"
     use_sampling = do_sample and temperature > 0
-    if not stored_mode and use_sampling and top_p != 1.0:
-        raise NotImplementedError(
-            "top_p sampling is not implemented for the vLLM-native code predictor; "
-            "please set top_p=1.0."
-        )
+    # Where vLLM-Omni 0.30.0's loop raises (top-p below 1, top-k past the vocabulary), this
+    # one samples as qwen-tts 0.1.1's code predictor does (transformers' top-k, then top-p)
+    # and as vLLM's talker takes a top-k past its vocabulary (no limit): a request's own
+    # sampling (omni_cpu.platform.request_sampling) must not fail the stage.
+    if top_k >= int(self.config.vocab_size):
+        top_k = 0
+    nucleus = use_sampling and not stored_mode and top_p < 1.0
     inv_temperature = 1.0 / max(temperature, 1e-6) if use_sampling else 0.0
 
     all_codes = torch.empty(bsz, num_groups, dtype=torch.long, device=layer0_code.device)
@@ -165,7 +167,7 @@ def predict_codes(
     # A runner that does the whole frame itself (predictor_step.StepRunner) returns
     # False, having drawn nothing, where it does not cover these settings.
     frame = getattr(run, "frame", None)
-    if frame is not None and not stored_mode:
+    if frame is not None and not stored_mode and not nucleus:
         arguments = (use_sampling, inv_temperature, top_k, sample_generator, sample_uniforms)
         if frame(self, first, all_codes, *arguments):
             return all_codes
@@ -182,6 +184,8 @@ def predict_codes(
             if top_k > 0:
                 topk_vals, _ = scaled.topk(top_k, dim=-1)
                 scaled = scaled.masked_fill(scaled < topk_vals[:, -1:], float("-inf"))
+            if nucleus:
+                scaled = _top_p_filter(scaled, top_p)
             code = self._sample_codes_gumbel(
                 scaled, generator=sample_generator, uniforms=step_uniforms
             )
@@ -203,9 +207,14 @@ def _sample_stored(
         topk_vals, _ = logits.topk(self._top_k, dim=-1)
         logits = logits.masked_fill(logits < topk_vals[:, -1:], float("-inf"))
     if self._top_p < 1.0:
-        sorted_logits, sorted_idx = logits.sort(dim=-1, descending=True)
-        sorted_probs = F.softmax(sorted_logits, dim=-1, dtype=torch.float32)
-        remove = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= self._top_p
-        sorted_logits[remove] = float("-inf")
-        logits = sorted_logits.scatter(1, sorted_idx, sorted_logits)
+        logits = _top_p_filter(logits, self._top_p)
     return self._sample_codes_gumbel(logits, generator=generator, uniforms=uniforms)
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """`logits` with -inf past the smallest set of codes whose probability reaches `top_p`."""
+    sorted_logits, sorted_idx = logits.sort(dim=-1, descending=True)
+    sorted_probs = F.softmax(sorted_logits, dim=-1, dtype=torch.float32)
+    remove = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p
+    sorted_logits[remove] = float("-inf")
+    return sorted_logits.scatter(1, sorted_idx, sorted_logits)

@@ -184,7 +184,7 @@ class StepRunner:
         noise = None
         if use_sampling:
             if top_k > vocab or vocab % NOISE_VOCAB_MULTIPLE:
-                return False  # top_k past the vocabulary: the loop raises as stock does
+                return False  # top_k past the vocabulary: the loop samples it
             if uniforms is not None and uniforms.dtype != torch.float32:
                 return False
             noise = gumbel_noise(wrapper, codes.shape[0], vocab, generator, uniforms)

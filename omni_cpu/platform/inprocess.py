@@ -245,10 +245,15 @@ def load_talker(
         _init_vllm_once()
         if stock:
             from omni_cpu.models import talker_reference
-            from omni_cpu.platform.talker_load import match_embedding_dtype
+            from omni_cpu.platform.talker_load import (
+                float32_reference_encoder,
+                match_embedding_dtype,
+            )
 
             model = load()
             match_embedding_dtype(model, model_config.dtype)
+            if model_config.dtype == torch.float32:
+                float32_reference_encoder(model, str(checkpoint), None)
             talker_reference.install(model)
             return Talker(model, Counter())
         model, report = load_stage_talker(load, str(checkpoint), None, weights, model_config.dtype)

@@ -11,6 +11,8 @@ inheritance puts the Omni runner first and `CPUModelRunner` before
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -29,7 +31,7 @@ from vllm_omni.worker.gpu_generation_model_runner import GPUGenerationModelRunne
 
 from omni_cpu import envs
 from omni_cpu.models import code2wav, linears
-from omni_cpu.platform import stage_startup, talker_load
+from omni_cpu.platform import request_sampling, stage_startup, talker_load
 from omni_cpu.platform.steplog import (
     scheduled_tokens,
     step_log_from_env,
@@ -135,6 +137,68 @@ class CPUARModelRunner(_CPUOmniRunnerMixin, GPUARModelRunner, CPUModelRunner):
         if self._step_log is not None and code_predictor is not None:
             code_predictor.forward = timed(code_predictor.forward, self._step_log.add_predictor)
         stage_startup.write(self.step_kind, report.phases())
+
+    def _update_states(self, scheduler_output: Any) -> Any:
+        # vLLM-Omni 0.30.0 leaves a request's extra_params.repetition_penalty in extra_args;
+        # the sampler reads SamplingParams when the request joins the batch, just below.
+        for new_request in getattr(scheduler_output, "scheduled_new_reqs", ()):
+            request_sampling.apply_repetition_penalty(new_request.sampling_params)
+        return super()._update_states(scheduler_output)  # type: ignore[misc]
+
+    def _talker_mtp_forward(
+        self, decode_req_ids: list[str], inputs_embeds: torch.Tensor, start_offsets: Any = None
+    ) -> None:
+        """vLLM-Omni's code-predictor step with each request's own sampling.
+
+        vLLM-Omni 0.30.0 passes the stage's `subtalker_sampling_params` to every row; a
+        request's own temperature, top-k and top-p (omni_cpu.platform.request_sampling)
+        stand in for them. Rows that sample alike run as one call; rows that differ run one
+        call each, as vLLM-Omni itself runs seeded rows it cannot batch.
+        """
+        config = self.vllm_config.model_config  # type: ignore[attr-defined]
+        stage = getattr(config, "subtalker_sampling_params", None)
+        rows = [
+            request_sampling.predictor_params(stage, self._request_sampling_params(req_id))
+            for req_id in decode_req_ids
+        ]
+        if all(row == rows[0] for row in rows[1:]):
+            with _stage_sampling(config, rows[0] if rows else stage):
+                super()._talker_mtp_forward(  # type: ignore[misc]
+                    decode_req_ids, inputs_embeds, start_offsets
+                )
+            return
+        count = len(decode_req_ids)
+        buffers = [
+            self.talker_mtp_input_ids,  # type: ignore[attr-defined]
+            self.talker_mtp_inputs_embeds,  # type: ignore[attr-defined]
+            self.last_talker_hidden,  # type: ignore[attr-defined]
+            self.text_step,  # type: ignore[attr-defined]
+        ]
+        saved = [buffer.gpu[:count].clone() for buffer in buffers]
+        try:
+            for row, req_id in enumerate(decode_req_ids):
+                for buffer, values in zip(buffers, saved, strict=True):
+                    buffer.gpu[:1].copy_(values[row : row + 1])
+                offsets = None if start_offsets is None else [start_offsets[row]]
+                self._talker_mtp_forward([req_id], inputs_embeds, offsets)
+        finally:
+            for buffer, values in zip(buffers, saved, strict=True):
+                buffer.gpu[:count].copy_(values)
+
+    def _request_sampling_params(self, req_id: str) -> Any:
+        state = self.requests.get(req_id)  # type: ignore[attr-defined]
+        return getattr(state, "sampling_params", None)
+
+
+@contextmanager
+def _stage_sampling(config: Any, params: Any) -> Iterator[None]:
+    """`config.subtalker_sampling_params` set to `params` for one call (the runner reads it)."""
+    before = getattr(config, "subtalker_sampling_params", None)
+    config.subtalker_sampling_params = params
+    try:
+        yield
+    finally:
+        config.subtalker_sampling_params = before
 
 
 class CPUGenerationModelRunner(_CPUOmniRunnerMixin, GPUGenerationModelRunner, CPUModelRunner):

@@ -58,6 +58,37 @@ def match_embedding_dtype(model: torch.nn.Module, dtype: torch.dtype) -> list[st
     return changed
 
 
+def float32_reference_encoder(
+    model: torch.nn.Module, checkpoint: str, revision: str | None
+) -> bool:
+    """Put a float32 talker's reference-audio encoder in float32, with the checkpoint's values.
+
+    vLLM-Omni 0.30.0 holds the speech tokenizer's encoder in bf16 whatever the talker's dtype
+    (its values rounded as they load); qwen-tts holds it in the model's dtype, and in-context
+    cloning's prompt carries its codes (omni_cpu.models.talker_reference feeds it its dtype).
+    Whether it changed anything (not for a model without that encoder or its files).
+    """
+    encoder = getattr(model, "encoder", None)
+    files = checkpoint_files(checkpoint, revision)
+    path = files[0].parent / "speech_tokenizer" / "model.safetensors" if files else None
+    if not isinstance(encoder, torch.nn.Module) or path is None or not path.is_file():
+        return False
+    from safetensors import safe_open
+
+    encoder.to(dtype=torch.float32)
+    with safe_open(str(path), "pt") as handle:
+        state = {
+            key.removeprefix("encoder."): handle.get_tensor(key).float()
+            for key in handle.keys()  # noqa: SIM118 - safe_open has no iterator
+            if key.startswith("encoder.")
+        }
+    encoder.load_state_dict(state, strict=False)
+    for module in encoder.modules():  # transformers' Mimi codebooks cache embed_sum / usage
+        if hasattr(module, "_embed"):
+            module._embed = None
+    return True
+
+
 def refuse_unavailable(weights: str) -> None:
     """Raise before loading when `weights` has no kernel on this CPU and torch build."""
     if weights == "int8" and gemv.kernel() is None and not fbgemm.int8_supported():
@@ -181,6 +212,8 @@ def load_talker(
     ):
         loaded = load()
     match_embedding_dtype(loaded, dtype)
+    if dtype == torch.float32:
+        float32_reference_encoder(loaded, model, revision)
     report.reference_fixes = talker_reference.install(loaded)
     report.fused_norms = dict(norms.install(loaded))
     code_predictor = getattr(loaded, "code_predictor", None)

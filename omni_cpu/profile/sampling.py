@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,44 @@ TALKER_STAGE = 0
 TALKER_KEY = "default_sampling_params"
 PREDICTOR_KEY = "subtalker_sampling_params"
 SEED_EXTRA_ARG = "tts_local_seed"  # vllm_omni/worker/gpu_model_runner.py (0.30.0)
+
+
+def _number(value: Any) -> float | None:
+    """`value` as a finite float, None when it is not a finite number (bools are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# What each sampling value takes, for run's options and serve's per-request values alike:
+# vLLM 0.30.0's `SamplingParams._verify_args` bounds (temperature at most 2, top-k 0 or
+# -1 for none), so a value the talker would fail on is refused where the user gave it.
+RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "temperature": (
+        lambda v: (n := _number(v)) is not None and 0 <= n <= 2,
+        "a number from 0 (greedy) to 2",
+    ),
+    "top_k": (
+        lambda v: _whole(v) and v >= -1,
+        "a whole number: 1 or more, or 0 or -1 for no limit",
+    ),
+    "top_p": (
+        lambda v: (n := _number(v)) is not None and 0 < n <= 1,
+        "a number above 0, at most 1",
+    ),
+    "repetition_penalty": (
+        lambda v: (n := _number(v)) is not None and n > 0,
+        "a number above 0 (1 is off)",
+    ),
+}
+SEED_RULE: tuple[Callable[[Any], bool], str] = (
+    lambda v: _whole(v) and 0 <= v < 2**63,
+    "a whole number from 0 to 2**63 - 1",
+)
 
 
 @dataclass(frozen=True)
@@ -41,20 +80,10 @@ class Sampling:
 
     def check(self) -> Sampling:
         """Itself, or an InputError naming the first option out of range."""
-        if self.temperature is not None and not (
-            math.isfinite(self.temperature) and self.temperature >= 0
-        ):
-            raise _bad("--temperature", self.temperature, "a number >= 0 (0 is greedy)")
-        if self.top_k is not None and self.top_k < 1 and self.top_k != -1:
-            raise _bad("--top-k", self.top_k, "an integer >= 1, or -1 for no limit")
-        if self.top_p is not None and not (0 < self.top_p <= 1):
-            raise _bad("--top-p", self.top_p, "a number in (0, 1]")
-        if self.repetition_penalty is not None and not (
-            math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0
-        ):
-            raise _bad("--repetition-penalty", self.repetition_penalty, "a number > 0 (1 is off)")
-        if self.seed is not None and not 0 <= self.seed < 2**63:
-            raise _bad("--seed", self.seed, "an integer >= 0")
+        for name, (takes, want) in (*RULES.items(), ("seed", SEED_RULE)):
+            value = getattr(self, name)
+            if value is not None and not takes(value):
+                raise _bad("--" + name.replace("_", "-"), value, want)
         if self.greedy and self.temperature not in (None, 0):
             raise InputError(
                 f"--greedy with --temperature {self.temperature}",
@@ -120,3 +149,19 @@ def with_sampling(profile: Profile, sampling: Sampling) -> Profile:
             stages.append(stage)
         replicas.append(dataclasses.replace(replica, stages=tuple(stages)))
     return dataclasses.replace(profile, replicas=tuple(replicas))
+
+
+def request_sampling(extra_args: Mapping[str, Any] | None) -> Sampling:
+    """The sampling a speech request's `extra_params` asks for (None: the profile's).
+
+    vLLM-Omni 0.30.0 copies `extra_params` whole into the talker's `extra_args`; a value
+    no rule takes is left out here (serve's door has refused it already).
+    """
+    if not isinstance(extra_args, Mapping):
+        return Sampling()
+    taken = {
+        name: extra_args[name]
+        for name, (takes, _) in RULES.items()
+        if extra_args.get(name) is not None and takes(extra_args[name])
+    }
+    return Sampling(**taken)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
 import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from omni_cpu.errors import InputError
+from omni_cpu.profile.sampling import RULES, SEED_RULE
 from omni_cpu.serve.asgi import BadBody
 from omni_cpu.serve.knobs import AdmissionLimits
 
@@ -154,29 +154,19 @@ def judge_fields(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
         )
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-# The sampling values `extra_params` may set (vLLM-Omni copies them onto the talker's
-# sampling parameters, where a bad one is a 500 and a traceback): what each takes.
-SAMPLING_RULES: dict[str, tuple[Any, str]] = {
-    "temperature": (lambda v: (n := _number(v)) is not None and n >= 0, "a number of 0 or more"),
-    "top_p": (
-        lambda v: (n := _number(v)) is not None and 0 < n <= 1,
-        "a number above 0, at most 1",
-    ),
-    "top_k": (
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= -1,
-        "a whole number, -1 (off) or more",
-    ),
-}
-
-
 def judge_sampling(fields: dict[str, Any], where: str = "") -> None:
-    """Refuse (BadBody, naming the field) sampling values the engine would fail on."""
+    """Refuse (BadBody, naming the field) sampling values the engine would fail on.
+
+    A request samples as `omni-cpu run`'s options do, by the same rules
+    (omni_cpu.profile.sampling): `seed`, and `extra_params` temperature, top_k, top_p and
+    repetition_penalty (vLLM-Omni 0.30.0 copies the first three onto the talker, where a bad
+    one is a 500 and a traceback; omni_cpu.platform.request_sampling takes them on to the
+    code predictor, with the repetition penalty).
+    """
+    seed = fields.get("seed")
+    takes_seed, want_seed = SEED_RULE
+    if seed is not None and not takes_seed(seed):
+        raise BadBody(400, f"{where}seed is {seed!r}; give {want_seed}", f"{where}seed", "invalid")
     extra = fields.get("extra_params")
     if extra is None:
         return
@@ -184,7 +174,7 @@ def judge_sampling(fields: dict[str, Any], where: str = "") -> None:
         raise BadBody(
             400, f"{where}extra_params must be a JSON object", f"{where}extra_params", "invalid"
         )
-    for name, (takes, what) in SAMPLING_RULES.items():
+    for name, (takes, what) in RULES.items():
         if name in extra and extra[name] is not None and not takes(extra[name]):
             field = f"{where}extra_params.{name}"
             raise BadBody(400, f"{field} is {extra[name]!r}; give {what}", field, "invalid")

@@ -55,3 +55,32 @@ def test_both_sides_get_the_same_voice_text_frames_and_penalty(tmp_path: Path) -
         assert command[command.index("--repetition-penalty") + 1] == "1.05"
     assert run[run.index("--max-frames") + 1] == reference[reference.index("--frames") + 1]
     assert "--greedy" in run
+
+
+def test_a_quantized_run_compares_against_float32_beside_bf16_rounding(tmp_path: Path) -> None:
+    args = vs.parse_args(["--model", "ckpt", "--frames", "12", "--weights", "int8"])
+    float32 = vs.reference_command(args, tmp_path / "a.npz", "float32")
+    bf16 = vs.reference_command(args, tmp_path / "b.npz", "bfloat16")
+    assert float32[float32.index("--dtype") + 1] == "float32"
+    assert bf16[bf16.index("--dtype") + 1] == "bfloat16"
+    codes = np.arange(4 * 16).reshape(4, 16)
+    forced = {"layer0": 1.0, "residual": 0.5}
+    agreement = vs.code_agreement(codes, codes)
+    result = {
+        "date": "2026-12-03 10:00 UTC",
+        "machine": {"architecture": "x86_64", "model_name": "CPU", "usable_cpu_count": 2,
+                    "isa": []},
+        "settings": {"model": "ckpt", "text": "Hi.", "voice": "--speaker ryan", "language": "Auto",
+                     "frames": 4, "dtype": "float32", "weights": "int8", "repetition_penalty": 1.0},
+        "reference": {"qwen_tts": "0.1.1"},
+        "codes": {
+            "quantized": {"free_running": agreement, "teacher_forced": forced},
+            "omni_cpu_bfloat16": {"free_running": agreement, "teacher_forced": forced},
+            "reference_bfloat16": {"free_running": vs.code_agreement(codes, codes + 1)},
+        },
+        "commands": [],
+    }  # fmt: skip
+    section = vs.quantized_section(result)
+    assert "| omni-cpu int8 | omni-cpu bf16 | qwen-tts bf16 |" in section
+    assert "| teacher-forced residual codes = reference | 50.00% | 50.00% | — |" in section
+    assert "| first differing frame | none | none | 0 |" in section

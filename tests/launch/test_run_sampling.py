@@ -60,7 +60,8 @@ def test_sampling_values_reach_both_samplers(tiny_checkpoint: Path) -> None:
     ("option", "value"),
     [
         ("--temperature", "-1"),
-        ("--top-k", "0"),
+        ("--top-k", "-2"),
+        ("--temperature", "2.5"),
         ("--top-p", "1.5"),
         ("--repetition-penalty", "0"),
         ("--seed", "-3"),

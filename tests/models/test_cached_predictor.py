@@ -49,10 +49,28 @@ def test_codes_depend_on_the_earlier_positions() -> None:
     assert not torch.equal(a[:, 1:], b[:, 1:])
 
 
-def test_top_p_is_refused_like_the_stock_forward() -> None:
+def test_a_top_p_that_leaves_one_code_gives_the_greedy_codes() -> None:
+    # vLLM-Omni 0.30.0's loop raises on top_p < 1; a request's own top_p must sample instead
+    # (qwen-tts's code predictor takes one). A nucleus of one code is the argmax, whatever
+    # the noise, and the same noise without it samples other codes.
     predictor = make_predictor(64)
-    with pytest.raises(NotImplementedError, match="top_p"):
-        cached.cached_forward(predictor, **inputs(1, 64), top_p=0.5)
+    noise = torch.rand(2, GROUPS - 1, VOCAB, generator=torch.Generator().manual_seed(3))
+    greedy = cached.cached_forward(predictor, **inputs(2, 64), do_sample=False)
+    nucleus = cached.cached_forward(
+        predictor, **inputs(2, 64), sample_uniforms=noise, top_k=0, top_p=1e-6
+    )
+    free = cached.cached_forward(predictor, **inputs(2, 64), sample_uniforms=noise, top_k=0)
+    assert torch.equal(nucleus, greedy)
+    assert not torch.equal(free, greedy)
+
+
+def test_a_top_k_past_the_vocabulary_is_no_limit() -> None:
+    # vLLM's talker takes such a top_k as none; vLLM-Omni's loop would raise on it.
+    predictor = make_predictor(64)
+    noise = torch.rand(1, GROUPS - 1, VOCAB, generator=torch.Generator().manual_seed(5))
+    past = cached.cached_forward(predictor, **inputs(1, 64), sample_uniforms=noise, top_k=VOCAB + 5)
+    none = cached.cached_forward(predictor, **inputs(1, 64), sample_uniforms=noise, top_k=0)
+    assert torch.equal(past, none)
 
 
 def test_installs_on_the_tts_predictor_and_not_where_buffers_are_returned() -> None:

@@ -502,6 +502,11 @@ def test_a_timeout_field_that_is_not_positive_seconds_is_400(timeout: Any):
         ({"temperature": "hot"}, "extra_params.temperature"),
         ({"top_p": 0}, "extra_params.top_p"),
         ({"top_k": 2.5}, "extra_params.top_k"),
+        ({"temperature": 2.5}, "extra_params.temperature"),
+        ({"temperature": True}, "extra_params.temperature"),
+        ({"top_k": -2}, "extra_params.top_k"),
+        ({"repetition_penalty": 0}, "extra_params.repetition_penalty"),
+        ({"repetition_penalty": "strong"}, "extra_params.repetition_penalty"),
     ],
 )
 def test_a_sampling_value_the_engine_would_fail_on_is_400_naming_the_field(extra, field):
@@ -513,11 +518,36 @@ def test_a_sampling_value_the_engine_would_fail_on_is_400_naming_the_field(extra
     assert inner.started == 0
 
 
+@pytest.mark.parametrize("seed", [-1, 2**63, "7", 1.5, None])
+def test_a_seed_that_is_not_a_whole_number_from_0_is_400_naming_it(seed):
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "seed": seed}))
+    if seed is None:  # JSON null: no seed, as vLLM-Omni reads it
+        assert status == 200
+        return
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == "seed" and "seed" in error["message"]
+    assert inner.started == 0
+
+
+def test_a_batch_items_sampling_is_judged_and_named_by_its_place():
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    body = {"items": [{"input": "Hi."}, {"input": "Hi.", "extra_params": {"top_p": 2}}]}
+    status, raw = run(call(app, "/v1/audio/speech/batch", {**SPEECH, **body}))
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == "items[1].extra_params.top_p"
+
+
 def test_sampling_values_the_engine_takes_reach_it():
     inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits())
-    extra = {"temperature": 0.7, "top_p": 0.9, "top_k": 50}
-    assert run(call(app, "/v1/audio/speech", {**SPEECH, "extra_params": extra}))[0] == 200
+    extra = {"temperature": 0.7, "top_p": 0.9, "top_k": 50, "repetition_penalty": 1.1}
+    body = {**SPEECH, "seed": 7, "extra_params": extra}
+    assert run(call(app, "/v1/audio/speech", body))[0] == 200
+    greedy = {**SPEECH, "seed": 0, "extra_params": {"temperature": 0, "top_k": 0}}
+    assert run(call(app, "/v1/audio/speech", greedy))[0] == 200
 
 
 def test_a_body_that_does_not_arrive_in_time_is_408_and_holds_no_place():

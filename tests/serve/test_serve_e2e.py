@@ -189,6 +189,47 @@ def test_a_streamed_reply_is_timed_on_metrics_as_a_listener_hears_it(server: Ser
     assert 0 < added["first_audio"] <= added["safe_start"]
 
 
+def speech_pcm(server: Server, **fields: Any) -> bytes:
+    """12 frames of PCM for `fields` over a plain speech request (200 asserted)."""
+    body = {"model": server.model, "input": "Hello there.", "voice": "ryan",
+            "response_format": "pcm", "max_new_tokens": 12, **fields}  # fmt: skip
+    status, reply = post_json(server.url("/v1/audio/speech"), body)
+    assert status == 200, reply[:300]
+    assert pcm_samples(reply) > 0
+    return reply
+
+
+def test_a_seeded_request_gives_the_same_audio_twice_and_another_seed_other_audio(
+    server: Server,
+):
+    # The profile samples (temperature 0.9, top-k 50): the seed is what repeats the audio.
+    first = speech_pcm(server, seed=7)
+    assert speech_pcm(server, seed=7) == first
+    assert speech_pcm(server, seed=8) != first
+    own = {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.2}
+    tuned = speech_pcm(server, seed=7, extra_params=own)
+    assert speech_pcm(server, seed=7, extra_params=own) == tuned != first
+
+
+def test_a_requests_temperature_0_makes_both_samplers_greedy(server: Server):
+    # No seed: two replies are the same only if the talker and the code predictor both take
+    # the argmax (vLLM-Omni 0.30.0 alone gives the temperature to the talker only).
+    greedy = {"extra_params": {"temperature": 0}}
+    assert speech_pcm(server, **greedy) == speech_pcm(server, **greedy)
+
+
+def test_a_sampling_value_out_of_range_is_400_naming_the_field(server: Server):
+    for fields, param in (
+        ({"seed": -1}, "seed"),
+        ({"extra_params": {"temperature": -1}}, "extra_params.temperature"),
+        ({"extra_params": {"repetition_penalty": 0}}, "extra_params.repetition_penalty"),
+    ):
+        body = {"model": server.model, "input": "Hi.", "voice": "ryan", **fields}
+        status, reply = post_json(server.url("/v1/audio/speech"), body)
+        assert status == 400, reply[:300]
+        assert json.loads(reply)["error"]["param"] == param
+
+
 def test_metrics_and_health_are_served(server: Server):
     assert get(server.url("/health"))[0] == 200
     status, text = get(server.url("/metrics"))
