@@ -44,6 +44,8 @@ def omni_cpu_commands(markdown: str) -> list[list[str]]:
     """The arguments of each `omni-cpu` (or `.venv/bin/omni-cpu`) command the blocks run."""
     commands = []
     for line in shell_lines(markdown):
+        if "omni-cpu" not in line:  # other tools' lines (a curl's JSON may span lines)
+            continue
         lexer = shlex.shlex(SHELL_EXPANSION.sub("1", line), posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
         words = list(lexer)
