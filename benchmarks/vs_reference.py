@@ -231,15 +231,7 @@ def compare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine_facts(probe),
-        "settings": {
-            "model": str(args.model),
-            "text": args.text,
-            "voice": " ".join(voice_options(args)),
-            "language": args.language,
-            "frames": args.frames,
-            "dtype": args.dtype,
-            "repetition_penalty": args.repetition_penalty,
-        },
+        "settings": request_settings(args),
         "reference": reference_facts,
         "codes": codes,
         "snr_db": {
@@ -250,6 +242,19 @@ def compare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "engine_samples": int(engine_wave.size),
         "reference_samples": int(ref_wave.size),
         "commands": [shlex.join(command) for command in commands],
+    }
+
+
+def request_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The request both sides were given, as a RESULTS section states it."""
+    return {
+        "model": str(args.model),
+        "text": args.text,
+        "voice": " ".join(voice_options(args)),
+        "language": args.language,
+        "frames": args.frames,
+        "dtype": args.dtype,
+        "repetition_penalty": args.repetition_penalty,
     }
 
 
@@ -267,16 +272,7 @@ def compare_quantized(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine_facts(probe),
-        "settings": {
-            "model": str(args.model),
-            "text": args.text,
-            "voice": " ".join(voice_options(args)),
-            "language": args.language,
-            "frames": args.frames,
-            "dtype": args.dtype,
-            "weights": args.weights,
-            "repetition_penalty": args.repetition_penalty,
-        },
+        "settings": {**request_settings(args), "weights": args.weights},
         "reference": reference_facts,
         "codes": {
             "quantized": in_process(args, ref_codes, args.weights, args.dtype),
