@@ -9,7 +9,7 @@ request's time to first audio on the 2-core Zen 4 (py-spy of the talker stage,
 tiny checkpoint: 1.6 s of samples in dynamo/inductor under `forward_cpu`, the
 rest waiting on the probes). Every `omni-cpu run` is a first request.
 
-The compile exists to work around pytorch/pytorch#151218: eager
+The compile exists to work around a PyTorch bug in torch 2.13: eager
 `exponential_` on CPU can return exactly 0, and `probs / 0` is `inf` (or
 `nan` for a token top-k/top-p removed), which `argmax` then picks. The eager
 replacement here clamps the noise to the smallest normal float instead, so a
