@@ -18,12 +18,12 @@ Why: greedy float32 codes of the two agree bit for bit except in two places
 And where a Base model turns reference audio into codes (the speech tokenizer's encoder,
 for in-context cloning): vLLM-Omni runs that encoder in bfloat16 whatever the talker's
 dtype (`self.encoder.to(dtype=torch.bfloat16)`, input cast to bf16 in
-`_encode_ref_audio_batch`), which also rounds its transformer's rotary table (`inv_freq`, up
-to 0.37 %); qwen-tts runs it in the model's dtype, and transformers keeps that table float32
-even in a bf16 model. Here the table is recomputed in float32 and the encode feeds the
-encoder its own dtype, so a float32 stage whose encoder omni_cpu.platform.talker_load put
-back in float32 encodes as qwen-tts float32 does, and a bf16 one as qwen-tts bf16 does (tiny
-Base, one 2.5 s clip: 512 of 512 codes either way, against 72.9 % and 99.6 % before).
+`_encode_ref_audio_batch`), which also rounds its transformer's rotary table (`inv_freq`);
+qwen-tts runs it in the model's dtype, and transformers keeps that table float32 even in a
+bf16 model. Here the table is recomputed in float32 and the encode feeds the encoder its own
+dtype, so a float32 stage whose encoder omni_cpu.platform.talker_load put back in float32
+encodes as qwen-tts float32 does, and a bf16 one as qwen-tts bf16 does (benchmarks/RESULTS.md,
+"why Base in-context cloning differed from qwen-tts").
 """
 
 from __future__ import annotations
