@@ -101,7 +101,10 @@ def bench_command(
 
     levels = parse_concurrency(concurrency)
     if plot is not None:
+        from omni_cpu.output import check_output_path
+
         require_matplotlib()
+        check_output_path(plot, option="--plot")
     # Checks everything once, before the engines start.
     first = bench_request(read_model_info(model), frames, voice)
     kind = first.task_type

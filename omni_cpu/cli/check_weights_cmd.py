@@ -117,8 +117,8 @@ def check_weights_command(
     from omni_cpu.bench.report import require_matplotlib
     from omni_cpu.bench.sweep import check_query_type
     from omni_cpu.launch import logs
+    from omni_cpu.output import check_output_path
     from omni_cpu.speech.request import read_model_info, read_texts
-    from omni_cpu.speech.wav import check_output_path
 
     formats = parse_formats(weights)
     dtype = _talker_dtype(dtype)
@@ -132,7 +132,7 @@ def check_weights_command(
     requests = voice.requests(info, texts, language, frames)
     if plot is not None:
         require_matplotlib()
-        check_output_path(plot)
+        check_output_path(plot, option="--plot")
 
     logs.apply_to_this_process(logs.verbose_requested(verbose))
     try:

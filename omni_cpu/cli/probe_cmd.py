@@ -58,10 +58,16 @@ def probe(
         "(default: whichever the cost model finds faster).",
     ),
     reserve: int | None = typer.Option(
-        None, "--reserve", help="Cores per replica kept for the API server (default: by size)."
+        None,
+        "--reserve",
+        min=0,
+        help="Cores per replica kept for the API server (default: by size).",
     ),
     max_seqs: int | None = typer.Option(
-        None, "--max-seqs", help="Concurrent streams per replica (default: from cores and memory)."
+        None,
+        "--max-seqs",
+        min=1,
+        help="Concurrent streams per replica (default: from cores and memory).",
     ),
     dtype: str | None = typer.Option(
         None, "--dtype", help="bfloat16 or float32 (default: bfloat16 where the CPU has bf16)."
@@ -80,10 +86,13 @@ def probe(
     ),
 ) -> None:
     from omni_cpu.hardware.probe import read_facts
+    from omni_cpu.output import check_output_path, write_text_output
     from omni_cpu.plan import PlanError
     from omni_cpu.plan.machine import plan_for_facts
-    from omni_cpu.profile import save_profile
+    from omni_cpu.profile import dump_profile
 
+    if output is not None:
+        check_output_path(output, option="--output")
     facts = read_facts(sysroot)
     calibration = None
     if calibrate:
@@ -108,7 +117,7 @@ def probe(
             console.print(facts_table(facts))
         raise
     if output is not None:
-        save_profile(profile, output)
+        write_text_output(output, dump_profile(profile))
     if as_json:
         print_json({"facts": facts.to_dict(), "profile": profile.to_dict()})
         return
