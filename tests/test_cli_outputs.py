@@ -1,4 +1,4 @@
-"""Bad output paths and bad plan numbers: one line at the door, no traceback, nothing half-written."""
+"""Bad output paths and plan numbers: one line at the door, no traceback, nothing half-written."""
 
 from __future__ import annotations
 
