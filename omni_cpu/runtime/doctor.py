@@ -220,11 +220,10 @@ def check_libnuma() -> Check:
 
 def check_isa(isa: list[str], architecture: str) -> Check:
     from omni_cpu.plan.policy import BF16_ISA
+    from omni_cpu.plan.support import runtime_refusal
 
-    if architecture == "x86_64" and "avx2" not in isa and "avx512f" not in isa:
-        return Check("ISA", FAIL, "no AVX2: vLLM's CPU kernels need AVX2 or AVX-512", None)
-    if architecture == "aarch64" and "asimd" not in isa:
-        return Check("ISA", FAIL, "no ASIMD (NEON): vLLM's CPU kernels need it", None)
+    if refusal := runtime_refusal(architecture, isa):
+        return Check("ISA", FAIL, refusal, None)
     bf16 = [flag for flag in BF16_ISA.get(architecture, ()) if flag in isa]
     dtype = "bfloat16" if bf16 else "float32"
     return Check("ISA", OK, f"{architecture}, {' '.join(isa) or 'no flags'}; plans {dtype}")
