@@ -517,7 +517,7 @@ TORCH_INDEX = _declare(
         "",
         "install-runtime.sh: a PyTorch CPU package index (or mirror) to take torch +cpu from",
         "setup",
-        audience="internal",
+        audience="user",
     )
 )
 PROBE_ONLY = _declare(
@@ -527,7 +527,7 @@ PROBE_ONLY = _declare(
         "setup.sh: 1 installs only the light probe/plan/validate part (no torch, no vLLM)",
         "setup",
         _flag,
-        audience="internal",
+        audience="user",
     )
 )
 

@@ -46,6 +46,8 @@ a format perturbs a random network; the command says so. Default texts: one
 sentence; formats: every quantized one ({", ".join(QUANTIZED)}); `model` checks
 the reference against itself (KL 0, agreement 1).
 
+Examples:
+
   omni-cpu check-weights --model DIR
   omni-cpu check-weights --model DIR --weights int8 --text-file lines.txt
   omni-cpu check-weights --model DIR --json --plot divergence.png

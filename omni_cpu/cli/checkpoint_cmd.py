@@ -23,6 +23,8 @@ described in words; --instruct; 1.7b only) and base (voice cloning from referenc
 audio; --ref-audio, with the speaker encoder's weights). Sizes: tiny (about 55 MB,
 seconds to load; for tests; every kind), 0.6b (2.5 GB), 1.7b (4.5 GB).
 
+Examples:
+
   omni-cpu make-checkpoint --kind base --size tiny --out ckpt/tiny-base
   omni-cpu make-checkpoint --kind voice-design --size 1.7b --out ckpt/1.7b-vd
 """

@@ -21,6 +21,15 @@ and say whether auto is within 10 % of the best point on both.
 Every point measures the same request, in the voice the options give as for
 `bench` (a Base model needs --ref-audio and --ref-text, or --x-vector-only).
 Each point is one engine start (one to three minutes on a small box).
+
+Examples:
+
+  omni-cpu tune --model checkpoints/0.6b --dry-run   # list the grid points
+
+  omni-cpu tune --model checkpoints/0.6b --max-points 6 --frames 25 \\
+      --output best.yaml
+
+  omni-cpu tune --model DIR --table runs.json --json
 """
 
 
