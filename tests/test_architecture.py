@@ -30,7 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("omni_cpu.models",),
     ("omni_cpu.platform",),
     ("omni_cpu.launch", "omni_cpu.quality", "omni_cpu.runtime", "omni_cpu.export"),
-    ("omni_cpu.serve", "omni_cpu.bench"),
+    ("omni_cpu.api", "omni_cpu.serve", "omni_cpu.bench"),
     ("omni_cpu.cli",),
     ("omni_cpu.__main__",),
 )

@@ -4,10 +4,13 @@ one offline voice clone with real engines (the others need a server or minutes m
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
+import tomllib
 import wave
 from pathlib import Path
 
@@ -90,6 +93,67 @@ def test_stream_to_wav_dry_run(checkpoints):
     done = example("stream_to_wav.py", "--model", str(checkpoints["custom-voice"]), "--dry-run")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["task_type"] == "CustomVoice"
+
+
+def test_no_example_imports_a_private_module():
+    """Examples import omni-cpu's public face (omni_cpu.api), never the rooms behind it."""
+    for path in EXAMPLES.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("omni_cpu"):
+                names = {alias.name for alias in node.names}
+                assert (node.module, names) in (("omni_cpu", {"api"}), ("omni_cpu.api", names))
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert alias.name in ("omni_cpu.api",) or not alias.name.startswith("omni_cpu")
+
+
+def test_every_library_an_example_needs_is_declared():
+    """Beyond the standard library and omni-cpu's own dependencies, the `examples` extra."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {
+        re.split(r"[<>=!~\[ ]", requirement)[0].lower().replace("-", "_")
+        for requirement in [*project["dependencies"], *project["optional-dependencies"]["examples"]]
+    }
+    for path in EXAMPLES.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            for module in modules:
+                top = module.split(".")[0]
+                if top in sys.stdlib_module_names or top in ("omni_cpu", "__future__"):
+                    continue
+                assert top in declared, f"{path.name} imports {top}, not declared"
+    assert "openai" in declared
+
+
+def test_the_api_loads_no_runtime():
+    code = (
+        "import sys\nfrom omni_cpu import api\n"
+        "print([m for m in ('torch', 'vllm', 'vllm_omni') if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV)
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "task"),
+    [
+        ((), "CustomVoice"),
+        (("--voice", "vivian", "--instructions", "Cheerfully."), "CustomVoice"),
+        (("--instructions", "A deep, calm voice."), "VoiceDesign"),
+        (("--voice", "vivian", "--instructions", "Calm.", "--task-type", "VoiceDesign"),
+         "VoiceDesign"),
+    ],
+)  # fmt: skip
+def test_openai_client_sends_the_task_type_its_options_mean(args, task):
+    done = example("openai_client.py", *args, "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["task_type"] == task
 
 
 def test_openai_client_dry_run_sends_the_clone_as_base64(voice_wav):
