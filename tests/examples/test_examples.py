@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import tomllib
 import wave
 from pathlib import Path
@@ -197,3 +198,47 @@ def test_offline_example_clones_a_voice_with_real_engines(checkpoints, voice_wav
     with wave.open(str(out)) as handle:
         assert handle.getframerate() == 24000 and handle.getnframes() % 1920 == 0
         assert handle.getnframes() > 0
+
+
+def test_stream_latency_waits_for_retry_after_on_429(tmp_path):
+    """Below the server: a stub that refuses the first speech request with 429, Retry-After 1."""
+    import http.server
+    import threading
+
+    calls: list[float] = []
+
+    class Stub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # /v1/models
+            body = json.dumps({"data": [{"id": "stub"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):  # /v1/audio/speech
+            self.rfile.read(int(self.headers["Content-Length"]))
+            calls.append(time.monotonic())
+            if len(calls) == 1:
+                self.send_response(429)
+                self.send_header("Retry-After", "1")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", "4800")
+            self.end_headers()
+            self.wfile.write(b"\0" * 4800)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        done = example("stream_latency.py", "--url", url, "--concurrency", "1", timeout_s=60)
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert "1 waited for a 429's Retry-After" in done.stdout
+    assert len(calls) == 2 and calls[1] - calls[0] >= 1.0
