@@ -88,6 +88,19 @@ def check_output_path(path: Path, *, allow_special: bool = False, option: str = 
     return path
 
 
+def check_output_folder(path: Path, *, option: str = "--out") -> Path:
+    """A folder to write files into, made as `mkdir -p` would, or OutputError in one line."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{option} {path} is a file", "name a new or empty folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"{option} {path}: {why(error)}", "name a folder you can write") from None
+    _try_a_file_in(path, path / "checkpoint", option)
+    return path
+
+
 def _try_a_file_in(folder: Path, path: Path, option: str) -> None:
     """Create and remove a hidden file in `folder`: what the write will need, asked now.
 

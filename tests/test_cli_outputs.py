@@ -104,3 +104,16 @@ def test_probe_refuses_impossible_plan_numbers_at_the_door(option, value):
     assert "Traceback" not in done.stderr
     errors = [line for line in done.stderr.splitlines() if "Invalid value" in line]
     assert len(errors) == 1 and option in errors[0], done.stderr
+
+
+@pytest.mark.parametrize("where", ["proc", "file", "under-a-file"])
+def test_make_checkpoint_refuses_an_unwritable_out_in_one_line(tmp_path, where):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep\n")
+    target = {"proc": "/proc/omni-cpu-ckpt", "file": str(a_file), "under-a-file": f"{a_file}/x"}[
+        where
+    ]
+    done = omni_cpu("make-checkpoint", "--size", "tiny", "--out", target)
+    line = one_line_error(done)
+    assert done.returncode == 2 and line.startswith("error: --out") and target in line
+    assert a_file.read_text() == "keep\n" and os.listdir(tmp_path) == ["notes.txt"]
