@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from omni_cpu.cpulist import parse_cpu_list
@@ -18,6 +16,7 @@ from omni_cpu.plan import (
 from omni_cpu.plan.fit import check_profile
 from omni_cpu.profile import parse_profile
 from tests.helpers import sysroots
+from tests.helpers.machines import with_memory
 from tests.helpers.scripts import load_script
 
 FOOTPRINT = footprint_for_model("0.6b")
@@ -31,16 +30,7 @@ def plan_with_room(facts):
     try:
         return plan_profile(facts, FOOTPRINT), facts
     except MachineTooSmallError:
-        nodes = [
-            dataclasses.replace(node, memory_bytes=node.memory_bytes and ROOMY_BYTES)
-            for node in facts.numa_nodes
-        ]
-        roomy = dataclasses.replace(
-            facts,
-            memory_total_bytes=ROOMY_BYTES,
-            memory_available_bytes=ROOMY_BYTES,
-            numa_nodes=nodes,
-        )
+        roomy = with_memory(facts, ROOMY_BYTES)
         return plan_profile(roomy, FOOTPRINT), roomy
 
 
