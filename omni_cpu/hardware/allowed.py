@@ -83,11 +83,10 @@ def count_allowed_packages(
     if not host.sockets:  # unstated (None) or no package information (0)
         return host.sockets, host.sockets_source
     packages = {host.package_of[cpu] for cpu in allowed if cpu in host.package_of}
-    narrowed = set(allowed) != set(host.package_of) or memory_allowed(limits) is not None
-    if not narrowed:
-        return len(packages), host.sockets_source
-    by_cpus = len(packages)
     mems = memory_allowed(limits)
+    if not set(host.package_of) - set(allowed) and mems is None:
+        return len(packages), host.sockets_source  # the whole machine
+    by_cpus = len(packages)
     if mems is not None and not any(counts(node, mems) for node in nodes):
         mems = None
     memory_homes = []

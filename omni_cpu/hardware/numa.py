@@ -66,6 +66,9 @@ def read_numa_nodes(
     has_normal = sysroot.read_cpu_list(f"{NODE_DIR}/has_normal_memory")
     initiators = set(sysroot.read_cpu_list(f"{NODE_DIR}/has_generic_initiator") or ())
     ids = numbered_entries(sysroot.listdir(NODE_DIR), "node")
+    # A node directory the kernel's online mask leaves out is no node (hwloc's rule).
+    online_nodes = set(sysroot.read_cpu_list(f"{NODE_DIR}/online") or ())
+    ids = [node for node in ids if node in online_nodes] or ids
     nodes = []
     for node_id in ids:
         base = f"{NODE_DIR}/node{node_id}"

@@ -106,22 +106,24 @@ def test_a_trimmed_dump_with_an_empty_online_mask_reads_its_cpu_directories(mach
 # -- 4. sockets from odd sources ---------------------------------------------------------
 
 
+def _packages_with_ids(machine: FakeMachine, cpus: int, per_package: int, ids_per: int):
+    """Packages of `per_package` CPUs by their sibling lists, whose ids change every `ids_per`."""
+    machine.cpus(online=list(range(cpus)), cores_per_socket=per_package)
+    for cpu in range(cpus):
+        machine.write(f"{TOPOLOGY.format(cpu=cpu)}/physical_package_id", str(cpu // ids_per))
+    return read_facts(machine.root)
+
+
 def test_ia64_package_ids_repeating_over_single_core_packages_count_each_package(machine):
     # 16 single-core packages whose physical_package_id repeats in pairs.
-    machine.cpus(online=list(range(16)), cores_per_socket=1)
-    for cpu in range(16):
-        machine.write(f"{TOPOLOGY.format(cpu=cpu)}/physical_package_id", str(cpu // 2))
-    facts = read_facts(machine.root)
+    facts = _packages_with_ids(machine, cpus=16, per_package=1, ids_per=2)
     assert facts.sockets == 16
     assert facts.sockets_source.startswith("package sibling lists")
 
 
 def test_package_ids_that_disagree_with_the_sibling_lists_are_not_counted(machine):
     # Three packages of 4 CPUs by their sibling lists; ids split them four ways.
-    machine.cpus(online=list(range(12)), cores_per_socket=4)
-    for cpu in range(12):
-        machine.write(f"{TOPOLOGY.format(cpu=cpu)}/physical_package_id", str(cpu // 3))
-    assert read_facts(machine.root).sockets == 3
+    assert _packages_with_ids(machine, cpus=12, per_package=4, ids_per=3).sockets == 3
 
 
 def test_a_machine_stating_no_package_at_all_counts_none(machine):
@@ -141,8 +143,16 @@ def test_a_machine_stating_no_package_at_all_counts_none(machine):
 def test_package_ids_alone_still_count_where_no_cpu_states_a_sibling_list(machine):
     machine.cpus(online=list(range(8)), cores_per_socket=4)
     for cpu in range(8):
-        for name in ("core_siblings_list",):
-            (machine.root / f"{TOPOLOGY.format(cpu=cpu)}/{name}".lstrip("/")).unlink()
+        (machine.root / f"{TOPOLOGY.format(cpu=cpu)}/core_siblings_list".lstrip("/")).unlink()
     facts = read_facts(machine.root)
     assert facts.sockets == 2
     assert facts.sockets_source.startswith("package ids")
+
+
+def test_a_node_directory_the_online_mask_leaves_out_is_no_node(machine):
+    node_per_socket(machine, sockets=2, cores=4)
+    machine.node(2, "", memory_kib=8 * GIB_KIB)  # a stale directory of a node gone offline
+    machine.write(f"{NODE}/online", "0-1")
+    facts = read_facts(machine.root)
+    assert [node.id for node in facts.numa_nodes] == [0, 1]
+    assert facts.numa_node_count == 2
