@@ -436,8 +436,9 @@ def plan_profile(
     # The chunks every replica streams in, fitted to the first one's speed, and what the
     # plan carries with them.
     cores = stage_cores(replicas[0])
-    schedule = choose_schedule(cores, speed, max(chunks))
-    notes.append(describe_schedule(cores, speed, schedule))
+    first_speed = remote_speed(facts, replicas[0], speed)
+    schedule = choose_schedule(cores, first_speed, max(chunks))
+    notes.append(describe_schedule(cores, first_speed, schedule))
     replicas = [
         dataclasses.replace(
             replica,

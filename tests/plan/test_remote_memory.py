@@ -67,3 +67,16 @@ def test_memory_tiers_never_home_a_replica_and_bind_the_nearest_dram(tmp_path):
     assert bound == [{"5"}, {"6"}]  # each socket's DRAM, not its NVM or the CXL node
     assert any("memory-only nodes 7-9 are farther memory tiers" in n for n in profile.notes)
     assert check_profile(profile, facts, FOOTPRINT) == []
+
+
+def test_memtotal_of_nodes_outside_the_view_does_not_scale_the_allowed_nodes(tmp_path):
+    # MemTotal holds all four 16 GiB nodes; the view lists three of them: still 16 GiB each.
+    _, profile = _split_plan(tmp_path, "2-3")
+    assert not any("node memory scaled" in note for note in profile.notes)
+
+
+def test_the_chunk_schedule_is_fitted_to_the_remote_talker_step(tmp_path):
+    _, profile = _split_plan(tmp_path, "2-3")
+    step = profile.replicas[0].capacity.talker_step_ms
+    [schedule] = [note for note in profile.notes if note.startswith("chunks of")]
+    assert f"makes a frame every {step:.0f} ms" in schedule
