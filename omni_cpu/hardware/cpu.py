@@ -368,11 +368,18 @@ def package_keys(members: list[_Sibling]) -> tuple[dict[int, object], str]:
 
     Sibling sets where every CPU states one (hwloc's packages: an id may repeat across
     packages), ids where every CPU states one, else each CPU by what it states. Sets
-    are taken among these CPUs only, so an offline sibling cannot split a package.
+    are taken among these CPUs only, so an offline sibling cannot split a package; as
+    in hwloc, a package is the set its first CPU states, and a CPU whose own list
+    disagrees (a dump whose lists conflict) belongs to the package that holds it.
     """
     cpus = frozenset(m.cpu for m in members)
     if members and all(m.package for m in members):
-        keys: dict[int, object] = {m.cpu: ("set", m.package & cpus) for m in members}
+        stated = {m.cpu: m.package & cpus for m in members}
+        made = [siblings for cpu, siblings in stated.items() if siblings and min(siblings) == cpu]
+        keys: dict[int, object] = {
+            cpu: ("set", next((p for p in made if cpu in p), siblings))
+            for cpu, siblings in stated.items()
+        }
         return keys, "package sibling lists (package_cpus / core_siblings)"
     if members and all(m.package_id is not None for m in members):
         keys = {m.cpu: ("id", m.package_id) for m in members}

@@ -126,6 +126,16 @@ def test_package_ids_that_disagree_with_the_sibling_lists_are_not_counted(machin
     assert _packages_with_ids(machine, cpus=12, per_package=4, ids_per=3).sockets == 3
 
 
+def test_a_cpu_whose_sibling_list_conflicts_with_its_packages_is_counted_in_the_one_holding_it(
+    machine,
+):
+    # Two packages of 4; CPU 5's list names only 4-5 (a conflicting dump): hwloc makes a
+    # package of the set each package's first CPU states, so still two.
+    machine.cpus(online=list(range(8)), cores_per_socket=4)
+    machine.write(f"{TOPOLOGY.format(cpu=5)}/core_siblings_list", "4-5")
+    assert read_facts(machine.root).sockets == 2
+
+
 def test_a_machine_stating_no_package_at_all_counts_none(machine):
     # A PS3-like dump: two CPUs, cpuinfo, no topology directory at all.
     machine.write("/sys/devices/system/cpu/online", "0-1")
