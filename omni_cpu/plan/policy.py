@@ -31,6 +31,7 @@ from omni_cpu.plan.placement import (
     reserved_kv_bytes,
     safety_margin,
 )
+from omni_cpu.plan.remote import remote_notes, remote_speed, unbound_tiers_note
 from omni_cpu.plan.speed import (
     SHARED,
     Calibration,
@@ -438,12 +439,18 @@ def plan_profile(
     # The chunks every replica streams in, fitted to the first one's speed, and what the
     # plan carries with them.
     cores = stage_cores(replicas[0])
-    schedule = choose_schedule(cores, speed, max(chunks))
-    notes.append(describe_schedule(cores, speed, schedule))
+    first_speed = remote_speed(facts, replicas[0], speed)
+    schedule = choose_schedule(cores, first_speed, max(chunks))
+    notes.append(describe_schedule(cores, first_speed, schedule))
     replicas = [
-        dataclasses.replace(replica, capacity=replica_capacity(replica, schedule, speed))
+        dataclasses.replace(
+            replica,
+            capacity=replica_capacity(replica, schedule, remote_speed(facts, replica, speed)),
+        )
         for replica in replicas
     ]
+    notes.extend(note for replica in replicas for note in remote_notes(facts, replica, speed))
+    notes.extend(filter(None, [unbound_tiers_note(facts, replicas)]))
     capacity = machine_capacity(
         replicas,
         speed,
