@@ -35,9 +35,9 @@ from tests.helpers.serving import (
     FRAME_SAMPLES,
     REQUEST_TIMEOUT_S,
     Server,
+    TinyServer,
     get,
     post_json,
-    serving_tiny,
     wav_data_url,
 )
 
@@ -79,9 +79,9 @@ def voices(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(folder: Path, voices: Path) -> Iterator[Server]:
-    yield from serving_tiny(
-        folder, "base", 1,
+def server(tiny_server: TinyServer, voices: Path) -> Server:
+    return tiny_server(
+        "base", 1,
         "--max-frames", str(MAX_FRAMES), "--max-waiting", "1", "--accept-frame-limit",
         "--max-input-chars", str(MAX_INPUT_CHARS), "--max-voices", str(MAX_VOICES),
         "--body-timeout", str(BODY_TIMEOUT_S), "--voices", str(voices), "--drain-timeout", "120",

@@ -13,7 +13,6 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,10 +25,10 @@ from tests.helpers.serving import (
     REQUEST_TIMEOUT_S,
     SAMPLE_RATE,
     Server,
+    TinyServer,
     get,
     get_status,
     post_json,
-    serving_tiny,
     wav_data_url,
 )
 
@@ -44,9 +43,9 @@ MAX_WAITING = 1  # 3 admitted at once: 8 concurrent requests overflow
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    yield from serving_tiny(
-        tmp_path_factory.mktemp("serve"), "custom-voice", MAX_SEQS,
+def server(tiny_server: TinyServer) -> Server:
+    return tiny_server(
+        "custom-voice", MAX_SEQS,
         "--max-frames", str(MAX_FRAMES), "--max-waiting", str(MAX_WAITING),
         "--drain-timeout", "120",
     )  # fmt: skip
