@@ -29,6 +29,7 @@ from omni_cpu.serve.long_input import long_parts, speak_in_parts
 from omni_cpu.serve.routes import WEBSOCKET, Door, served_routes
 from omni_cpu.serve.stream_guard import Gate, StreamGuard
 from omni_cpu.serve.stream_metrics import StreamRecorder
+from omni_cpu.serve.strings import judge_strings
 from omni_cpu.serve.supervision import reply_stage_down
 
 
@@ -108,6 +109,7 @@ def with_body(handle: BodyHandler) -> Handler:
             return
         try:
             body, fields, gone = await gate.read(scope, receive)
+            judge_strings(fields)
         except BadBody as bad:
             gate.count_rejected(bad.reason)
             await refuse(send, bad)

@@ -4,8 +4,9 @@ vLLM-Omni's handler takes a `session.config` (voice, reference audio...), then t
 (`input.text`) and a flush (`input.done`) per utterance, each answered with audio and a
 `session.done`. The guard sits between the client and that handler:
 
-* the config passes the same checks as a speech request's fields (URL policy,
-  reference audio decoded within bounds); refused: close 1008 with the reason;
+* every message's strings pass the door (omni_cpu.serve.strings) and the config the
+  same checks as a speech request's fields (URL policy, reference audio decoded
+  within bounds); refused: an `error` event with the message, then close 1008;
 * each utterance takes one place in flight from its first text to its `session.done`;
   none free: close 1013 (try again later); its text is bounded like `input` (1009);
 * while draining, an utterance under way finishes, then the session is closed 1012
@@ -25,6 +26,7 @@ from typing import Any, Protocol
 from omni_cpu.serve.asgi import ASGIApp, BadBody, Message, Receive, Scope, Send
 from omni_cpu.serve.checks import judge_fields, judge_ref_audio
 from omni_cpu.serve.knobs import AdmissionLimits
+from omni_cpu.serve.strings import judge_strings
 
 POLICY = 1008  # a config or text admission refuses
 TOO_BIG = 1009  # an utterance over the input limit
@@ -96,7 +98,7 @@ class StreamGuard:
                     with contextlib.suppress(Exception):
                         task.result()
                     if self.refusal is not None:
-                        await self.close(*self.refusal)
+                        await self.refuse(*self.refusal)
                     return
                 down = gate.stage_down()
                 if down is not None:
@@ -117,6 +119,17 @@ class StreamGuard:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+        await self.close(code, reason)
+
+    async def refuse(self, code: int, reason: str) -> None:
+        """An error event with the whole message (the protocol's), then the close."""
+        if not self.closed:
+            with contextlib.suppress(Exception):
+                if not self.accepted:
+                    await self._send({"type": "websocket.accept"})
+                    self.accepted = True
+                event = json.dumps({"type": "error", "message": reason})
+                await self._send({"type": "websocket.send", "text": event})
         await self.close(code, reason)
 
     async def close(self, code: int, reason: str) -> None:
@@ -182,6 +195,7 @@ class StreamGuard:
             fields = json.loads(text)
         except (ValueError, RecursionError):
             return  # the handler answers malformed messages itself
+        judge_strings(fields)
         if not isinstance(fields, dict):
             return
         kind = fields.get("type")

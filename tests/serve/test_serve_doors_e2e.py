@@ -208,6 +208,22 @@ def _status_line(sock: socket.socket) -> bytes:
         return b""
 
 
+def test_a_lone_surrogate_on_any_door_is_400_and_the_server_stays_up(server: Server):
+    status, reply = post_json(
+        server.url("/v1/audio/speech"), {"model": server.model, **_clone(input="\ud800abc")}
+    )
+    assert status == 400 and _error(reply)["param"] == "input", reply
+    status, reply = _batch(server, [_clone(), _clone(input="Hi \ud800")])
+    assert status == 400 and _error(reply)["param"] == "items[1].input", reply
+    connection = _ws_session(server, voice="narrator")
+    _send(connection, {"type": "input.text", "text": "Hi \ud800"})
+    code, reason = _closed_with(connection)
+    assert code == 1008 and "surrogate" in reason, (code, reason)
+    assert get(server.url("/health"))[0] == 200, server.log_tail()
+    status, reply = post_json(server.url("/v1/audio/speech"), {"model": server.model, **_clone()})
+    assert status == 200, reply[:400]
+
+
 def test_slow_bodies_hold_no_place_and_get_408(server: Server):
     slow = [_slow_body(server) for _ in range(8)]
     try:
