@@ -2,8 +2,9 @@
 
 The plain speech request, each item of a batch (with the batch's shared fields),
 each WebSocket session's config and the text of each utterance, and an uploaded
-voice all pass the same checks: the URL policy, the reference audio (the same rules
-as `run --ref-audio`, decoded within bounds), input length.
+voice all pass the same checks: the URL policy, the reference audio in every field
+omni_cpu.serve.references names (the same rules as `run --ref-audio`: an audio MIME
+type, decoded within bounds), input length.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from omni_cpu.errors import InputError
 from omni_cpu.profile.sampling import RULES, SEED_RULE
 from omni_cpu.serve.asgi import BadBody
 from omni_cpu.serve.knobs import AdmissionLimits
+from omni_cpu.serve.references import audio_values
 
 URL_REFUSED = (
     "this server does not fetch ref_audio URLs; send the audio as base64 "
@@ -33,17 +35,16 @@ def input_length(fields: dict[str, Any]) -> int | None:
     return len(text) if isinstance(text, str) else None
 
 
-def _ref_items(fields: dict[str, Any]) -> list[Any]:
-    ref = fields.get("ref_audio")
-    return ref if isinstance(ref, list) else [ref]
+def _scheme(item: str) -> str:
+    return urlsplit(item.strip()).scheme.lower()
 
 
-def ref_audio_is_url(fields: dict[str, Any]) -> bool:
-    """True when the request asks the server to fetch its reference audio over http(s)."""
-    return any(
-        isinstance(item, str) and item.strip().lower().startswith(("http://", "https://"))
-        for item in _ref_items(fields)
-    )
+def ref_audio_is_url(fields: dict[str, Any]) -> str | None:
+    """The first reference audio field that asks the server to fetch over http(s), or None."""
+    for name, item in audio_values(fields):
+        if _scheme(item) in ("http", "https"):
+            return name
+    return None
 
 
 def audio_bytes_problem(source: str, data: bytes) -> str | None:
@@ -57,34 +58,40 @@ def audio_bytes_problem(source: str, data: bytes) -> str | None:
     return None
 
 
-def _data_url_problem(item: str) -> str | None:
-    header, comma, payload = item.partition(",")
+def _data_url_problem(field: str, item: str) -> str | None:
+    header, comma, payload = item.strip().partition(",")
     if not comma or not header.lower().endswith(";base64"):
-        return "ref_audio data: URLs must be base64 (send data:audio/wav;base64,<the file's bytes>)"
+        return f"{field} data: URLs must be base64 (send data:audio/wav;base64,<the file's bytes>)"
+    mime = header[len("data:") :].lower().partition(";")[0].strip()
+    if not mime.startswith("audio/"):
+        return (
+            f"{field} is a data: URL of {mime or 'no type'}, not audio "
+            "(send data:audio/wav;base64,<the file's bytes>)"
+        )
     try:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
-        return "ref_audio is not valid base64 (send data:audio/wav;base64,<the file's bytes>)"
-    return audio_bytes_problem("in ref_audio", data)
+        return f"{field} is not valid base64 (send data:audio/wav;base64,<the file's bytes>)"
+    return audio_bytes_problem(f"in {field}", data)
 
 
-def _file_url_problem(item: str, ref_audio_dir: str) -> str | None:
+def _file_url_problem(field: str, item: str, ref_audio_dir: str) -> str | None:
     from omni_cpu.speech.ref_audio import read_reference_audio
 
     if not ref_audio_dir:
         return (
-            "this server reads no file:// ref_audio; send the audio as base64 "
+            f"this server reads no file:// {field}; send the audio as base64 "
             "(data:audio/wav;base64,...), or start omni-cpu serve with --ref-audio-dir"
         )
     parts = urlsplit(item.strip())
     if parts.netloc not in ("", "localhost"):
-        return f"ref_audio {item!r} names another host; file:// paths are read on this server"
+        return f"{field} {item!r} names another host; file:// paths are read on this server"
     base = os.path.realpath(ref_audio_dir)
     path = os.path.realpath(unquote(parts.path))
     if os.path.commonpath([base, path]) != base:
-        return f"ref_audio {item!r} is outside this server's --ref-audio-dir"
+        return f"{field} {item!r} is outside this server's --ref-audio-dir"
     if not os.path.isfile(path):
-        return f"ref_audio {item!r} does not exist under this server's --ref-audio-dir"
+        return f"{field} {item!r} does not exist under this server's --ref-audio-dir"
     try:
         read_reference_audio(Path(path), source=item)
     except InputError as error:
@@ -92,23 +99,22 @@ def _file_url_problem(item: str, ref_audio_dir: str) -> str | None:
     return None
 
 
-def ref_audio_problem(fields: dict[str, Any], ref_audio_dir: str = "") -> str | None:
-    """Why a request's `data:` or `file://` reference audio cannot be cloned from, or None.
+def ref_audio_problem(fields: dict[str, Any], ref_audio_dir: str = "") -> tuple[str, str] | None:
+    """(field, why) for the first `data:` or `file:` reference audio that cannot be cloned from.
 
-    URLs (http/https) are judged by `judge_fields`; anything else is vLLM-Omni's to refuse.
+    Every field of omni_cpu.serve.references is judged. URLs (http/https) are judged by
+    `judge_fields`; anything else is vLLM-Omni's to refuse.
     """
-    for item in _ref_items(fields):
-        if not isinstance(item, str):
-            continue
-        scheme = item.strip()[:7].lower()
-        if scheme.startswith("data:"):
-            problem = _data_url_problem(item)
-        elif scheme == "file://":
-            problem = _file_url_problem(item, ref_audio_dir)
+    for field, item in audio_values(fields):
+        scheme = _scheme(item)
+        if scheme == "data":
+            problem = _data_url_problem(field, item)
+        elif scheme == "file":
+            problem = _file_url_problem(field, item, ref_audio_dir)
         else:
             continue
         if problem is not None:
-            return problem
+            return field, problem
     return None
 
 
@@ -139,8 +145,9 @@ def judge_fields(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
 
     `where` names the part of a larger request ("items[3].") in messages and `param`.
     """
-    if not limits.allow_ref_audio_urls and ref_audio_is_url(fields):
-        raise BadBody(400, URL_REFUSED, f"{where}ref_audio", "ref_audio_url")
+    url_field = None if limits.allow_ref_audio_urls else ref_audio_is_url(fields)
+    if url_field is not None:
+        raise BadBody(400, URL_REFUSED, f"{where}{url_field}", "ref_audio_url")
     judge_sampling(fields, where)
     judge_format(fields, where)
     length = input_length(fields) if limits.max_input_chars else None
@@ -182,12 +189,11 @@ def judge_sampling(fields: dict[str, Any], where: str = "") -> None:
 
 def judge_ref_audio(fields: dict[str, Any], limits: AdmissionLimits, where: str = "") -> None:
     """Refuse (BadBody) reference audio run would refuse; decodes it (call off the loop)."""
-    if "ref_audio" not in fields:
-        return
-    problem = ref_audio_problem(fields, limits.ref_audio_dir)
-    if problem is not None:
+    found = ref_audio_problem(fields, limits.ref_audio_dir)
+    if found is not None:
+        field, problem = found
         raise BadBody(
-            400, f"{where}{problem}" if where else problem, f"{where}ref_audio", "ref_audio"
+            400, f"{where}{problem}" if where else problem, f"{where}{field}", "ref_audio"
         )
 
 

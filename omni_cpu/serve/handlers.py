@@ -26,6 +26,7 @@ from omni_cpu.serve.body import reply_sample_rate
 from omni_cpu.serve.checks import audio_bytes_problem, batch_items, judge_fields, judge_ref_audio
 from omni_cpu.serve.forms import form_file
 from omni_cpu.serve.long_input import long_parts, speak_in_parts
+from omni_cpu.serve.references import audio_values
 from omni_cpu.serve.routes import WEBSOCKET, Door, served_routes
 from omni_cpu.serve.stream_guard import Gate, StreamGuard
 from omni_cpu.serve.stream_metrics import StreamRecorder
@@ -211,7 +212,7 @@ async def batch(
     def judge() -> None:
         seen: set[str] = set()
         for index, item in enumerate(items):
-            key = str(item.get("ref_audio"))
+            key = str(audio_values(item))
             if key not in seen:  # a shared reference is decoded once
                 seen.add(key)
                 judge_ref_audio(item, limits, f"items[{index}].")

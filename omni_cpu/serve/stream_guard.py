@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from omni_cpu.serve.asgi import ASGIApp, BadBody, Message, Receive, Scope, Send
 from omni_cpu.serve.checks import judge_fields, judge_ref_audio
 from omni_cpu.serve.knobs import AdmissionLimits
+from omni_cpu.serve.references import audio_values
 from omni_cpu.serve.strings import judge_strings
 
 POLICY = 1008  # a config or text admission refuses
@@ -202,7 +203,7 @@ class StreamGuard:
         limits = self.gate.limits
         if kind == "session.config":
             judge_fields(fields, limits)
-            if "ref_audio" in fields:
+            if audio_values(fields):
                 # Decoding holds a place, so at most the limit's worth of memory decodes at once.
                 self.gate.admit_or_raise(1)
                 try:

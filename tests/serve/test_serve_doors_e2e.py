@@ -261,6 +261,14 @@ def test_a_batch_does_not_fetch_a_ref_audio_url(server: Server, voice_url: str):
     assert Recorder.hits == []
 
 
+def test_the_references_alias_does_not_fetch_a_ref_audio_url(server: Server, voice_url: str):
+    fields = _clone(references=[{"audio_path": voice_url, "text": "A test clip."}])
+    del fields["ref_audio"], fields["ref_text"]
+    status, reply = post_json(server.url("/v1/audio/speech"), {"model": server.model, **fields})
+    assert status == 400 and _error(reply)["param"] == "references[0].audio_path", reply
+    assert Recorder.hits == []
+
+
 def test_a_websocket_session_does_not_fetch_a_ref_audio_url(server: Server, voice_url: str):
     connection = _ws_session(server, **_clone(ref_audio=voice_url))
     _send(connection, {"type": "input.text", "text": "Hello."})
