@@ -24,8 +24,8 @@ other route vLLM-Omni mounts gets 404.
 Every task type of the model is served the way vLLM-Omni serves it: `voice` for
 CustomVoice, `instructions` for VoiceDesign, `ref_audio` + `ref_text` (or
 `x_vector_only_mode`) for Base. `ref_audio` is base64 audio (`data:audio/wav;base64,...`),
-a `file://` path under --ref-audio-dir, or, only with --allow-ref-audio-urls, an
-http(s) URL the server fetches.
+a `file://` path under --ref-audio-dir, or, only from a host --allow-ref-audio-urls
+lists, an http(s) URL the server fetches (within OMNI_CPU_SERVE_REF_AUDIO_FETCH_S).
 
 At most the streams the profile predicts this replica carries without a gap (p95
 safe start within 1 s, docs/listening.md) are admitted at once, or --max-in-flight, or
@@ -122,8 +122,12 @@ def serve(
     ref_audio_dir: Path | None = typer.Option(
         None, "--ref-audio-dir", help="Folder whose files requests may name as file:// ref_audio."
     ),
-    allow_ref_audio_urls: bool = typer.Option(
-        False, "--allow-ref-audio-urls", help="Let the server fetch http(s) ref_audio URLs."
+    allow_ref_audio_urls: str = typer.Option(
+        "",
+        "--allow-ref-audio-urls",
+        metavar="HOSTS",
+        help="Hosts, addresses or CIDRs (comma-separated; * = any public host) whose http(s) "
+        "ref_audio URLs the server fetches; loopback and private ones only when listed.",
     ),
     accept_frame_limit: bool = typer.Option(
         False,

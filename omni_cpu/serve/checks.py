@@ -19,8 +19,9 @@ from urllib.parse import unquote, urlsplit
 from omni_cpu.errors import InputError
 from omni_cpu.profile.sampling import RULES, SEED_RULE
 from omni_cpu.serve.asgi import BadBody
+from omni_cpu.serve.fetch import UrlPolicy, as_data_url, fetch, split_url
 from omni_cpu.serve.knobs import AdmissionLimits
-from omni_cpu.serve.references import audio_values
+from omni_cpu.serve.references import audio_values, set_value
 
 URL_REFUSED = (
     "this server does not fetch ref_audio URLs; send the audio as base64 "
@@ -36,7 +37,9 @@ def input_length(fields: dict[str, Any]) -> int | None:
 
 
 def _scheme(item: str) -> str:
-    return urlsplit(item.strip()).scheme.lower()
+    """The URL's scheme, lower-cased ("" for none); read by hand, as a malformed URL has one."""
+    head, colon, _ = item.strip().partition(":")
+    return head.lower() if colon and head.isascii() and head.isalpha() else ""
 
 
 def ref_audio_is_url(fields: dict[str, Any]) -> str | None:
@@ -83,7 +86,10 @@ def _file_url_problem(field: str, item: str, ref_audio_dir: str) -> str | None:
             f"this server reads no file:// {field}; send the audio as base64 "
             "(data:audio/wav;base64,...), or start omni-cpu serve with --ref-audio-dir"
         )
-    parts = urlsplit(item.strip())
+    try:
+        parts = urlsplit(item.strip())
+    except ValueError:
+        return f"{field} is not a file:// URL this server can read"
     if parts.netloc not in ("", "localhost"):
         return f"{field} {item!r} names another host; file:// paths are read on this server"
     base = os.path.realpath(ref_audio_dir)
@@ -145,9 +151,12 @@ def judge_fields(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
 
     `where` names the part of a larger request ("items[3].") in messages and `param`.
     """
-    url_field = None if limits.allow_ref_audio_urls else ref_audio_is_url(fields)
-    if url_field is not None:
+    url_field = ref_audio_is_url(fields)
+    if url_field is not None and not limits.allow_ref_audio_urls:
         raise BadBody(400, URL_REFUSED, f"{where}{url_field}", "ref_audio_url")
+    for field, item in audio_values(fields):
+        if _scheme(item) in ("http", "https"):
+            split_url(f"{where}{field}", item)  # BadBody (400) when malformed
     judge_sampling(fields, where)
     judge_format(fields, where)
     length = input_length(fields) if limits.max_input_chars else None
@@ -216,3 +225,37 @@ def batch_items(fields: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     shared = {key: fields[key] for key in BATCH_SHARED if fields.get(key) is not None}
     return [{**shared, **item} if isinstance(item, dict) else {} for item in items]
+
+
+def url_policy(limits: AdmissionLimits) -> UrlPolicy:
+    """The fetching policy `limits` carry."""
+    return UrlPolicy(
+        limits.allow_ref_audio_urls,
+        limits.ref_audio_fetch_s,
+        limits.ref_audio_fetch_s,
+        limits.max_body_bytes,
+    )
+
+
+def fetch_references(data: dict[str, Any], limits: AdmissionLimits) -> bool:
+    """Fetch each http(s) reference `data` names (a batch: its items' too) within the URL
+    policy, and put the audio in its place as a `data:` URL; whether any was fetched.
+
+    Raises BadBody (400/504 naming the host) when a fetch is refused or fails. Call off the
+    event loop: it connects and reads.
+    """
+    found = list(audio_values(data))
+    items = data.get("items")
+    if isinstance(items, list):
+        for index, item in enumerate(items):
+            if isinstance(item, dict):
+                found += [(f"items[{index}].{name}", value) for name, value in audio_values(item)]
+    fetched: dict[str, str] = {}
+    for field, item in found:
+        if _scheme(item) not in ("http", "https"):
+            continue
+        if item not in fetched:  # a shared reference is fetched once
+            audio, mime = fetch(field, item, url_policy(limits))
+            fetched[item] = as_data_url(audio, mime)
+        set_value(data, field, fetched[item])
+    return bool(fetched)

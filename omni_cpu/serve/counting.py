@@ -12,7 +12,11 @@ from omni_cpu.serve.asgi import BadBody
 from omni_cpu.serve.knobs import IN_FLIGHT_METRIC, ON_CLIENT_METRIC, REJECTED_METRIC
 
 IN_FLIGHT = Gauge(IN_FLIGHT_METRIC, "Speech requests admitted and not yet answered in full.")
-ON_CLIENT = Gauge(ON_CLIENT_METRIC, "Speech requests in flight waiting on their client.")
+ON_CLIENT = Gauge(
+    ON_CLIENT_METRIC,
+    "Speech requests in flight that no stage holds: waiting on their client, or on their "
+    "reference audio being fetched or decoded.",
+)
 REJECTED = Counter(REJECTED_METRIC, "Speech requests turned away.", ["reason"])
 
 
@@ -51,6 +55,7 @@ class Places:
         IN_FLIGHT.dec(places)
 
     def client_waits(self, change: int) -> None:
-        """One more (+1) or one fewer (-1) request in flight waiting on its client."""
+        """One more (+1) or one fewer (-1) request in flight that no stage holds (its client
+        reads slowly, or its reference audio is being fetched or decoded)."""
         self.on_client += change
         ON_CLIENT.inc(change)

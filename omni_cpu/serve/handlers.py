@@ -9,6 +9,7 @@ no stage is down and the server is not draining; each then judges what it is giv
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -23,7 +24,13 @@ from omni_cpu.serve.asgi import (
     send_json,
 )
 from omni_cpu.serve.body import reply_sample_rate
-from omni_cpu.serve.checks import audio_bytes_problem, batch_items, judge_fields, judge_ref_audio
+from omni_cpu.serve.checks import (
+    audio_bytes_problem,
+    batch_items,
+    fetch_references,
+    judge_fields,
+    judge_ref_audio,
+)
 from omni_cpu.serve.forms import form_file
 from omni_cpu.serve.long_input import long_parts, speak_in_parts
 from omni_cpu.serve.references import audio_values
@@ -94,7 +101,8 @@ async def stream(gate: Admission, scope: Scope, receive: Receive, send: Send) ->
 
 def with_body(handle: BodyHandler) -> Handler:
     """`handle`, given the body once no stage is down, the server is not draining, and the
-    body is all in within bounds."""
+    body is all in within bounds (and its strings pass the door); `handle` replays the body
+    (or the one it rewrote) to the server."""
 
     async def handled(gate: Admission, scope: Scope, receive: Receive, send: Send) -> None:
         down = gate.stage_down()
@@ -116,7 +124,7 @@ def with_body(handle: BodyHandler) -> Handler:
             await refuse(send, bad)
             return
         if not gone:
-            await handle(gate, scope, replay(body, receive), send, body, fields)
+            await handle(gate, scope, receive, send, body, fields)
 
     return handled
 
@@ -132,12 +140,16 @@ async def admitted(gate: Admission, send: Send, places: int, judge: Any, answer:
         await send_json(send, bad.status, error_body(str(bad), error_type, bad.status), retry)
         return
     try:
+        # Fetching and decoding a reference holds no stage: the stall watch must not count it.
+        gate.client_waits(+1)
         try:
             await asyncio.to_thread(judge)
         except BadBody as bad:
             gate.count_rejected(bad.reason)
             await refuse(send, bad)
             return
+        finally:
+            gate.client_waits(-1)
         await answer()
     finally:
         gate.release(places)
@@ -165,7 +177,15 @@ async def speech(
         await refuse(send, bad)
         return
 
+    sent = [body]
+
+    def judge() -> None:
+        if fetch_references(fields, limits):
+            sent[0] = json.dumps(fields).encode()
+        judge_ref_audio(fields, limits)
+
     async def answer() -> None:
+        replayed = replay(sent[0], receive)
         if parts is None:
             # A streamed reply is timed as a listener hears it, for /metrics.
             timed = (
@@ -173,11 +193,11 @@ async def speech(
                 if fields.get("stream") is True
                 else send
             )
-            await gate.answer(scope, receive, timed, timeout_s)
+            await gate.answer(scope, replayed, timed, timeout_s)
         else:
-            await speak_in_parts(gate.answer, scope, receive, send, fields, parts, timeout_s)
+            await speak_in_parts(gate.answer, scope, replayed, send, fields, parts, timeout_s)
 
-    await admitted(gate, send, 1, lambda: judge_ref_audio(fields, limits), answer)
+    await admitted(gate, send, 1, judge, answer)
 
 
 async def batch(
@@ -209,9 +229,13 @@ async def batch(
         await refuse(send, bad)
         return
 
+    sent = [body]
+
     def judge() -> None:
+        if fetch_references(fields, limits):
+            sent[0] = json.dumps(fields).encode()
         seen: set[str] = set()
-        for index, item in enumerate(items):
+        for index, item in enumerate(batch_items(fields)):
             key = str(audio_values(item))
             if key not in seen:  # a shared reference is decoded once
                 seen.add(key)
@@ -222,7 +246,7 @@ async def batch(
         send,
         max(1, len(items)),
         judge,
-        lambda: gate.answer(scope, receive, send, timeout_s),
+        lambda: gate.answer(scope, replay(sent[0], receive), send, timeout_s),
     )
 
 
@@ -249,7 +273,8 @@ async def voice_upload(
         if problem is not None:
             raise BadBody(400, problem, "audio_sample", "ref_audio")
 
-    await admitted(gate, send, 1, judge, lambda: gate.answer(scope, receive, send, 0.0))
+    replayed = replay(body, receive)
+    await admitted(gate, send, 1, judge, lambda: gate.answer(scope, replayed, send, 0.0))
 
 
 def timeout_of(gate: Admission, fields: dict[str, Any]) -> float:

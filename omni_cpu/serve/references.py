@@ -11,6 +11,7 @@ vLLM-Omni's own request models and fails on an audio field this table does not n
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -78,6 +79,18 @@ def _values(data: Any, path: str, name: str) -> list[tuple[str, Any]]:
     if not dot:
         return items
     return [found for where, item in items for found in _values(item, rest, f"{where}.")]
+
+
+def set_value(data: dict[str, Any], name: str, value: Any) -> None:
+    """Put `value` at the field `name` ("references[0].audio_path") of `data`."""
+    steps: list[str | int] = [
+        int(step[1:-1]) if step.startswith("[") else step
+        for step in re.findall(r"\[\d+\]|[^.\[\]]+", name)
+    ]
+    here: Any = data
+    for step in steps[:-1]:
+        here = here[step]
+    here[steps[-1]] = value
 
 
 def audio_values(fields: dict[str, Any]) -> list[tuple[str, str]]:

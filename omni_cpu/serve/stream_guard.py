@@ -24,7 +24,7 @@ import json
 from typing import Any, Protocol
 
 from omni_cpu.serve.asgi import ASGIApp, BadBody, Message, Receive, Scope, Send
-from omni_cpu.serve.checks import judge_fields, judge_ref_audio
+from omni_cpu.serve.checks import fetch_references, judge_fields, judge_ref_audio
 from omni_cpu.serve.knobs import AdmissionLimits
 from omni_cpu.serve.references import audio_values
 from omni_cpu.serve.strings import judge_strings
@@ -180,7 +180,7 @@ class StreamGuard:
         if message["type"] != "websocket.receive" or not isinstance(message.get("text"), str):
             return message
         try:
-            await self._judge(message["text"])
+            rewritten = await self._judge(message["text"])
         except BadBody as bad:
             self.gate.count_rejected(bad.reason)
             code = {429: AT_CAPACITY, 503: DRAINING}.get(bad.status, POLICY)
@@ -189,16 +189,17 @@ class StreamGuard:
             self.refusal = (code, str(bad))
             # The handler ends as if the client had left; the guard then closes with why.
             return {"type": "websocket.disconnect", "code": code}
-        return message
+        return message if rewritten is None else {**message, "text": rewritten}
 
-    async def _judge(self, text: str) -> None:
+    async def _judge(self, text: str) -> str | None:
+        """Refuse (BadBody) what admission refuses; the message rewritten, if it fetched audio."""
         try:
             fields = json.loads(text)
         except (ValueError, RecursionError):
-            return  # the handler answers malformed messages itself
+            return None  # the handler answers malformed messages itself
         judge_strings(fields)
         if not isinstance(fields, dict):
-            return
+            return None
         kind = fields.get("type")
         limits = self.gate.limits
         if kind == "session.config":
@@ -206,10 +207,14 @@ class StreamGuard:
             if audio_values(fields):
                 # Decoding holds a place, so at most the limit's worth of memory decodes at once.
                 self.gate.admit_or_raise(1)
+                self.gate.client_waits(+1)  # fetching and decoding hold no stage
                 try:
+                    fetched = await asyncio.to_thread(fetch_references, fields, limits)
                     await asyncio.to_thread(judge_ref_audio, fields, limits)
                 finally:
+                    self.gate.client_waits(-1)
                     self.gate.release(1)
+                return json.dumps(fields) if fetched else None
         elif kind == "input.text" and isinstance(fields.get("text"), str):
             if not self.utterance_open:
                 self.gate.admit_or_raise(1)
@@ -224,3 +229,4 @@ class StreamGuard:
                     "text",
                     "input_too_long",
                 )
+        return None
