@@ -470,6 +470,17 @@ SERVE_BODY_TIMEOUT_S = _declare(
         audience="internal",
     )
 )
+SERVE_SEND_TIMEOUT_S = _declare(
+    Knob(
+        "OMNI_CPU_SERVE_SEND_TIMEOUT_S",
+        "30",
+        "serve --send-timeout: seconds a client may leave a reply's data untaken; past it the "
+        "stream is cut and its place returned (while draining too). 0 = none",
+        "serve",
+        _seconds,
+        audience="internal",
+    )
+)
 STAGE_PROGRESS_DIR = _declare(
     Knob(
         "OMNI_CPU_STAGE_PROGRESS_DIR",
@@ -626,6 +637,7 @@ if TYPE_CHECKING:
     OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN: int
     OMNI_CPU_SERVE_TOKENIZER: str
     OMNI_CPU_SERVE_BODY_TIMEOUT_S: float
+    OMNI_CPU_SERVE_SEND_TIMEOUT_S: float
     OMNI_CPU_STAGE_PROGRESS_DIR: str
     OMNI_CPU_OWNER: str
     OMNI_CPU_DRIVER: str

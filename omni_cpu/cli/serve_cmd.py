@@ -109,6 +109,13 @@ def serve(
         help="Seconds a client has to send a request's headers and body (else 408, or the "
         "connection closes); it holds no place meanwhile. Default 30; 0 = none.",
     ),
+    send_timeout: float | None = typer.Option(
+        None,
+        "--send-timeout",
+        min=0,
+        help="Seconds a client may leave a reply's data untaken before its stream is cut and "
+        "its place returned. Default 30; 0 = none.",
+    ),
     voices: Path | None = typer.Option(
         None,
         "--voices",
@@ -164,6 +171,7 @@ def serve(
         drain_timeout_s=drain_timeout,
         request_timeout_s=request_timeout,
         body_timeout_s=body_timeout,
+        send_timeout_s=send_timeout,
         voices_dir=voices,
         max_voices=max_voices,
         ref_audio_dir=ref_audio_dir,

@@ -123,6 +123,7 @@ class ServeOptions:
     stop_timeout_s: float = 15.0
     request_timeout_s: float = 0.0
     body_timeout_s: float | None = None
+    send_timeout_s: float | None = None  # None: the knob's default
     voices_dir: Path | None = None
     max_voices: int = DEFAULT_MAX_VOICES
     stall_s: float | None = None  # default: process.watch.stall_seconds()
@@ -262,6 +263,11 @@ def _admission_limits(
             AdmissionLimits().body_timeout_s
             if options.body_timeout_s is None
             else options.body_timeout_s
+        ),
+        send_timeout_s=(
+            AdmissionLimits().send_timeout_s
+            if options.send_timeout_s is None
+            else options.send_timeout_s
         ),
     )
     return limits, why

@@ -55,6 +55,7 @@ class AdmissionLimits:
     ref_audio_dir: str = _default("ref_audio_dir")
     request_timeout_s: float = _default("request_timeout_s")
     body_timeout_s: float = _default("body_timeout_s")
+    send_timeout_s: float = _default("send_timeout_s")
     max_long_input_chars: int = _default("max_long_input_chars")
 
     def to_env(self) -> dict[str, str]:

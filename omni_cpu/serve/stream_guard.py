@@ -11,7 +11,9 @@ vLLM-Omni's handler takes a `session.config` (voice, reference audio...), then t
   none free: close 1013 (try again later); its text is bounded like `input` (1009);
 * while draining, an utterance under way finishes, then the session is closed 1012
   (service restart: reconnect elsewhere), as is one that has none under way;
-* a stage down: close 1011 naming it, at once.
+* a stage down: close 1011 naming it, at once;
+* a client that leaves a message untaken for `send_timeout_s`: the session ends and
+  its place goes back.
 
 Close reasons are the first 123 bytes of the one-line message (the protocol's limit).
 """
@@ -28,6 +30,7 @@ from omni_cpu.serve.checks import fetch_references, judge_fields, judge_ref_audi
 from omni_cpu.serve.knobs import AdmissionLimits
 from omni_cpu.serve.references import audio_values
 from omni_cpu.serve.strings import judge_strings
+from omni_cpu.serve.supervision import SlowReader
 
 POLICY = 1008  # a config or text admission refuses
 TOO_BIG = 1009  # an utterance over the input limit
@@ -160,7 +163,12 @@ class StreamGuard:
         if waiting:
             self.gate.client_waits(+1)
         try:
-            await self._send(message)
+            # A client that leaves audio untaken past the send timeout loses its session.
+            await asyncio.wait_for(self._send(message), self.gate.limits.send_timeout_s or None)
+        except TimeoutError:
+            self.closed = True  # the transport is jammed: no close frame gets through
+            self.gate.count_rejected("slow_reader")
+            raise SlowReader from None
         finally:
             if waiting:
                 self.gate.client_waits(-1)

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from omni_cpu.serve.asgi import ASGIApp, Message, Receive, Scope, Send, error_body, send_json
 from omni_cpu.serve.counting import count_rejected
+from omni_cpu.serve.knobs import AdmissionLimits
 
 
 def stage_down(down_file: str) -> str | None:
@@ -39,10 +40,15 @@ async def reply_stage_down(send: Send, down: str) -> None:
     )
 
 
+class SlowReader(Exception):
+    """The client left a reply's data untaken past the send timeout: its stream is cut."""
+
+
 class Watched(Protocol):
     """What supervision asks of admission (omni_cpu.serve.admission.SpeechAdmission)."""
 
     app: ASGIApp
+    limits: AdmissionLimits
     watch_s: float
     down_wait_s: float
 
@@ -57,18 +63,28 @@ async def answer(
 
     Not answered yet: 503 (a stage is down) or 504 (the deadline). A stream already
     under way ends: cleanly at its deadline (the audio so far is what was asked
-    for), cut when a stage is down (a client must not take it for complete).
+    for), cut when a stage is down (a client must not take it for complete), and cut
+    when its client leaves data untaken for `send_timeout_s` (a reader that never
+    reads would hold its place, and lock others out, for as long as it stays).
     """
     started = False
+    cut = False  # the client left data untaken past the send timeout
+    send_timeout_s = gate.limits.send_timeout_s
 
     async def send_tracked(message: Message) -> None:
-        nonlocal started
+        nonlocal started, cut
+        if cut:
+            raise SlowReader
         if message["type"] == "http.response.start":
             started = True
         # A client that reads slowly holds its request here, not the engine.
         gate.client_waits(+1)
         try:
-            await send(message)
+            await asyncio.wait_for(send(message), send_timeout_s or None)
+        except TimeoutError:
+            cut = True
+            count_rejected("slow_reader")
+            raise SlowReader from None
         finally:
             gate.client_waits(-1)
 
@@ -79,6 +95,10 @@ async def answer(
         while True:
             done, _ = await asyncio.wait({task}, timeout=gate.watch_s)
             if done:
+                if cut:  # its place goes back; the server closes the connection
+                    with contextlib.suppress(Exception):
+                        task.result()
+                    return
                 task.result()
                 return
             down = gate.stage_down()
