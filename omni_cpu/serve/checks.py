@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,8 @@ def judge_fields(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
             split_url(f"{where}{field}", item)  # BadBody (400) when malformed
     judge_sampling(fields, where)
     judge_format(fields, where)
+    judge_speed(fields, where)
+    judge_budget(fields, limits, where)
     length = input_length(fields) if limits.max_input_chars else None
     if length is not None and length > limits.max_input_chars:
         raise BadBody(
@@ -167,6 +170,41 @@ def judge_fields(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
             f"{limits.max_input_chars} (split the text into several requests)",
             f"{where}input",
             "input_too_long",
+        )
+
+
+SPEEDS = (0.25, 4.0)  # vLLM-Omni's bounds on `speed`
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def judge_speed(fields: dict[str, Any], where: str = "") -> None:
+    """Refuse (BadBody) a `speed` that is not a finite number (vLLM-Omni calls NaN "> 4")."""
+    speed = fields.get("speed")
+    if _number(speed) and not math.isfinite(speed):
+        low, high = SPEEDS
+        raise BadBody(
+            400,
+            f"{where}speed is {speed}; give a number from {low:g} to {high:g}",
+            f"{where}speed",
+            "invalid",
+        )
+
+
+def judge_budget(fields: dict[str, Any], limits: AdmissionLimits, where: str = "") -> None:
+    """Refuse (BadBody) a `max_new_tokens` no request can reach: past the talker's context,
+    where the engine would stop it early without a word."""
+    asked = fields.get("max_new_tokens")
+    context = limits.talker_max_model_len
+    if context and _number(asked) and asked > context:
+        raise BadBody(
+            400,
+            f"{where}max_new_tokens is {asked}; this model's talker holds {context} positions "
+            "(prompt and frames together), so ask for fewer frames",
+            f"{where}max_new_tokens",
+            "invalid",
         )
 
 

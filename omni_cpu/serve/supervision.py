@@ -93,7 +93,9 @@ async def answer(
     task = asyncio.ensure_future(gate.app(scope, receive, stage_aware(gate, send_tracked)))
     try:
         while True:
-            done, _ = await asyncio.wait({task}, timeout=gate.watch_s)
+            # A deadline sooner than the next look is kept to, however short.
+            wait_s = gate.watch_s if deadline is None else min(gate.watch_s, deadline - loop.time())
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, wait_s))
             if done:
                 if cut:  # its place goes back; the server closes the connection
                     with contextlib.suppress(Exception):

@@ -1,0 +1,53 @@
+"""The small refusals a user needs worded: NaN speed, an unreachable budget, a tiny timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from omni_cpu.serve.knobs import AdmissionLimits
+
+pytest.importorskip("prometheus_client")
+from omni_cpu.serve.admission import SpeechAdmission
+from tests.serve.test_admission import SPEECH, SlowApp, call, run
+
+
+def _answer(body: dict, limits: AdmissionLimits | None = None) -> tuple[int, dict, SlowApp]:
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, limits or AdmissionLimits())
+    status, raw = run(call(app, "/v1/audio/speech", body))
+    return status, json.loads(raw) if status != 200 else {}, inner
+
+
+def test_a_nan_speed_says_what_speed_takes():
+    status, reply, inner = _answer(json.loads(json.dumps({**SPEECH, "speed": float("nan")})))
+    error = reply["error"]
+    assert status == 400 and error["param"] == "speed" and inner.started == 0
+    assert "nan" in error["message"] and "0.25 to 4" in error["message"]
+
+
+def test_max_new_tokens_past_the_talkers_context_is_refused_saying_the_limit():
+    limits = AdmissionLimits(talker_max_model_len=4096)
+    status, reply, _ = _answer({**SPEECH, "max_new_tokens": 5000}, limits)
+    assert status == 400 and reply["error"]["param"] == "max_new_tokens"
+    assert "4096" in reply["error"]["message"]
+    assert _answer({**SPEECH, "max_new_tokens": 2000}, limits)[0] == 200
+
+
+class PromptApp(SlowApp):
+    """Answers 200 a tenth of a second after it is asked: sooner than the deadline watch."""
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        await asyncio.sleep(0.1)
+        self.release.set()
+        await super().__call__(scope, receive, send)
+
+
+def test_a_timeout_shorter_than_the_deadline_watch_is_honoured():
+    app = SpeechAdmission(PromptApp(), AdmissionLimits())
+    status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "timeout": 1e-9}))
+    assert status == 504 and "deadline" in json.loads(raw)["error"]["message"]
+    assert app.in_flight == 0
