@@ -68,8 +68,8 @@ class UrlPolicy:
 def _host_refused(field: str, host: str, why: str) -> BadBody:
     return BadBody(
         400,
-        f"{field} names host {host}, which {why} (list it in serve --allow-ref-audio-urls "
-        "to fetch from it, or send the audio as base64)",
+        f"{field} names host {host}, which {why}; this server fetches reference audio URLs "
+        "only from the hosts serve --allow-ref-audio-urls lists (or send the audio as base64)",
         field,
         "ref_audio_url",
     )

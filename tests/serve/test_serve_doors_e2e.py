@@ -50,6 +50,7 @@ BODY_TIMEOUT_S = 2
 LIMIT = 2  # max_num_seqs 1 + --max-waiting 1
 MAX_FRAMES = 12
 MAX_VOICES = 4
+HUNG_HOST = "127.0.0.2"
 MAX_INPUT_CHARS = 40  # one request's text; 4 times that is spoken in sentences
 
 
@@ -85,6 +86,8 @@ def server(tiny_server: TinyServer, voices: Path) -> Server:
         "--max-frames", str(MAX_FRAMES), "--max-waiting", "1", "--accept-frame-limit",
         "--max-input-chars", str(MAX_INPUT_CHARS), "--max-voices", str(MAX_VOICES),
         "--body-timeout", str(BODY_TIMEOUT_S), "--voices", str(voices), "--drain-timeout", "120",
+        # Loopback stays refused (the URL tests' host), but for one address a test hangs on.
+        "--allow-ref-audio-urls", HUNG_HOST,
     )  # fmt: skip
 
 
@@ -267,6 +270,20 @@ def test_the_references_alias_does_not_fetch_a_ref_audio_url(server: Server, voi
     status, reply = post_json(server.url("/v1/audio/speech"), {"model": server.model, **fields})
     assert status == 400 and _error(reply)["param"] == "references[0].audio_path", reply
     assert Recorder.hits == []
+
+
+def test_an_allowed_host_that_never_answers_is_504_and_the_server_stays_up(server: Server):
+    with socket.socket() as listener:
+        listener.bind((HUNG_HOST, 0))
+        listener.listen(4)  # accepts, never answers
+        url = f"http://{HUNG_HOST}:{listener.getsockname()[1]}/voice.wav"
+        started = time.monotonic()
+        status, reply = post_json(
+            server.url("/v1/audio/speech"), {"model": server.model, **_clone(ref_audio=url)}
+        )
+    assert status == 504 and HUNG_HOST in _error(reply)["message"], reply
+    assert time.monotonic() - started < 30
+    assert get(server.url("/health"))[0] == 200, server.log_tail()
 
 
 def test_a_websocket_session_does_not_fetch_a_ref_audio_url(server: Server, voice_url: str):
