@@ -33,6 +33,7 @@ from omni_cpu.serve.checks import (
 )
 from omni_cpu.serve.forms import form_file
 from omni_cpu.serve.long_input import long_parts, speak_in_parts
+from omni_cpu.serve.messages import rewording
 from omni_cpu.serve.references import audio_values
 from omni_cpu.serve.routes import WEBSOCKET, Door, served_routes
 from omni_cpu.serve.stream_guard import Gate, StreamGuard
@@ -193,7 +194,7 @@ async def speech(
                 if fields.get("stream") is True
                 else send
             )
-            await gate.answer(scope, replayed, timed, timeout_s)
+            await gate.answer(scope, replayed, rewording(timed), timeout_s)
         else:
             await speak_in_parts(gate.answer, scope, replayed, send, fields, parts, timeout_s)
 

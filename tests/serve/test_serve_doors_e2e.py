@@ -431,6 +431,12 @@ def test_uploads_past_the_voice_quota_are_refused(server: Server, folder: Path):
     assert status == 200 and len(json.loads(listing)["uploaded_voices"]) == MAX_VOICES
 
 
+def test_an_unknown_voice_says_no_such_voice(server: Server):
+    body = {"model": server.model, "input": "Hello.", "voice": "nobody", "task_type": "Base"}
+    status, reply = post_json(server.url("/v1/audio/speech"), body)
+    assert status == 400 and "voice 'nobody' is not a voice" in _error(reply)["message"], reply
+
+
 def test_a_preloaded_voice_speaks_by_name(server: Server):
     status, listing = get(server.url("/v1/audio/voices"))
     assert status == 200 and "narrator" in [

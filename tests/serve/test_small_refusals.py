@@ -51,3 +51,24 @@ def test_a_timeout_shorter_than_the_deadline_watch_is_honoured():
     status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "timeout": 1e-9}))
     assert status == 504 and "deadline" in json.loads(raw)["error"]["message"]
     assert app.in_flight == 0
+
+
+class UnknownVoiceApp(SlowApp):
+    """Answers as vLLM-Omni 0.30.0 does a Base request naming a voice it does not have."""
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        await receive()
+        message = "Base task with built-in speaker 'nobody' requires 'ref_audio' for voice cloning"
+        body = json.dumps({"error": {"message": message, "type": "BadRequestError"}}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 400, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def test_an_unknown_base_voice_says_no_such_voice_and_what_to_send():
+    app = SpeechAdmission(UnknownVoiceApp(), AdmissionLimits())
+    body = {**SPEECH, "task_type": "Base", "voice": "nobody"}
+    status, raw = run(call(app, "/v1/audio/speech", body))
+    message = json.loads(raw)["error"]["message"]
+    assert status == 400 and "voice 'nobody' is not a voice this server has" in message
+    assert "POST /v1/audio/voices" in message and "built-in" not in message
