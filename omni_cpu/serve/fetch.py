@@ -99,7 +99,9 @@ def _kind(address: str) -> str:
     return f"({address}) is not listed"
 
 
-def _connect(field: str, scheme: str, host: str, address: str, port: int, policy: UrlPolicy):
+def _connect(
+    field: str, scheme: str, host: str, address: str, port: int, policy: UrlPolicy
+) -> tuple[http.client.HTTPConnection, socket.socket]:
     try:
         sock = socket.create_connection((address, port), timeout=policy.connect_s or None)
     except TimeoutError:
@@ -115,6 +117,12 @@ def _connect(field: str, scheme: str, host: str, address: str, port: int, policy
     if scheme == "https":
         try:
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        except TimeoutError:
+            sock.close()
+            raise BadBody(
+                504, f"{field}: {host} did not complete TLS within {policy.connect_s:g} s",
+                field, "ref_audio_fetch",
+            ) from None  # fmt: skip
         except (OSError, ssl.SSLError) as error:
             sock.close()
             raise BadBody(
