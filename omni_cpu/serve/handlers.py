@@ -275,7 +275,7 @@ async def voice_upload(
             raise BadBody(400, problem, "audio_sample", "ref_audio")
 
     replayed = replay(body, receive)
-    await admitted(gate, send, 1, judge, lambda: gate.answer(scope, replayed, send, 0.0))
+    await admitted(gate, send, 1, judge, lambda: gate.answer(scope, replayed, rewording(send), 0.0))
 
 
 def timeout_of(gate: Admission, fields: dict[str, Any]) -> float:

@@ -2,8 +2,10 @@
 
 vLLM-Omni 0.30.0 answers a Base request naming a voice it does not have as if the name were a
 built-in speaker ("Base task with built-in speaker 'x' requires 'ref_audio' ..."): the
-user needs to hear that no such voice is known and what to send instead. Each entry here is a
-pattern of vLLM-Omni's message and the message a user can act on; the status stays.
+user needs to hear that no such voice is known and what to send instead. A voice it cannot
+store answers with the OS's error text, paths of the server's own folders included. Each
+entry here is a pattern of vLLM-Omni's message and the message a user can act on; the
+status stays.
 """
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ REWORDED = (
         re.compile(r"Base task with built-in speaker '(?P<voice>.*)' requires 'ref_audio'"),
         "voice '{voice}' is not a voice this server has (GET /v1/audio/voices lists them); "
         "upload it first (POST /v1/audio/voices), or send ref_audio with ref_text",
+    ),
+    (
+        re.compile(r"\[Errno 28\]|No space left on device"),
+        "the server has no room left to store this voice; retry later, or remove a voice "
+        "(DELETE /v1/audio/voices/NAME)",
+    ),
+    (
+        re.compile(r"\[Errno \d+\]"),
+        "the server could not store this voice (its log says why); retry later",
     ),
 )
 

@@ -12,7 +12,7 @@ from omni_cpu.serve.knobs import AdmissionLimits
 
 pytest.importorskip("prometheus_client")
 from omni_cpu.serve.admission import SpeechAdmission
-from tests.serve.test_admission import SPEECH, SlowApp, call, run
+from tests.serve.test_admission import SPEECH, SlowApp, _form, call, run
 
 
 def _answer(body: dict, limits: AdmissionLimits | None = None) -> tuple[int, dict, SlowApp]:
@@ -72,3 +72,33 @@ def test_an_unknown_base_voice_says_no_such_voice_and_what_to_send():
     message = json.loads(raw)["error"]["message"]
     assert status == 400 and "voice 'nobody' is not a voice this server has" in message
     assert "POST /v1/audio/voices" in message and "built-in" not in message
+
+
+class FullDiskApp(SlowApp):
+    """Answers a voice upload as vLLM-Omni 0.30.0 does when its disk is full."""
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        await receive()
+        message = "Failed to save voice: [Errno 28] No space left on device: '/srv/voices/a.wav'"
+        body = json.dumps({"error": {"message": message, "type": "BadRequestError"}}).encode()
+        await send({"type": "http.response.start", "status": 400, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+
+def test_a_full_disk_is_a_400_without_the_os_text_or_the_servers_paths():
+    app = SpeechAdmission(FullDiskApp(), AdmissionLimits())
+    body, content_type = _form({"name": "guest", "consent": "c"})
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    headers = [(b"content-type", content_type)]
+    scope = {"type": "http", "path": "/v1/audio/voices", "method": "POST", "headers": headers}
+    run(app(scope, receive, send))
+    message = json.loads(sent[1]["body"])["error"]["message"]
+    assert sent[0]["status"] == 400 and "no room left" in message
+    assert "Errno" not in message and "/srv" not in message
