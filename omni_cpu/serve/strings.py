@@ -15,9 +15,18 @@ from typing import Any
 
 from omni_cpu.serve.asgi import BadBody
 
-# Fields whose text is spoken or describes speech: line breaks and tabs belong there.
+# Fields whose text is spoken or describes speech, and the model's own parameters (stop
+# strings may be line breaks): line breaks and tabs belong there.
 FREE_TEXT = frozenset(
-    {"input", "instructions", "ref_text", "text", "ambient_sound", "speaker_description"}
+    {
+        "input",
+        "instructions",
+        "ref_text",
+        "text",
+        "ambient_sound",
+        "speaker_description",
+        "extra_params",
+    }
 )
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -64,6 +73,7 @@ def judge_strings(data: Any, where: str = "") -> None:
                 if problem is not None:
                     field = f"a field name in {name or 'the request body'}"
                     raise BadBody(400, f"{field} {problem}", name or None, "bad_text")
-                stack.append((value, _named(name, key_text), key_text in FREE_TEXT))
+                free = free_text or key_text in FREE_TEXT  # all that a free-text field holds
+                stack.append((value, _named(name, key_text), free))
         elif isinstance(item, list):
             stack.extend((value, f"{name}[{index}]", free_text) for index, value in enumerate(item))

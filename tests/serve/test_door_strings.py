@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from omni_cpu.serve.asgi import BadBody
 from omni_cpu.serve.knobs import AdmissionLimits
 from omni_cpu.serve.strings import judge_strings
 
@@ -102,3 +103,9 @@ def test_a_voice_name_with_a_line_break_is_refused_before_it_is_stored():
 
 def test_valid_unicode_of_every_plane_passes():
     judge_strings({"input": "héllo 你好 🎙️ ‏שלום", "voice": "Vivian"})
+
+
+def test_a_line_break_in_the_models_own_parameters_is_text():
+    judge_strings({"extra_params": {"stop": ["\n"], "nested": {"why": "a\tb"}}})
+    with pytest.raises(BadBody, match="U\\+0000"):
+        judge_strings({"extra_params": {"stop": ["\x00"]}})
