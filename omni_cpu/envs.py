@@ -16,7 +16,9 @@ A value a knob does not take is refused here, once, in one wording (SettingError
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,6 +29,20 @@ from omni_cpu.errors import SettingError
 
 def _flag(raw: str) -> bool:
     return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+# A host name as URLs carry it (letters, digits, hyphens; dot-separated labels).
+HOST_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
+
+
+def _host_list(raw: str) -> str:
+    """Comma-separated host names, addresses, CIDRs or `*`, normalised; ValueError otherwise."""
+    entries = [entry.strip().lower() for entry in raw.split(",") if entry.strip()]
+    for entry in entries:
+        if entry == "*" or HOST_NAME.match(entry):
+            continue
+        ipaddress.ip_network(entry, strict=False)  # ValueError: not an address or CIDR
+    return ",".join(entries)
 
 
 def _lower(raw: str) -> str:
@@ -385,11 +401,25 @@ SERVE_DRAIN_FILE = _declare(
 SERVE_ALLOW_REF_AUDIO_URLS = _declare(
     Knob(
         "OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS",
-        "0",
-        "1: the server may fetch an http(s) `ref_audio` URL; 0: such requests get 400",
+        "",
+        "serve --allow-ref-audio-urls: host names, addresses or CIDRs (comma-separated; `*` = "
+        "any public host) whose http(s) reference audio the server fetches; loopback, "
+        "link-local and private addresses only when listed; other URLs get 400",
         "serve",
-        _flag,
+        _host_list,
+        form="host names, addresses or CIDRs, comma-separated, or *",
         audience="internal",
+    )
+)
+SERVE_REF_AUDIO_FETCH_S = _declare(
+    Knob(
+        "OMNI_CPU_SERVE_REF_AUDIO_FETCH_S",
+        "10",
+        "seconds `serve` gives an allowed reference audio URL's host to accept the "
+        "connection, and again to send the audio; past either: 504 naming the host. 0 = none",
+        "serve",
+        _seconds,
+        audience="user",
     )
 )
 SERVE_ACCEPT_FRAME_LIMIT = _declare(
@@ -436,6 +466,17 @@ SERVE_BODY_TIMEOUT_S = _declare(
         "30",
         "seconds a client has to send a request's headers (else the connection is closed) "
         "and then its body (else 408); the request holds no place while it sends. 0 = none",
+        "serve",
+        _seconds,
+        audience="internal",
+    )
+)
+SERVE_SEND_TIMEOUT_S = _declare(
+    Knob(
+        "OMNI_CPU_SERVE_SEND_TIMEOUT_S",
+        "30",
+        "serve --send-timeout: seconds a client may leave a reply's data untaken; past it the "
+        "stream is cut and its place returned (while draining too). 0 = none",
         "serve",
         _seconds,
         audience="internal",
@@ -590,12 +631,14 @@ if TYPE_CHECKING:
     OMNI_CPU_SERVE_MAX_BODY_BYTES: int
     OMNI_CPU_SERVE_REF_AUDIO_DIR: str
     OMNI_CPU_SERVE_DRAIN_FILE: str
-    OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS: bool
+    OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS: str
+    OMNI_CPU_SERVE_REF_AUDIO_FETCH_S: float
     OMNI_CPU_SERVE_ACCEPT_FRAME_LIMIT: bool
     OMNI_CPU_SERVE_DOWN_FILE: str
     OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN: int
     OMNI_CPU_SERVE_TOKENIZER: str
     OMNI_CPU_SERVE_BODY_TIMEOUT_S: float
+    OMNI_CPU_SERVE_SEND_TIMEOUT_S: float
     OMNI_CPU_STAGE_PROGRESS_DIR: str
     OMNI_CPU_OWNER: str
     OMNI_CPU_DRIVER: str

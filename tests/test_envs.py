@@ -201,7 +201,9 @@ def test_every_serve_knob_is_a_field_the_api_server_gets() -> None:
     served = {knob.name for knob in envs.KNOBS.values() if knob.read_by == "serve"}
     assert set(AdmissionLimits().to_env()) == served
     assert all(name.startswith(envs.SERVE_PREFIX) for name in served)
-    limits = AdmissionLimits(max_in_flight=7, allow_ref_audio_urls=True, request_timeout_s=1.5)
+    limits = AdmissionLimits(
+        max_in_flight=7, allow_ref_audio_urls="10.0.0.0/8,example.com", request_timeout_s=1.5
+    )
     assert AdmissionLimits.from_env(limits.to_env()) == limits
     assert AdmissionLimits.from_env({}) == AdmissionLimits()
 

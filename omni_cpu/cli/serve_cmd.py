@@ -24,8 +24,8 @@ other route vLLM-Omni mounts gets 404.
 Every task type of the model is served the way vLLM-Omni serves it: `voice` for
 CustomVoice, `instructions` for VoiceDesign, `ref_audio` + `ref_text` (or
 `x_vector_only_mode`) for Base. `ref_audio` is base64 audio (`data:audio/wav;base64,...`),
-a `file://` path under --ref-audio-dir, or, only with --allow-ref-audio-urls, an
-http(s) URL the server fetches.
+a `file://` path under --ref-audio-dir, or, only from a host --allow-ref-audio-urls
+lists, an http(s) URL the server fetches (within OMNI_CPU_SERVE_REF_AUDIO_FETCH_S).
 
 At most the streams the profile predicts this replica carries without a gap (p95
 safe start within 1 s, docs/listening.md) are admitted at once, or --max-in-flight, or
@@ -109,6 +109,13 @@ def serve(
         help="Seconds a client has to send a request's headers and body (else 408, or the "
         "connection closes); it holds no place meanwhile. Default 30; 0 = none.",
     ),
+    send_timeout: float | None = typer.Option(
+        None,
+        "--send-timeout",
+        min=0,
+        help="Seconds a client may leave a reply's data untaken before its stream is cut and "
+        "its place returned. Default 30; 0 = none.",
+    ),
     voices: Path | None = typer.Option(
         None,
         "--voices",
@@ -122,8 +129,12 @@ def serve(
     ref_audio_dir: Path | None = typer.Option(
         None, "--ref-audio-dir", help="Folder whose files requests may name as file:// ref_audio."
     ),
-    allow_ref_audio_urls: bool = typer.Option(
-        False, "--allow-ref-audio-urls", help="Let the server fetch http(s) ref_audio URLs."
+    allow_ref_audio_urls: str = typer.Option(
+        "",
+        "--allow-ref-audio-urls",
+        metavar="HOSTS",
+        help="Hosts, addresses or CIDRs (comma-separated; * = any public host) whose http(s) "
+        "ref_audio URLs the server fetches; loopback and private ones only when listed.",
     ),
     accept_frame_limit: bool = typer.Option(
         False,
@@ -160,6 +171,7 @@ def serve(
         drain_timeout_s=drain_timeout,
         request_timeout_s=request_timeout,
         body_timeout_s=body_timeout,
+        send_timeout_s=send_timeout,
         voices_dir=voices,
         max_voices=max_voices,
         ref_audio_dir=ref_audio_dir,

@@ -155,3 +155,15 @@ class StageWatch:
         """True when the kernel's OOM killer ran since the watch began (any process)."""
         now = procfs.oom_kills()
         return None not in (now, self.oom_kills_before) and now > self.oom_kills_before
+
+    def oom_note(self) -> str:
+        """ "; the kernel's OOM killer ran (memory limit 3 GiB)" when it ran since the watch
+        began, the limit being this process's cgroup's (if any); "" when it did not."""
+        if not self.oom_killed():
+            return ""
+        from omni_cpu.hardware.limits import read_limits
+        from omni_cpu.hardware.sysroot import SysRoot
+
+        limit = read_limits(SysRoot()).memory_max_bytes
+        within = f" (memory limit {limit / 2**30:.3g} GiB)" if limit else " (no memory limit set)"
+        return "; the kernel's OOM killer ran" + within

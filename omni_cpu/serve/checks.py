@@ -2,14 +2,16 @@
 
 The plain speech request, each item of a batch (with the batch's shared fields),
 each WebSocket session's config and the text of each utterance, and an uploaded
-voice all pass the same checks: the URL policy, the reference audio (the same rules
-as `run --ref-audio`, decoded within bounds), input length.
+voice all pass the same checks: the URL policy, the reference audio in every field
+omni_cpu.serve.references names (the same rules as `run --ref-audio`: an audio MIME
+type, decoded within bounds), input length.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,9 @@ from urllib.parse import unquote, urlsplit
 from omni_cpu.errors import InputError
 from omni_cpu.profile.sampling import RULES, SEED_RULE
 from omni_cpu.serve.asgi import BadBody
+from omni_cpu.serve.fetch import UrlPolicy, as_data_url, fetch, split_url
 from omni_cpu.serve.knobs import AdmissionLimits
+from omni_cpu.serve.references import audio_values, set_value
 
 URL_REFUSED = (
     "this server does not fetch ref_audio URLs; send the audio as base64 "
@@ -33,17 +37,18 @@ def input_length(fields: dict[str, Any]) -> int | None:
     return len(text) if isinstance(text, str) else None
 
 
-def _ref_items(fields: dict[str, Any]) -> list[Any]:
-    ref = fields.get("ref_audio")
-    return ref if isinstance(ref, list) else [ref]
+def _scheme(item: str) -> str:
+    """The URL's scheme, lower-cased ("" for none); read by hand, as a malformed URL has one."""
+    head, colon, _ = item.strip().partition(":")
+    return head.lower() if colon and head.isascii() and head.isalpha() else ""
 
 
-def ref_audio_is_url(fields: dict[str, Any]) -> bool:
-    """True when the request asks the server to fetch its reference audio over http(s)."""
-    return any(
-        isinstance(item, str) and item.strip().lower().startswith(("http://", "https://"))
-        for item in _ref_items(fields)
-    )
+def ref_audio_is_url(fields: dict[str, Any]) -> str | None:
+    """The first reference audio field that asks the server to fetch over http(s), or None."""
+    for name, item in audio_values(fields):
+        if _scheme(item) in ("http", "https"):
+            return name
+    return None
 
 
 def audio_bytes_problem(source: str, data: bytes) -> str | None:
@@ -57,34 +62,43 @@ def audio_bytes_problem(source: str, data: bytes) -> str | None:
     return None
 
 
-def _data_url_problem(item: str) -> str | None:
-    header, comma, payload = item.partition(",")
+def _data_url_problem(field: str, item: str) -> str | None:
+    header, comma, payload = item.strip().partition(",")
     if not comma or not header.lower().endswith(";base64"):
-        return "ref_audio data: URLs must be base64 (send data:audio/wav;base64,<the file's bytes>)"
+        return f"{field} data: URLs must be base64 (send data:audio/wav;base64,<the file's bytes>)"
+    mime = header[len("data:") :].lower().partition(";")[0].strip()
+    if not mime.startswith("audio/"):
+        return (
+            f"{field} is a data: URL of {mime or 'no type'}, not audio "
+            "(send data:audio/wav;base64,<the file's bytes>)"
+        )
     try:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
-        return "ref_audio is not valid base64 (send data:audio/wav;base64,<the file's bytes>)"
-    return audio_bytes_problem("in ref_audio", data)
+        return f"{field} is not valid base64 (send data:audio/wav;base64,<the file's bytes>)"
+    return audio_bytes_problem(f"in {field}", data)
 
 
-def _file_url_problem(item: str, ref_audio_dir: str) -> str | None:
+def _file_url_problem(field: str, item: str, ref_audio_dir: str) -> str | None:
     from omni_cpu.speech.ref_audio import read_reference_audio
 
     if not ref_audio_dir:
         return (
-            "this server reads no file:// ref_audio; send the audio as base64 "
+            f"this server reads no file:// {field}; send the audio as base64 "
             "(data:audio/wav;base64,...), or start omni-cpu serve with --ref-audio-dir"
         )
-    parts = urlsplit(item.strip())
+    try:
+        parts = urlsplit(item.strip())
+    except ValueError:
+        return f"{field} is not a file:// URL this server can read"
     if parts.netloc not in ("", "localhost"):
-        return f"ref_audio {item!r} names another host; file:// paths are read on this server"
+        return f"{field} {item!r} names another host; file:// paths are read on this server"
     base = os.path.realpath(ref_audio_dir)
     path = os.path.realpath(unquote(parts.path))
     if os.path.commonpath([base, path]) != base:
-        return f"ref_audio {item!r} is outside this server's --ref-audio-dir"
+        return f"{field} {item!r} is outside this server's --ref-audio-dir"
     if not os.path.isfile(path):
-        return f"ref_audio {item!r} does not exist under this server's --ref-audio-dir"
+        return f"{field} {item!r} does not exist under this server's --ref-audio-dir"
     try:
         read_reference_audio(Path(path), source=item)
     except InputError as error:
@@ -92,23 +106,22 @@ def _file_url_problem(item: str, ref_audio_dir: str) -> str | None:
     return None
 
 
-def ref_audio_problem(fields: dict[str, Any], ref_audio_dir: str = "") -> str | None:
-    """Why a request's `data:` or `file://` reference audio cannot be cloned from, or None.
+def ref_audio_problem(fields: dict[str, Any], ref_audio_dir: str = "") -> tuple[str, str] | None:
+    """(field, why) for the first `data:` or `file:` reference audio that cannot be cloned from.
 
-    URLs (http/https) are judged by `judge_fields`; anything else is vLLM-Omni's to refuse.
+    Every field of omni_cpu.serve.references is judged. URLs (http/https) are judged by
+    `judge_fields`; anything else is vLLM-Omni's to refuse.
     """
-    for item in _ref_items(fields):
-        if not isinstance(item, str):
-            continue
-        scheme = item.strip()[:7].lower()
-        if scheme.startswith("data:"):
-            problem = _data_url_problem(item)
-        elif scheme == "file://":
-            problem = _file_url_problem(item, ref_audio_dir)
+    for field, item in audio_values(fields):
+        scheme = _scheme(item)
+        if scheme == "data":
+            problem = _data_url_problem(field, item)
+        elif scheme == "file":
+            problem = _file_url_problem(field, item, ref_audio_dir)
         else:
             continue
         if problem is not None:
-            return problem
+            return field, problem
     return None
 
 
@@ -139,10 +152,16 @@ def judge_fields(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
 
     `where` names the part of a larger request ("items[3].") in messages and `param`.
     """
-    if not limits.allow_ref_audio_urls and ref_audio_is_url(fields):
-        raise BadBody(400, URL_REFUSED, f"{where}ref_audio", "ref_audio_url")
+    url_field = ref_audio_is_url(fields)
+    if url_field is not None and not limits.allow_ref_audio_urls:
+        raise BadBody(400, URL_REFUSED, f"{where}{url_field}", "ref_audio_url")
+    for field, item in audio_values(fields):
+        if _scheme(item) in ("http", "https"):
+            split_url(f"{where}{field}", item)  # BadBody (400) when malformed
     judge_sampling(fields, where)
     judge_format(fields, where)
+    judge_speed(fields, where)
+    judge_budget(fields, limits, where)
     length = input_length(fields) if limits.max_input_chars else None
     if length is not None and length > limits.max_input_chars:
         raise BadBody(
@@ -151,6 +170,41 @@ def judge_fields(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
             f"{limits.max_input_chars} (split the text into several requests)",
             f"{where}input",
             "input_too_long",
+        )
+
+
+SPEEDS = (0.25, 4.0)  # vLLM-Omni's bounds on `speed`
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def judge_speed(fields: dict[str, Any], where: str = "") -> None:
+    """Refuse (BadBody) a `speed` that is not a finite number (vLLM-Omni calls NaN "> 4")."""
+    speed = fields.get("speed")
+    if _number(speed) and not math.isfinite(speed):
+        low, high = SPEEDS
+        raise BadBody(
+            400,
+            f"{where}speed is {speed}; give a number from {low:g} to {high:g}",
+            f"{where}speed",
+            "invalid",
+        )
+
+
+def judge_budget(fields: dict[str, Any], limits: AdmissionLimits, where: str = "") -> None:
+    """Refuse (BadBody) a `max_new_tokens` no request can reach: past the talker's context,
+    where the engine would stop it early without a word."""
+    asked = fields.get("max_new_tokens")
+    context = limits.talker_max_model_len
+    if context and _number(asked) and asked > context:
+        raise BadBody(
+            400,
+            f"{where}max_new_tokens is {asked}; this model's talker holds {context} positions "
+            "(prompt and frames together), so ask for fewer frames",
+            f"{where}max_new_tokens",
+            "invalid",
         )
 
 
@@ -182,12 +236,11 @@ def judge_sampling(fields: dict[str, Any], where: str = "") -> None:
 
 def judge_ref_audio(fields: dict[str, Any], limits: AdmissionLimits, where: str = "") -> None:
     """Refuse (BadBody) reference audio run would refuse; decodes it (call off the loop)."""
-    if "ref_audio" not in fields:
-        return
-    problem = ref_audio_problem(fields, limits.ref_audio_dir)
-    if problem is not None:
+    found = ref_audio_problem(fields, limits.ref_audio_dir)
+    if found is not None:
+        field, problem = found
         raise BadBody(
-            400, f"{where}{problem}" if where else problem, f"{where}ref_audio", "ref_audio"
+            400, f"{where}{problem}" if where else problem, f"{where}{field}", "ref_audio"
         )
 
 
@@ -210,3 +263,37 @@ def batch_items(fields: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     shared = {key: fields[key] for key in BATCH_SHARED if fields.get(key) is not None}
     return [{**shared, **item} if isinstance(item, dict) else {} for item in items]
+
+
+def url_policy(limits: AdmissionLimits) -> UrlPolicy:
+    """The fetching policy `limits` carry."""
+    return UrlPolicy(
+        limits.allow_ref_audio_urls,
+        limits.ref_audio_fetch_s,
+        limits.ref_audio_fetch_s,
+        limits.max_body_bytes,
+    )
+
+
+def fetch_references(data: dict[str, Any], limits: AdmissionLimits) -> bool:
+    """Fetch each http(s) reference `data` names (a batch: its items' too) within the URL
+    policy, and put the audio in its place as a `data:` URL; whether any was fetched.
+
+    Raises BadBody (400/504 naming the host) when a fetch is refused or fails. Call off the
+    event loop: it connects and reads.
+    """
+    found = list(audio_values(data))
+    items = data.get("items")
+    if isinstance(items, list):
+        for index, item in enumerate(items):
+            if isinstance(item, dict):
+                found += [(f"items[{index}].{name}", value) for name, value in audio_values(item)]
+    fetched: dict[str, str] = {}
+    for field, item in found:
+        if _scheme(item) not in ("http", "https"):
+            continue
+        if item not in fetched:  # a shared reference is fetched once
+            audio, mime = fetch(field, item, url_policy(limits))
+            fetched[item] = as_data_url(audio, mime)
+        set_value(data, field, fetched[item])
+    return bool(fetched)

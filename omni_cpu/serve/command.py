@@ -123,12 +123,13 @@ class ServeOptions:
     stop_timeout_s: float = 15.0
     request_timeout_s: float = 0.0
     body_timeout_s: float | None = None
+    send_timeout_s: float | None = None  # None: the knob's default
     voices_dir: Path | None = None
     max_voices: int = DEFAULT_MAX_VOICES
     stall_s: float | None = None  # default: process.watch.stall_seconds()
     python: str = sys.executable
     ref_audio_dir: Path | None = None
-    allow_ref_audio_urls: bool = False
+    allow_ref_audio_urls: str = ""  # hosts, addresses, CIDRs or *: envs.SERVE_ALLOW_REF_AUDIO_URLS
     accept_frame_limit: bool = False
     verbose: bool = False
 
@@ -148,6 +149,11 @@ class ServeOptions:
             raise InputError(
                 f"--request-timeout {self.request_timeout_s:g}", "give 0 (none) or more"
             )
+        # One line for an entry that is no host, address or CIDR (SettingError).
+        allowed = envs.SERVE_ALLOW_REF_AUDIO_URLS.read(
+            self.allow_ref_audio_urls, "--allow-ref-audio-urls"
+        )
+        object.__setattr__(self, "allow_ref_audio_urls", allowed)
         voices = self.voices_dir
         if voices is not None and voices.exists() and not voices.is_dir():
             raise InputError(f"--voices {voices} is not a directory", "name a folder for voices")
@@ -245,6 +251,7 @@ def _admission_limits(
         max_input_chars=max(0, chars),
         drain_file=str(folder / "draining"),
         allow_ref_audio_urls=options.allow_ref_audio_urls,
+        ref_audio_fetch_s=envs.SERVE_REF_AUDIO_FETCH_S.value(),
         accept_frame_limit=options.accept_frame_limit,
         down_file=str(folder / "stage-down"),
         talker_max_model_len=talker.max_model_len,
@@ -256,6 +263,11 @@ def _admission_limits(
             AdmissionLimits().body_timeout_s
             if options.body_timeout_s is None
             else options.body_timeout_s
+        ),
+        send_timeout_s=(
+            AdmissionLimits().send_timeout_s
+            if options.send_timeout_s is None
+            else options.send_timeout_s
         ),
     )
     return limits, why
@@ -359,7 +371,8 @@ def _notes(
     if options.accept_frame_limit:
         notes.append("Base requests that reach their frame budget return their audio (no 500)")
     notes.append(
-        "ref_audio URLs are fetched (--allow-ref-audio-urls)"
+        f"ref_audio URLs on {options.allow_ref_audio_urls} are fetched by admission (within "
+        f"{limits.ref_audio_fetch_s:g} s each to connect and to read; others get 400)"
         if options.allow_ref_audio_urls
         else "ref_audio http(s) URLs get 400 (send base64 data: audio, or --allow-ref-audio-urls)"
     )

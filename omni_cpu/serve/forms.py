@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from omni_cpu.serve.asgi import BadBody, Message, Scope
+from omni_cpu.serve.strings import judge_strings
 
 
 def is_multipart(scope: Scope) -> bool:
@@ -19,8 +20,9 @@ def is_multipart(scope: Scope) -> bool:
 async def form_file(scope: Scope, body: bytes, field: str) -> bytes | None:
     """The bytes of the file a multipart form sends as `field`, None if it sends none.
 
-    Raises BadBody for a form starlette cannot read, and for a `speaker_embedding`
-    (the other way to upload a voice) that is not a list of finite numbers.
+    Raises BadBody for a form starlette cannot read, for a text field or file name that
+    cannot pass the door (omni_cpu.serve.strings), and for a `speaker_embedding` (the
+    other way to upload a voice) that is not a list of finite numbers.
     """
     from starlette.requests import Request
 
@@ -33,6 +35,8 @@ async def form_file(scope: Scope, body: bytes, field: str) -> bytes | None:
     except Exception as error:  # starlette's parser refuses what it cannot read
         raise BadBody(400, f"cannot read the form: {error}", field, "bad_form") from None
     try:
+        for key, value in form.multi_items():
+            judge_strings({key: value if isinstance(value, str) else {"filename": value.filename}})
         judge_embedding(form.get("speaker_embedding"))
         upload = form.get(field)
         if upload is None or isinstance(upload, str):

@@ -23,8 +23,9 @@ MIDDLEWARE_PATH = "omni_cpu.serve.admission.SpeechAdmission"
 # The Prometheus gauge the middleware keeps; the supervisor reads it from /metrics to drain.
 IN_FLIGHT_METRIC = "omni_cpu_speech_requests_in_flight"
 REJECTED_METRIC = "omni_cpu_speech_requests_rejected"
-# Of those in flight, how many are waiting on their client (it reads slowly, or has not
-# sent a WebSocket utterance's next text): engine work is not held up by them.
+# Of those in flight, how many no stage holds: waiting on their client (it reads slowly, or
+# has not sent a WebSocket utterance's next text), or on their reference audio being
+# fetched or decoded. The stall watch counts only the rest as engine work.
 ON_CLIENT_METRIC = "omni_cpu_speech_requests_waiting_on_client"
 
 
@@ -44,7 +45,8 @@ class AdmissionLimits:
     max_in_flight: int = _default("max_in_flight")
     max_input_chars: int = _default("max_input_chars")
     drain_file: str = _default("drain_file")
-    allow_ref_audio_urls: bool = _default("allow_ref_audio_urls")
+    allow_ref_audio_urls: str = _default("allow_ref_audio_urls")
+    ref_audio_fetch_s: float = _default("ref_audio_fetch_s")
     accept_frame_limit: bool = _default("accept_frame_limit")
     down_file: str = _default("down_file")
     talker_max_model_len: int = _default("talker_max_model_len")
@@ -53,6 +55,7 @@ class AdmissionLimits:
     ref_audio_dir: str = _default("ref_audio_dir")
     request_timeout_s: float = _default("request_timeout_s")
     body_timeout_s: float = _default("body_timeout_s")
+    send_timeout_s: float = _default("send_timeout_s")
     max_long_input_chars: int = _default("max_long_input_chars")
 
     def to_env(self) -> dict[str, str]:

@@ -115,3 +115,16 @@ def door(method: str, path: str) -> Door | None:
         if known == method and regex.match(path):
             return found
     return None
+
+
+def served_routes() -> str:
+    """The engine routes this server serves, for a refusal: "POST /a, /b, WebSocket /c"."""
+    by_method: dict[str, list[str]] = {}
+    for (method, pattern), found in ROUTES.items():
+        if found in ENGINE_DOORS:
+            by_method.setdefault(method, []).append(pattern)
+    named = {WEBSOCKET: "WebSocket"}
+    return ", ".join(
+        f"{named.get(method, method)} {', '.join(patterns)}"
+        for method, patterns in by_method.items()
+    )

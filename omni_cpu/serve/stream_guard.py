@@ -4,13 +4,16 @@ vLLM-Omni's handler takes a `session.config` (voice, reference audio...), then t
 (`input.text`) and a flush (`input.done`) per utterance, each answered with audio and a
 `session.done`. The guard sits between the client and that handler:
 
-* the config passes the same checks as a speech request's fields (URL policy,
-  reference audio decoded within bounds); refused: close 1008 with the reason;
+* every message's strings pass the door (omni_cpu.serve.strings) and the config the
+  same checks as a speech request's fields (URL policy, reference audio decoded
+  within bounds); refused: an `error` event with the message, then close 1008;
 * each utterance takes one place in flight from its first text to its `session.done`;
   none free: close 1013 (try again later); its text is bounded like `input` (1009);
 * while draining, an utterance under way finishes, then the session is closed 1012
   (service restart: reconnect elsewhere), as is one that has none under way;
-* a stage down: close 1011 naming it, at once.
+* a stage down: close 1011 naming it, at once;
+* a client that leaves a message untaken for `send_timeout_s`: the session ends and
+  its place goes back.
 
 Close reasons are the first 123 bytes of the one-line message (the protocol's limit).
 """
@@ -23,8 +26,11 @@ import json
 from typing import Any, Protocol
 
 from omni_cpu.serve.asgi import ASGIApp, BadBody, Message, Receive, Scope, Send
-from omni_cpu.serve.checks import judge_fields, judge_ref_audio
+from omni_cpu.serve.checks import fetch_references, judge_fields, judge_ref_audio
 from omni_cpu.serve.knobs import AdmissionLimits
+from omni_cpu.serve.references import audio_values
+from omni_cpu.serve.strings import judge_strings
+from omni_cpu.serve.supervision import SlowReader
 
 POLICY = 1008  # a config or text admission refuses
 TOO_BIG = 1009  # an utterance over the input limit
@@ -96,7 +102,7 @@ class StreamGuard:
                     with contextlib.suppress(Exception):
                         task.result()
                     if self.refusal is not None:
-                        await self.close(*self.refusal)
+                        await self.refuse(*self.refusal)
                     return
                 down = gate.stage_down()
                 if down is not None:
@@ -117,6 +123,17 @@ class StreamGuard:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+        await self.close(code, reason)
+
+    async def refuse(self, code: int, reason: str) -> None:
+        """An error event with the whole message (the protocol's), then the close."""
+        if not self.closed:
+            with contextlib.suppress(Exception):
+                if not self.accepted:
+                    await self._send({"type": "websocket.accept"})
+                    self.accepted = True
+                event = json.dumps({"type": "error", "message": reason})
+                await self._send({"type": "websocket.send", "text": event})
         await self.close(code, reason)
 
     async def close(self, code: int, reason: str) -> None:
@@ -146,7 +163,12 @@ class StreamGuard:
         if waiting:
             self.gate.client_waits(+1)
         try:
-            await self._send(message)
+            # A client that leaves audio untaken past the send timeout loses its session.
+            await asyncio.wait_for(self._send(message), self.gate.limits.send_timeout_s or None)
+        except TimeoutError:
+            self.closed = True  # the transport is jammed: no close frame gets through
+            self.gate.count_rejected("slow_reader")
+            raise SlowReader from None
         finally:
             if waiting:
                 self.gate.client_waits(-1)
@@ -166,7 +188,7 @@ class StreamGuard:
         if message["type"] != "websocket.receive" or not isinstance(message.get("text"), str):
             return message
         try:
-            await self._judge(message["text"])
+            rewritten = await self._judge(message["text"])
         except BadBody as bad:
             self.gate.count_rejected(bad.reason)
             code = {429: AT_CAPACITY, 503: DRAINING}.get(bad.status, POLICY)
@@ -175,26 +197,32 @@ class StreamGuard:
             self.refusal = (code, str(bad))
             # The handler ends as if the client had left; the guard then closes with why.
             return {"type": "websocket.disconnect", "code": code}
-        return message
+        return message if rewritten is None else {**message, "text": rewritten}
 
-    async def _judge(self, text: str) -> None:
+    async def _judge(self, text: str) -> str | None:
+        """Refuse (BadBody) what admission refuses; the message rewritten, if it fetched audio."""
         try:
             fields = json.loads(text)
         except (ValueError, RecursionError):
-            return  # the handler answers malformed messages itself
+            return None  # the handler answers malformed messages itself
+        judge_strings(fields)
         if not isinstance(fields, dict):
-            return
+            return None
         kind = fields.get("type")
         limits = self.gate.limits
         if kind == "session.config":
             judge_fields(fields, limits)
-            if "ref_audio" in fields:
+            if audio_values(fields):
                 # Decoding holds a place, so at most the limit's worth of memory decodes at once.
                 self.gate.admit_or_raise(1)
+                self.gate.client_waits(+1)  # fetching and decoding hold no stage
                 try:
+                    fetched = await asyncio.to_thread(fetch_references, fields, limits)
                     await asyncio.to_thread(judge_ref_audio, fields, limits)
                 finally:
+                    self.gate.client_waits(-1)
                     self.gate.release(1)
+                return json.dumps(fields) if fetched else None
         elif kind == "input.text" and isinstance(fields.get("text"), str):
             if not self.utterance_open:
                 self.gate.admit_or_raise(1)
@@ -209,3 +237,4 @@ class StreamGuard:
                     "text",
                     "input_too_long",
                 )
+        return None

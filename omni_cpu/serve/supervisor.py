@@ -280,7 +280,7 @@ class Supervisor:
                 watch.sample()
             deaths = watch.deaths()
             if deaths is not None:
-                self._stage_down(deaths)
+                self._stage_down(deaths + watch.oom_note())
             if ready and self.plan.stall_s and now - last_look >= 1.0:
                 last_look = now
                 busy = engine_busy(self.plan.host, self.plan.port)

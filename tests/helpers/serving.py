@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,11 @@ class Server:
 
     def log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
+
+
+# The serve tests' fixture (tests/serve/conftest.py): (kind, max_seqs, *options) -> a
+# server ready on a tiny checkpoint, stopped when the module ends.
+TinyServer = Callable[..., Server]
 
 
 def free_port() -> int:

@@ -143,3 +143,17 @@ def test_a_run_progress_folder_left_by_a_killed_run_goes_with_the_next_run(tmp_p
     mine = run_progress_dir(tmp_path)
     assert mine == tmp_path / f"{RUN_PREFIX}{os.getpid()}" and mine.is_dir()
     assert not stale.exists() and alive.exists()
+
+
+def test_an_oom_kill_since_the_watch_began_is_named_with_the_memory_limit():
+    from omni_cpu.process import procfs
+
+    now = procfs.oom_kills()
+    if now is None:
+        pytest.skip("this kernel does not count OOM kills")
+    watch = StageWatch(os.getpid(), {}, stall_s=0)
+    watch.oom_kills_before = now
+    assert watch.oom_note() == ""
+    watch.oom_kills_before = now - 1  # the kernel killed one since
+    note = watch.oom_note()
+    assert note.startswith("; the kernel's OOM killer ran (") and "memory limit" in note

@@ -165,8 +165,11 @@ def test_a_ref_audio_url_is_400_unless_the_server_allows_fetching():
     assert status == 400 and error["param"] == "ref_audio"
     assert "--allow-ref-audio-urls" in error["message"] and inner.started == 0
 
-    allowed = SpeechAdmission(SlowApp(released=True), AdmissionLimits(allow_ref_audio_urls=True))
-    assert run(call(allowed, "/v1/audio/speech", body))[0] == 200
+    # Allowed hosts are fetched by admission (tests/serve/test_ref_audio_fetch.py).
+    allowed = SpeechAdmission(SlowApp(released=True), AdmissionLimits(allow_ref_audio_urls="*"))
+    loopback = {**body, "ref_audio": "http://127.0.0.1:9/voice.wav"}
+    status, raw = run(call(allowed, "/v1/audio/speech", loopback))
+    assert status == 400 and "loopback" in json.loads(raw)["error"]["message"]
 
 
 def _wav_url(seconds: float, amplitude: float = 0.3, rate: int = 16000) -> str:

@@ -156,8 +156,8 @@ def test_ref_audio_dir_becomes_vllms_allowed_local_media_path(tmp_path):
     plan = build_serve_plan("m", profile, ServeOptions(workdir=tmp_path, ref_audio_dir=tmp_path))
     argv = list(plan.argv)
     assert argv[argv.index("--allowed-local-media-path") + 1] == str(tmp_path.resolve())
-    assert plan.limits.allow_ref_audio_urls is False
-    assert plan.env["OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS"] == "0"
+    assert plan.limits.allow_ref_audio_urls == ""
+    assert plan.env["OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS"] == ""
     # The middleware checks file:// clips under the same folder as base64 ones.
     assert plan.env["OMNI_CPU_SERVE_REF_AUDIO_DIR"] == str(tmp_path.resolve())
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from omni_cpu.serve.knobs import AdmissionLimits
-from omni_cpu.serve.routes import ENGINE_DOORS, WEBSOCKET, Door, door
+from omni_cpu.serve.routes import ENGINE_DOORS, ROUTES, WEBSOCKET, Door, door
 
 pytest.importorskip("prometheus_client")
 from omni_cpu.serve.admission import SpeechAdmission
@@ -141,3 +141,26 @@ def test_a_cors_preflight_passes_where_a_served_route_is():
     assert door("OPTIONS", "/v1/audio/speech") is Door.FREE
     assert door("OPTIONS", "/v1/audio/voices/alice") is Door.FREE
     assert door("OPTIONS", "/v1/omni/sleep") is None
+
+
+def test_every_door_has_one_handler():
+    from omni_cpu.serve.handlers import HANDLERS
+
+    assert set(HANDLERS) == set(Door)
+
+
+def test_a_refused_route_names_the_served_ones_from_the_table():
+    app = SpeechAdmission(Recorder(), AdmissionLimits())
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "path": "/v1/chat/completions", "method": "POST", "headers": []}
+    asyncio.run(app(scope, receive, send))
+    message = json.loads(sent[-1]["body"])["error"]["message"]
+    engine = [pattern for (_, pattern), found in ROUTES.items() if found in ENGINE_DOORS]
+    assert all(pattern in message for pattern in engine), message

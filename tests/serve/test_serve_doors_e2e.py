@@ -35,9 +35,9 @@ from tests.helpers.serving import (
     FRAME_SAMPLES,
     REQUEST_TIMEOUT_S,
     Server,
+    TinyServer,
     get,
     post_json,
-    serving_tiny,
     wav_data_url,
 )
 
@@ -50,6 +50,7 @@ BODY_TIMEOUT_S = 2
 LIMIT = 2  # max_num_seqs 1 + --max-waiting 1
 MAX_FRAMES = 12
 MAX_VOICES = 4
+HUNG_HOST = "127.0.0.2"
 MAX_INPUT_CHARS = 40  # one request's text; 4 times that is spoken in sentences
 
 
@@ -79,12 +80,14 @@ def voices(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(folder: Path, voices: Path) -> Iterator[Server]:
-    yield from serving_tiny(
-        folder, "base", 1,
+def server(tiny_server: TinyServer, voices: Path) -> Server:
+    return tiny_server(
+        "base", 1,
         "--max-frames", str(MAX_FRAMES), "--max-waiting", "1", "--accept-frame-limit",
         "--max-input-chars", str(MAX_INPUT_CHARS), "--max-voices", str(MAX_VOICES),
         "--body-timeout", str(BODY_TIMEOUT_S), "--voices", str(voices), "--drain-timeout", "120",
+        # Loopback stays refused (the URL tests' host), but for one address a test hangs on.
+        "--allow-ref-audio-urls", HUNG_HOST,
     )  # fmt: skip
 
 
@@ -208,6 +211,22 @@ def _status_line(sock: socket.socket) -> bytes:
         return b""
 
 
+def test_a_lone_surrogate_on_any_door_is_400_and_the_server_stays_up(server: Server):
+    status, reply = post_json(
+        server.url("/v1/audio/speech"), {"model": server.model, **_clone(input="\ud800abc")}
+    )
+    assert status == 400 and _error(reply)["param"] == "input", reply
+    status, reply = _batch(server, [_clone(), _clone(input="Hi \ud800")])
+    assert status == 400 and _error(reply)["param"] == "items[1].input", reply
+    connection = _ws_session(server, voice="narrator")
+    _send(connection, {"type": "input.text", "text": "Hi \ud800"})
+    code, reason = _closed_with(connection)
+    assert code == 1008 and "surrogate" in reason, (code, reason)
+    assert get(server.url("/health"))[0] == 200, server.log_tail()
+    status, reply = post_json(server.url("/v1/audio/speech"), {"model": server.model, **_clone()})
+    assert status == 200, reply[:400]
+
+
 def test_slow_bodies_hold_no_place_and_get_408(server: Server):
     slow = [_slow_body(server) for _ in range(8)]
     try:
@@ -243,6 +262,28 @@ def test_a_batch_does_not_fetch_a_ref_audio_url(server: Server, voice_url: str):
     assert status == 400 and "--allow-ref-audio-urls" in _error(reply)["message"]
     assert _error(reply)["param"] == "items[0].ref_audio"
     assert Recorder.hits == []
+
+
+def test_the_references_alias_does_not_fetch_a_ref_audio_url(server: Server, voice_url: str):
+    fields = _clone(references=[{"audio_path": voice_url, "text": "A test clip."}])
+    del fields["ref_audio"], fields["ref_text"]
+    status, reply = post_json(server.url("/v1/audio/speech"), {"model": server.model, **fields})
+    assert status == 400 and _error(reply)["param"] == "references[0].audio_path", reply
+    assert Recorder.hits == []
+
+
+def test_an_allowed_host_that_never_answers_is_504_and_the_server_stays_up(server: Server):
+    with socket.socket() as listener:
+        listener.bind((HUNG_HOST, 0))
+        listener.listen(4)  # accepts, never answers
+        url = f"http://{HUNG_HOST}:{listener.getsockname()[1]}/voice.wav"
+        started = time.monotonic()
+        status, reply = post_json(
+            server.url("/v1/audio/speech"), {"model": server.model, **_clone(ref_audio=url)}
+        )
+    assert status == 504 and HUNG_HOST in _error(reply)["message"], reply
+    assert time.monotonic() - started < 30
+    assert get(server.url("/health"))[0] == 200, server.log_tail()
 
 
 def test_a_websocket_session_does_not_fetch_a_ref_audio_url(server: Server, voice_url: str):
@@ -388,6 +429,12 @@ def test_uploads_past_the_voice_quota_are_refused(server: Server, folder: Path):
     assert refusals[-1][0] == 400 and b"limit reached (4)" in refusals[-1][1], refusals[-1]
     status, listing = get(server.url("/v1/audio/voices"))
     assert status == 200 and len(json.loads(listing)["uploaded_voices"]) == MAX_VOICES
+
+
+def test_an_unknown_voice_says_no_such_voice(server: Server):
+    body = {"model": server.model, "input": "Hello.", "voice": "nobody", "task_type": "Base"}
+    status, reply = post_json(server.url("/v1/audio/speech"), body)
+    assert status == 400 and "voice 'nobody' is not a voice" in _error(reply)["message"], reply
 
 
 def test_a_preloaded_voice_speaks_by_name(server: Server):

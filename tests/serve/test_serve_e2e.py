@@ -11,9 +11,9 @@ import json
 import os
 import re
 import signal
+import socket
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,10 +26,10 @@ from tests.helpers.serving import (
     REQUEST_TIMEOUT_S,
     SAMPLE_RATE,
     Server,
+    TinyServer,
     get,
     get_status,
     post_json,
-    serving_tiny,
     wav_data_url,
 )
 
@@ -41,14 +41,15 @@ soundfile = pytest.importorskip("soundfile")
 MAX_FRAMES = 24  # random talker weights rarely emit EOS: bound every request
 MAX_SEQS = 2
 MAX_WAITING = 1  # 3 admitted at once: 8 concurrent requests overflow
+SEND_TIMEOUT_S = 5
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    yield from serving_tiny(
-        tmp_path_factory.mktemp("serve"), "custom-voice", MAX_SEQS,
+def server(tiny_server: TinyServer) -> Server:
+    return tiny_server(
+        "custom-voice", MAX_SEQS,
         "--max-frames", str(MAX_FRAMES), "--max-waiting", str(MAX_WAITING),
-        "--drain-timeout", "120",
+        "--drain-timeout", "120", "--send-timeout", str(SEND_TIMEOUT_S),
     )  # fmt: skip
 
 
@@ -240,6 +241,39 @@ def test_metrics_and_health_are_served(server: Server):
 def stage_processes(pids: list[int]) -> list[int]:
     names = {pid: proctree.command_line(pid) for pid in pids}
     return [pid for pid, name in names.items() if "StageEngineCoreProc" in name or "Worker" in name]
+
+
+def _served_metric(server: Server, name: str) -> float:
+    return _metric(get(server.url("/metrics"))[1], name)
+
+
+def test_a_client_that_stops_reading_is_cut_and_its_place_returned(server: Server):
+    cut = 'omni_cpu_speech_requests_rejected_total{reason="slow_reader"}'
+    before = _served_metric(server, cut)
+    body = json.dumps(
+        {"model": server.model, "input": "Hello there.", "voice": "ryan", "stream": True,
+         "response_format": "pcm", "stream_format": "audio", "max_new_tokens": 1500}
+    ).encode()  # fmt: skip
+    with socket.socket() as reader:
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once
+        reader.connect(("127.0.0.1", server.port))
+        reader.sendall(
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        while _served_metric(server, cut) <= before and time.monotonic() < deadline:
+            time.sleep(0.5)  # the client reads nothing
+        assert _served_metric(server, cut) == before + 1, server.log_tail()
+    while (
+        _served_metric(server, "omni_cpu_speech_requests_in_flight") and time.monotonic() < deadline
+    ):
+        time.sleep(0.5)
+    assert _served_metric(server, "omni_cpu_speech_requests_in_flight") == 0
+    assert get_status(server.url("/health")) == 200
+    hello = {"model": server.model, "input": "Hello.", "voice": "ryan", "max_new_tokens": 12}
+    assert post_json(server.url("/v1/audio/speech"), hello)[0] == 200
 
 
 def test_sigterm_drains_in_flight_requests_and_leaves_no_stage_process(server: Server):

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,8 +20,8 @@ from tests.helpers.serving import (
     FRAME_SAMPLES,
     SAMPLE_RATE,
     Server,
+    TinyServer,
     post_json,
-    serving_tiny,
     wav_data_url,
 )
 
@@ -35,22 +33,22 @@ soundfile = pytest.importorskip("soundfile")
 MAX_FRAMES = 12
 
 
-def _start(folder: Path, kind: str) -> Iterator[Server]:
-    yield from serving_tiny(
-        folder, kind, 2, "--max-frames", str(MAX_FRAMES),
+def _start(tiny_server: TinyServer, kind: str) -> Server:
+    return tiny_server(
+        kind, 2, "--max-frames", str(MAX_FRAMES),
         # Random weights never emit end-of-speech: without it every Base request is a 500.
         "--accept-frame-limit",
     )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def base_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    yield from _start(tmp_path_factory.mktemp("serve-base"), "base")
+def base_server(tiny_server: TinyServer) -> Server:
+    return _start(tiny_server, "base")
 
 
 @pytest.fixture(scope="module")
-def design_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    yield from _start(tmp_path_factory.mktemp("serve-design"), "voice-design")
+def design_server(tiny_server: TinyServer) -> Server:
+    return _start(tiny_server, "voice-design")
 
 
 @pytest.fixture(scope="module")

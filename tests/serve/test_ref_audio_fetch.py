@@ -1,0 +1,154 @@
+"""Reference audio URLs: fetched by admission from allowed hosts only, within deadlines.
+
+A real HTTP server on loopback plays the reference's host. Loopback is private, so it
+is fetched from only when listed; what it serves (audio, text, redirects, nothing at
+all) decides the answer, which names the host. The engine never sees the URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import http.server
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+
+from omni_cpu import envs
+from omni_cpu.errors import SettingError
+from omni_cpu.serve.knobs import AdmissionLimits
+from tests.helpers.serving import wav_data_url
+
+pytest.importorskip("prometheus_client")
+from omni_cpu.serve.admission import SpeechAdmission
+from tests.serve.test_admission import SlowApp, call, run
+
+WAV = base64.b64decode(wav_data_url(2.0).partition(",")[2])
+CLONE = {"model": "m", "input": "Hello there.", "task_type": "Base", "ref_text": "A clip."}
+
+
+class Host(http.server.BaseHTTPRequestHandler):
+    """Serves /voice.wav (audio), /words.txt (text) and /go?to=URL (a redirect)."""
+
+    hits: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        Host.hits.append(self.path)
+        if self.path.startswith("/go?to="):
+            self.send_response(302)
+            self.send_header("Location", self.path.partition("=")[2])
+            self.end_headers()
+            return
+        audio = self.path == "/voice.wav"
+        data = WAV if audio else b"hello"
+        self.send_response(200)
+        self.send_header("Content-Type", "audio/wav" if audio else "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def port() -> Iterator[int]:
+    Host.hits = []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Host)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(httpd.server_address[1])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@contextlib.contextmanager
+def silent_host() -> Iterator[int]:
+    """A port that accepts connections and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield int(listener.getsockname()[1])
+
+
+def speak(url: str, allow: str, fetch_s: float = 5.0) -> tuple[int, dict, SlowApp]:
+    inner = SlowApp(released=True)
+    limits = AdmissionLimits(allow_ref_audio_urls=allow, ref_audio_fetch_s=fetch_s)
+    status, raw = run(
+        call(SpeechAdmission(inner, limits), "/v1/audio/speech", {**CLONE, "ref_audio": url})
+    )
+    return status, json.loads(raw) if status != 200 else {}, inner
+
+
+def test_a_listed_host_is_fetched_and_the_engine_gets_the_audio_not_the_url(port: int):
+    status, _, inner = speak(f"http://127.0.0.1:{port}/voice.wav", "127.0.0.1")
+    assert status == 200 and Host.hits == ["/voice.wav"]
+    sent = json.loads(inner.bodies[0])["ref_audio"]
+    assert sent.startswith("data:audio/wav;base64,") and base64.b64decode(sent[22:]) == WAV
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "2130706433", "127.1", "localhost"])
+def test_loopback_in_any_spelling_is_refused_unless_listed(port: int, host: str):
+    status, reply, inner = speak(f"http://{host}:{port}/voice.wav", "*")
+    assert status == 400 and "loopback" in reply["error"]["message"], reply
+    assert host in reply["error"]["message"] and Host.hits == [] and inner.started == 0
+
+
+def test_a_redirect_to_an_unlisted_private_host_is_refused(port: int):
+    status, reply, _ = speak(f"http://127.0.0.1:{port}/go?to=http://10.1.2.3/x.wav", "127.0.0.1")
+    assert status == 400 and "10.1.2.3" in reply["error"]["message"], reply
+
+
+def test_a_redirect_to_a_file_url_is_400(port: int):
+    status, reply, _ = speak(f"http://127.0.0.1:{port}/go?to=file:///etc/passwd", "127.0.0.1")
+    assert status == 400 and "http(s)" in reply["error"]["message"], reply
+
+
+def test_a_reply_that_is_not_audio_is_400_naming_the_host(port: int):
+    status, reply, _ = speak(f"http://127.0.0.1:{port}/words.txt", "127.0.0.0/8")
+    assert status == 400 and "127.0.0.1 sent text/plain" in reply["error"]["message"], reply
+
+
+@pytest.mark.parametrize("url", ["http:/127.0.0.1:9/x.wav", "http://:9/x.wav", "https://[::1"])
+def test_a_malformed_url_is_400_before_taking_a_place(url: str):
+    status, reply, inner = speak(url, "*")
+    assert status == 400 and reply["error"]["param"] == "ref_audio" and inner.started == 0
+
+
+def test_a_host_that_never_answers_is_504_in_its_deadline_and_holds_no_stage():
+    with silent_host() as port:
+        inner = SlowApp(released=True)
+        limits = AdmissionLimits(allow_ref_audio_urls="127.0.0.1", ref_audio_fetch_s=1.0)
+        app = SpeechAdmission(inner, limits)
+        body = {**CLONE, "ref_audio": f"http://127.0.0.1:{port}/voice.wav"}
+        seen: list[tuple[int, int]] = []
+
+        async def scenario() -> tuple[int, bytes]:
+            task = asyncio.create_task(call(app, "/v1/audio/speech", body))
+            await asyncio.sleep(0.5)
+            seen.append((app.in_flight, app.on_client))
+            return await task
+
+        started = time.monotonic()
+        status, raw = run(scenario())
+    assert status == 504 and "127.0.0.1" in json.loads(raw)["error"]["message"]
+    assert time.monotonic() - started < 4
+    assert seen == [(1, 1)]  # in flight, but held by no stage: the stall watch ignores it
+    assert app.in_flight == 0 and inner.started == 0
+
+
+def test_an_entry_that_is_no_host_is_one_line():
+    with pytest.raises(SettingError) as caught:
+        envs.SERVE_ALLOW_REF_AUDIO_URLS.read("example.com, not a host", "--allow-ref-audio-urls")
+    assert "--allow-ref-audio-urls" in caught.value.one_line()
+    assert (
+        envs.SERVE_ALLOW_REF_AUDIO_URLS.read(" Example.com,10.0.0.0/8 ") == "example.com,10.0.0.0/8"
+    )
