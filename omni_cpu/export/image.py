@@ -14,6 +14,8 @@ IMAGE = f"omni-cpu:{__version__}"
 SERVE_COMMAND = ("omni-cpu", "serve")
 # The image's non-root user (USER in the Containerfile).
 IMAGE_USER_ID = 1000
+# Its home (useradd --create-home): ~/.cache and ~/.config of vLLM, torch, vLLM-Omni.
+IMAGE_HOME = "/home/omni"
 # `serve --port` in the image's CMD, EXPOSE and its HEALTHCHECK.
 DEFAULT_PORT = 8000
 HEALTH_PATH = "/health"
