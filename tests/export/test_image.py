@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
+import subprocess
 from urllib.parse import urlparse
 
 import pytest
@@ -132,3 +134,39 @@ def test_the_runtime_is_installed_by_the_script_ci_runs(recipe):
     assert any(words[:2] == ["bash", "scripts/install-runtime.sh"] for words in setup if words)
     copied = {shlex.split(arguments)[-2] for keyword, arguments in recipe if keyword == "COPY"}
     assert {"./requirements", "./scripts", "./omni_cpu"} <= {f"./{c}" for c in copied} | copied
+
+
+def test_the_base_is_a_build_argument_defaulting_to_the_public_python_image(recipe):
+    keywords = [keyword for keyword, _ in recipe]
+    base_arg = next(arguments for keyword, arguments in recipe if keyword == "ARG")
+    assert keywords.index("ARG") < keywords.index("FROM")  # an ARG before FROM sets the base
+    name, _, default = base_arg.partition("=")
+    assert last(recipe, "FROM") == "${" + name + "}"
+    assert default.startswith("docker.io/library/python:3.11")
+
+
+def test_make_image_tags_the_image_the_export_names(container):
+    tag = subprocess.run(
+        ["bash", "scripts/image.sh", "tag"], capture_output=True, text=True, cwd=REPO
+    )
+    assert tag.returncode == 0, tag.stderr
+    assert tag.stdout.strip() == container["image"]
+    for target, step in (("image", "build"), ("image-test", "test"), ("image-base", "base")):
+        planned = subprocess.run(["make", "-n", target], capture_output=True, text=True, cwd=REPO)
+        assert planned.stdout.strip() == f"bash scripts/image.sh {step}"
+
+
+@pytest.mark.parametrize("step", ["build", "test", "base"])
+def test_without_a_container_engine_the_image_targets_say_so_in_one_line(step, tmp_path):
+    # A PATH with the shell's tools but no podman, buildah or debootstrap.
+    for tool in ("bash", "sed", "dirname", "realpath", "mktemp", "rm"):
+        found = shutil.which(tool)
+        assert found, tool
+        (tmp_path / tool).symlink_to(found)
+    done = subprocess.run(
+        [str(tmp_path / "bash"), "scripts/image.sh", step],
+        capture_output=True, text=True, cwd=REPO, env={"PATH": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "not installed" in line and "apt-get install" in line
