@@ -59,7 +59,7 @@ image-base:
 	bash scripts/image.sh base
 
 # Build, start the image with a tiny checkpoint on 127.0.0.1, send one speech request, stop.
-image-test:
+image-test: image
 	bash scripts/image.sh test
 
 clean:

@@ -6,8 +6,9 @@
 #   scripts/image.sh base    a base image from Debian's packages, for machines that reach
 #                            no container registry: debootstrap bookworm + python3 and
 #                            python3-venv, `podman import`ed                  (make image-base)
-#   scripts/image.sh test    build, start the image on 127.0.0.1 with a tiny checkpoint and
-#                            a read-only root, send one speech request, stop it (make image-test)
+#   scripts/image.sh test    start the built image on 127.0.0.1 as a pod runs it (a profile
+#                            mounted read-only, a read-only root) with a tiny checkpoint,
+#                            send one speech request, stop it       (make image-test = image + this)
 #
 # Settings (environment or make variables), all optional:
 #   BASE_IMAGE   the base (default: the Containerfile's, the public Python image)
@@ -42,7 +43,8 @@ builder() {  # podman, else buildah (both take the build flags used here)
 }
 
 build() {
-  local args=(--tag "$tag" --file Containerfile)
+  # docker format: OCI images drop the HEALTHCHECK.
+  local args=(--tag "$tag" --file Containerfile --format docker)
   [ -z "${BASE_IMAGE:-}" ] || args+=(--build-arg "BASE=$BASE_IMAGE")
   [ -z "${PIP_INDEX:-}" ] || args+=(--build-arg "PIP_INDEX=$PIP_INDEX")
   [ -z "${OMNI_CPU_TORCH_INDEX:-}" ] || args+=(--build-arg "OMNI_CPU_TORCH_INDEX=$OMNI_CPU_TORCH_INDEX")
@@ -69,10 +71,11 @@ base() {
   root=$(mktemp -d)
   trap 'rm -rf "$root"' RETURN
   local start=$SECONDS
-  # python3 + venv for the image's venv; the libraries the Containerfile would otherwise
-  # fetch with apt; CA certificates for pip.
+  # python3 + venv for the image's venv; the libraries and compiler the Containerfile would
+  # otherwise fetch with apt (python3-dev: Python.h for omni-cpu's GEMV kernel); CA
+  # certificates for pip.
   debootstrap --variant=minbase \
-    --include=python3,python3-venv,ca-certificates,libnuma1,libtcmalloc-minimal4,g++ \
+    --include=python3,python3-venv,python3-dev,ca-certificates,libnuma1,libtcmalloc-minimal4,g++ \
     bookworm "$root/rootfs" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
   tar -C "$root/rootfs" -c . | podman import - "$base_tag"
   echo "image-base: $base_tag in $((SECONDS - start)) s; build on it with BASE_IMAGE=$base_tag"
@@ -84,18 +87,27 @@ serve_test() {
     echo "error: podman does not run here ($(podman info 2>&1 | tail -1)); see scripts/containers.conf" >&2
     exit 2
   fi
-  build
+  if ! podman image exists "$tag"; then
+    echo "error: no image $tag here (build it first: make image)" >&2
+    exit 2
+  fi
   local work port=${PORT:-18000} name="omni-cpu-image-test-$$"
   work=$(mktemp -d)
   trap 'podman rm -f "$name" >/dev/null 2>&1 || true; rm -rf "$work"' RETURN
   chmod 0777 "$work"
+  # A tiny checkpoint and a profile planned for it, both by the image's own omni-cpu.
   podman run --rm --network none -v "$work:/work" "$tag" \
-    make-checkpoint --size tiny --out /work/tiny
+    make-checkpoint --size tiny --out /work/tiny >/dev/null
+  podman run --rm --network none -v "$work:/work" "$tag" \
+    probe --model /work/tiny --output /work/profile.yaml >/dev/null
   local start=$SECONDS
-  # As a pod from `omni-cpu export k8s` runs it: read-only root, writable home and /tmp.
+  # As a pod from `omni-cpu export k8s` runs it: the profile mounted read-only, a read-only
+  # root, writable home and /tmp.
   podman run -d --name "$name" --network host --read-only --shm-size 1g \
-    --tmpfs /home/omni:uid=1000,gid=1000 --tmpfs /tmp -v "$work/tiny:/models/tiny:ro" \
-    "$tag" serve --model /models/tiny --host 127.0.0.1 --port "$port" --max-frames 12 >/dev/null
+    --tmpfs /home/omni:mode=1777 --tmpfs /tmp:mode=1777 \
+    -v "$work/tiny:/models/tiny:ro" -v "$work/profile.yaml:/etc/omni-cpu/profile.yaml:ro" \
+    "$tag" serve --model /models/tiny --deploy-profile /etc/omni-cpu/profile.yaml \
+    --host 127.0.0.1 --port "$port" --max-frames 12 >/dev/null
   until curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
     if [ "$(podman inspect -f '{{.State.Running}}' "$name")" != true ]; then
       podman logs "$name" 2>&1 | tail -20
@@ -109,15 +121,16 @@ serve_test() {
     sleep 2
   done
   local ready=$((SECONDS - start))
+  local spoken=$SECONDS
   curl -fsS "http://127.0.0.1:$port/v1/audio/speech" -H 'Content-Type: application/json' \
     -d '{"model": "/models/tiny", "input": "Hello from the image.", "voice": "ryan", "response_format": "wav"}' \
     -o "$work/hello.wav"
-  local bytes
-  bytes=$(stat -c %s "$work/hello.wav")
+  spoken=$((SECONDS - spoken))
   [ "$(head -c 4 "$work/hello.wav")" = RIFF ] || { echo "error: the answer is not a WAV file" >&2; exit 1; }
   podman stop -t 60 "$name" >/dev/null
-  echo "image-test: $tag answered /health after $ready s and spoke $bytes bytes of WAV;" \
-    "image $(podman image inspect -f '{{.Size}}' "$tag") bytes"
+  echo "image-test: $tag answered /health $ready s after start and spoke" \
+    "$(stat -c %s "$work/hello.wav") bytes of WAV in $spoken s;" \
+    "image size $(podman image inspect -f '{{.Size}}' "$tag") bytes"
 }
 
 case "${1:-}" in

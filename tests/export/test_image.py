@@ -132,8 +132,17 @@ def test_the_runtime_is_installed_by_the_script_ci_runs(recipe):
     # CI runs `make test` -> scripts/setup.sh, which calls the same script.
     setup = [shlex.split(line) for line in (REPO / "scripts/setup.sh").read_text().splitlines()]
     assert any(words[:2] == ["bash", "scripts/install-runtime.sh"] for words in setup if words)
-    copied = {shlex.split(arguments)[-2] for keyword, arguments in recipe if keyword == "COPY"}
-    assert {"./requirements", "./scripts", "./omni_cpu"} <= {f"./{c}" for c in copied} | copied
+    copied = {
+        source
+        for keyword, arguments in recipe
+        if keyword == "COPY"
+        for source in shlex.split(arguments)[1:-1]  # after --chown, before the destination
+    }
+    # The script, the one it sources, what it installs, and omni-cpu (it imports the pins).
+    script = (REPO / "scripts/install-runtime.sh").read_text().splitlines()
+    sourced = {line.split()[1] for line in script if line.startswith("source ")}
+    assert sourced == {"scripts/torch-index.sh"}
+    assert {"requirements", "scripts/install-runtime.sh", "omni_cpu", *sourced} <= copied
 
 
 def test_the_base_is_a_build_argument_defaulting_to_the_public_python_image(recipe):
@@ -151,9 +160,10 @@ def test_make_image_tags_the_image_the_export_names(container):
     )
     assert tag.returncode == 0, tag.stderr
     assert tag.stdout.strip() == container["image"]
-    for target, step in (("image", "build"), ("image-test", "test"), ("image-base", "base")):
+    steps = {"image": ["build"], "image-test": ["build", "test"], "image-base": ["base"]}
+    for target, wanted in steps.items():
         planned = subprocess.run(["make", "-n", target], capture_output=True, text=True, cwd=REPO)
-        assert planned.stdout.strip() == f"bash scripts/image.sh {step}"
+        assert planned.stdout.splitlines() == [f"bash scripts/image.sh {step}" for step in wanted]
 
 
 @pytest.mark.parametrize("step", ["build", "test", "base"])
