@@ -96,14 +96,14 @@ serve_test() {
   trap 'podman rm -f "$name" >/dev/null 2>&1 || true; rm -rf "$work"' RETURN
   chmod 0777 "$work"
   # A tiny checkpoint and a profile planned for it, both by the image's own omni-cpu.
-  podman run --rm --network none -v "$work:/work" "$tag" \
+  podman run --rm --network none --no-healthcheck -v "$work:/work" "$tag" \
     make-checkpoint --size tiny --out /work/tiny >/dev/null
-  podman run --rm --network none -v "$work:/work" "$tag" \
+  podman run --rm --network none --no-healthcheck -v "$work:/work" "$tag" \
     probe --model /work/tiny --output /work/profile.yaml >/dev/null
   local start=$SECONDS
   # As a pod from `omni-cpu export k8s` runs it: the profile mounted read-only, a read-only
   # root, writable home and /tmp.
-  podman run -d --name "$name" --network host --read-only --shm-size 1g \
+  podman run -d --name "$name" --network host --no-healthcheck --read-only --shm-size 1g \
     --tmpfs /home/omni:mode=1777 --tmpfs /tmp:mode=1777 \
     -v "$work/tiny:/models/tiny:ro" -v "$work/profile.yaml:/etc/omni-cpu/profile.yaml:ro" \
     "$tag" serve --model /models/tiny --deploy-profile /etc/omni-cpu/profile.yaml \
