@@ -105,8 +105,14 @@ def k8s(
         footprint = footprint_for_model(profile.model)
     except ModelError:
         footprint = None
-    if threads_per_core is None:
-        threads_per_core = node_threads_per_core(read_facts(sysroot)) if sysroot else 1
+    threads_source = "--threads-per-core"
+    if threads_per_core is None and sysroot is not None:
+        threads_per_core = node_threads_per_core(read_facts(sysroot))
+        threads_source = f"read from {sysroot}"
+    elif threads_per_core is None:
+        # Not stated: SMT-2 nodes would get half the cores; the notes on top say so.
+        threads_per_core = 1
+        threads_source = "assumed; give the nodes' with --threads-per-core or --sysroot"
     size = pod_size(profile, footprint, replica, threads_per_core)
     options = PodOptions(
         image=image, model=pods_model, port=port, drain_timeout_s=drain_timeout,
@@ -121,7 +127,7 @@ def k8s(
     else:
         text = render_manifests(
             manifests, size, profile_name=profile_path.name, model=pods_model,
-            dtype=profile.dtype, replica=replica,
+            dtype=profile.dtype, replica=replica, threads_source=threads_source,
         )  # fmt: skip
     if output is None:
         typer.echo(text, nl=False)

@@ -45,8 +45,9 @@ _PlainDumper.add_representer(str, _literal_blocks)
 
 KUBELET_NOTES = """\
 # omni-cpu {version}: Kubernetes objects for the deploy profile {profile}
-# (model {model}, {dtype}, sized from replica {replica}:
-# {cores} cores x {threads} thread(s) per core = {cpus} CPUs, {memory_gib:.1f} GiB).
+# (model {model}, {dtype}), each pod sized from replica {replica}:
+#   CPUs: {cores} cores x {threads} thread(s) per core = {cpus} ({threads_source})
+#   memory: {memory_gib:.1f} GiB
 # The pods run this profile as written, mounted from the ConfigMap, bound onto the
 # CPUs the kubelet gives them.
 #
@@ -156,6 +157,7 @@ def render_manifests(
     model: str,
     dtype: str,
     replica: int = 0,
+    threads_source: str = "--threads-per-core",
 ) -> str:
     """Multi-document YAML with the kubelet notes on top."""
     header = KUBELET_NOTES.format(
@@ -166,6 +168,7 @@ def render_manifests(
         replica=replica,
         cores=size.cores,
         threads=size.threads_per_core,
+        threads_source=threads_source,
         cpus=size.cpus,
         memory_gib=size.memory_bytes / 2**30,
     )

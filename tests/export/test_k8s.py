@@ -303,3 +303,10 @@ def test_each_pod_runs_the_replica_that_sized_it(profile_file):
     pod = pod_of(exported("--profile", str(profile_file[0]), "--replica", "1"))
     args = pod["containers"][0]["args"]
     assert args[args.index("--replica") + 1] == "1"
+
+
+def test_the_notes_say_where_the_threads_per_core_came_from(profile_file):
+    assumed = export("--profile", str(profile_file[0])).stdout
+    assert "1 thread(s) per core = " in assumed and "(assumed; give the nodes' with" in assumed
+    stated = export("--profile", str(profile_file[0]), "--threads-per-core", "2").stdout
+    assert "2 thread(s) per core = " in stated and "(--threads-per-core)" in stated
