@@ -100,14 +100,21 @@ serve_test() {
     make-checkpoint --size tiny --out /work/tiny >/dev/null
   podman run --rm --network none --no-healthcheck -v "$work:/work" "$tag" \
     probe --model /work/tiny --output /work/profile.yaml >/dev/null
+  # As a pod from `omni-cpu export k8s` runs it: its init container seeds the model volume
+  # with the image's kernel build; then serve on the profile mounted read-only, a read-only
+  # root, the caches on the volume, writable home and /tmp.
+  local data=/var/lib/omni-cpu
+  mkdir -m 0777 "$work/data"
+  podman run --rm --network none --no-healthcheck --read-only -v "$work/data:$data" \
+    --entrypoint sh "$tag" -c "mkdir -p $data/kernels && { cp -R -n /home/omni/.cache/omni-cpu/kernels/. $data/kernels/ 2>/dev/null || true; }"
   local start=$SECONDS
-  # As a pod from `omni-cpu export k8s` runs it: the profile mounted read-only, a read-only
-  # root, writable home and /tmp.
   podman run -d --name "$name" --network host --no-healthcheck --read-only --shm-size 1g \
-    --tmpfs /home/omni:mode=1777 --tmpfs /tmp:mode=1777 \
+    --tmpfs /home/omni:mode=1777 --tmpfs /tmp:mode=1777 -v "$work/data:$data" \
+    -e HF_HOME=$data/huggingface -e OMNI_CPU_WEIGHT_CACHE=$data/packed \
+    -e OMNI_CPU_KERNEL_CACHE=$data/kernels \
     -v "$work/tiny:/models/tiny:ro" -v "$work/profile.yaml:/etc/omni-cpu/profile.yaml:ro" \
     "$tag" serve --model /models/tiny --deploy-profile /etc/omni-cpu/profile.yaml \
-    --host 127.0.0.1 --port "$port" --max-frames 12 >/dev/null
+    --host 127.0.0.1 --port "$port" --max-frames 12 --voices $data/voices >/dev/null
   until curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
     if [ "$(podman inspect -f '{{.State.Running}}' "$name")" != true ]; then
       podman logs "$name" 2>&1 | tail -20

@@ -17,6 +17,7 @@ from omni_cpu import envs
 from omni_cpu.export.image import (
     HEALTH_PATH,
     IMAGE_HOME,
+    IMAGE_KERNEL_CACHE,
     IMAGE_USER_ID,
     SERVE_COMMAND,
 )
@@ -78,6 +79,37 @@ def serve_args(options: PodOptions, replica: int) -> list[str]:
     ]
 
 
+def _container_security() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": IMAGE_USER_ID,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def kernel_seed_container(options: PodOptions, resources: dict[str, str]) -> dict[str, Any]:
+    """Copies the image's GEMV kernel build onto the model volume, where the stages look.
+
+    The pod's home is an emptyDir that hides the image's own cache, so without this each
+    new volume would compile the kernel again at start. A node whose CPU needs another
+    build compiles it there once; an image without one copies nothing.
+    """
+    copy = f"cp -R -n {IMAGE_KERNEL_CACHE}/. {KERNEL_CACHE_DIR}/ 2>/dev/null || true"
+    return {
+        "name": "seed-kernels",
+        "image": options.image,
+        "command": ["sh", "-c", f"mkdir -p {KERNEL_CACHE_DIR} && {{ {copy}; }}"],
+        # The serving container's: every container's requests equal to its limits keeps
+        # the pod Guaranteed, and an init container's do not add to the pod's.
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+        "securityContext": _container_security(),
+    }
+
+
 def serve_container(options: PodOptions, replica: int, resources: dict[str, str]) -> dict[str, Any]:
     """The pod's one container: `omni-cpu serve` on the mounted profile, probed on /health."""
     env = {
@@ -107,14 +139,7 @@ def serve_container(options: PodOptions, replica: int, resources: dict[str, str]
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": IMAGE_USER_ID,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": _container_security(),
     }
 
 

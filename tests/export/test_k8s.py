@@ -194,9 +194,11 @@ def test_a_profile_of_an_unpublished_model_needs_model(tmp_path, profile_file):
 
 
 def cpu_request(documents: list[dict]) -> str:
-    resources = pod_of(documents)["containers"][0]["resources"]
-    assert resources["requests"] == resources["limits"]  # Guaranteed QoS
-    return resources["limits"]["cpu"]
+    pod = pod_of(documents)
+    for container in pod["initContainers"] + pod["containers"]:  # Guaranteed QoS: every one
+        resources = container["resources"]
+        assert resources["requests"] == resources["limits"], container["name"]
+    return pod["containers"][0]["resources"]["limits"]["cpu"]
 
 
 def test_pods_get_guaranteed_qos_sized_by_the_profile(documents, profile_file):
@@ -310,3 +312,19 @@ def test_the_notes_say_where_the_threads_per_core_came_from(profile_file):
     assert "1 thread(s) per core = " in assumed and "(assumed; give the nodes' with" in assumed
     stated = export("--profile", str(profile_file[0]), "--threads-per-core", "2").stdout
     assert "2 thread(s) per core = " in stated and "(--threads-per-core)" in stated
+
+
+def test_the_images_kernel_build_is_seeded_onto_the_volume_the_stages_read(documents):
+    from omni_cpu.export.image import IMAGE_KERNEL_CACHE
+
+    pod = pod_of(documents)
+    (seed,) = pod["initContainers"]
+    serving = pod["containers"][0]
+    assert seed["image"] == serving["image"]
+    kernels = next(e["value"] for e in serving["env"] if e["name"] == "OMNI_CPU_KERNEL_CACHE")
+    script = seed["command"][-1]
+    assert f"{IMAGE_KERNEL_CACHE}/. {kernels}/" in script and "|| true" in script
+    # The seed sees the image's home (no emptyDir over it) and writes the model volume.
+    (mount,) = seed["volumeMounts"]
+    assert kernels.startswith(mount["mountPath"] + "/")
+    assert [m for m in serving["volumeMounts"] if m["name"] == mount["name"]]
