@@ -105,13 +105,14 @@ serve_test() {
   # root, the caches on the volume, writable home and /tmp.
   local data=/var/lib/omni-cpu
   mkdir -m 0777 "$work/data"
+  local kernels=/home/omni/.cache/omni-cpu/kernels
   podman run --rm --network none --no-healthcheck --read-only -v "$work/data:$data" \
-    --entrypoint sh "$tag" -c "mkdir -p $data/kernels && { cp -R -n /home/omni/.cache/omni-cpu/kernels/. $data/kernels/ 2>/dev/null || true; }"
+    --entrypoint sh "$tag" -c "mkdir -p $data/kernels && { cp -R -p -n $kernels/. $data/kernels/ 2>/dev/null || true; }"
   local start=$SECONDS
   podman run -d --name "$name" --network host --no-healthcheck --read-only --shm-size 1g \
     --tmpfs /home/omni:mode=1777 --tmpfs /tmp:mode=1777 -v "$work/data:$data" \
+    -v "$work/data/kernels:$kernels" -e OMNI_CPU_KERNEL_CACHE=$kernels \
     -e HF_HOME=$data/huggingface -e OMNI_CPU_WEIGHT_CACHE=$data/packed \
-    -e OMNI_CPU_KERNEL_CACHE=$data/kernels \
     -v "$work/tiny:/models/tiny:ro" -v "$work/profile.yaml:/etc/omni-cpu/profile.yaml:ro" \
     "$tag" serve --model /models/tiny --deploy-profile /etc/omni-cpu/profile.yaml \
     --host 127.0.0.1 --port "$port" --max-frames 12 --voices $data/voices >/dev/null

@@ -35,8 +35,9 @@ Examples:
   omni-cpu export k8s --profile deploy.yaml > tts.yaml
   kubectl apply -f tts.yaml
 
-  omni-cpu export k8s --profile deploy.yaml --replicas 4 --threads-per-core 2 \\
-      --model-claim tts-models --max-unavailable 1 --image registry/{image}
+  omni-cpu export k8s --profile deploy.yaml --replicas 4 \\
+      --threads-per-core 2 --model-claim tts-models \\
+      --max-unavailable 1 --image registry/{image}
 """
 
 export_app = typer.Typer(help=EXPORT_HELP, no_args_is_help=True)

@@ -32,7 +32,9 @@ PROFILE_PATH = f"{PROFILE_DIR}/{PROFILE_KEY}"
 DATA_DIR = "/var/lib/omni-cpu"
 HF_HOME = f"{DATA_DIR}/huggingface"
 WEIGHT_CACHE_DIR = f"{DATA_DIR}/packed"
-KERNEL_CACHE_DIR = f"{DATA_DIR}/kernels"
+# The kernel builds live on the model volume under this folder, mounted where the image
+# built them: torch rebuilds an extension whose build folder moved.
+KERNEL_SUBPATH = "kernels"
 VOICES_DIR = f"{DATA_DIR}/voices"
 # `serve`'s own folder (deploy config, drain flag), vLLM's locks and Python's temp files.
 TMP_BYTES = 1024 * MIB
@@ -93,15 +95,17 @@ def _container_security() -> dict[str, Any]:
 def kernel_seed_container(options: PodOptions, resources: dict[str, str]) -> dict[str, Any]:
     """Copies the image's GEMV kernel build onto the model volume, where the stages look.
 
-    The pod's home is an emptyDir that hides the image's own cache, so without this each
-    new volume would compile the kernel again at start. A node whose CPU needs another
-    build compiles it there once; an image without one copies nothing.
+    The pod's home is an emptyDir that hides the image's own cache, so the model volume is
+    mounted over that cache's path in the serving container, and this init container fills
+    it from the image once (timestamps kept, so nothing looks changed to the build). A node
+    whose CPU needs another build compiles it there once; an image without one copies nothing.
     """
-    copy = f"cp -R -n {IMAGE_KERNEL_CACHE}/. {KERNEL_CACHE_DIR}/ 2>/dev/null || true"
+    target = f"{DATA_DIR}/{KERNEL_SUBPATH}"
+    copy = f"cp -R -p -n {IMAGE_KERNEL_CACHE}/. {target}/ 2>/dev/null || true"
     return {
         "name": "seed-kernels",
         "image": options.image,
-        "command": ["sh", "-c", f"mkdir -p {KERNEL_CACHE_DIR} && {{ {copy}; }}"],
+        "command": ["sh", "-c", f"mkdir -p {target} && {{ {copy}; }}"],
         # The serving container's: every container's requests equal to its limits keeps
         # the pod Guaranteed, and an init container's do not add to the pod's.
         "resources": {"requests": dict(resources), "limits": dict(resources)},
@@ -116,7 +120,7 @@ def serve_container(options: PodOptions, replica: int, resources: dict[str, str]
         envs.TARGET_DEVICE.name: "cpu",
         "HF_HOME": HF_HOME,
         envs.WEIGHT_CACHE.name: WEIGHT_CACHE_DIR,
-        envs.KERNEL_CACHE.name: KERNEL_CACHE_DIR,
+        envs.KERNEL_CACHE.name: IMAGE_KERNEL_CACHE,
     }
     health = {"httpGet": {"path": HEALTH_PATH, "port": "http"}}
     return {
@@ -136,6 +140,8 @@ def serve_container(options: PodOptions, replica: int, resources: dict[str, str]
             {"name": "profile", "mountPath": PROFILE_DIR, "readOnly": True},
             {"name": "data", "mountPath": DATA_DIR},
             {"name": "home", "mountPath": IMAGE_HOME},
+            # Over the home emptyDir: the kernel builds, seeded from the image, kept.
+            {"name": "data", "mountPath": IMAGE_KERNEL_CACHE, "subPath": KERNEL_SUBPATH},
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
