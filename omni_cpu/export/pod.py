@@ -1,6 +1,6 @@
-"""The pod that runs a profile: its one container, its volumes, its security. Pure.
+"""The pod that runs a profile: its containers, its volumes, its security. Pure.
 
-The container runs `omni-cpu serve --deploy-profile` on the profile file mounted from a
+Its serving container runs `omni-cpu serve --deploy-profile` on the profile file mounted from a
 ConfigMap, so every reviewed value (weights, chunk schedule, KV bytes, max seqs,
 sampling, admission, calibration) is what the pod runs; `serve` binds the profile's
 shape onto the CPUs of the pod's cgroup. The pod meets Pod Security "restricted" and
@@ -41,7 +41,8 @@ TMP_BYTES = 1024 * MIB
 # SIGTERM comes after the preStop hook: by then the endpoints controller has taken the
 # pod out of the Service, so the drain sees no new requests from it.
 PRESTOP_SLEEP_S = 5
-# After the drain, `serve` stops the stages (its stop timeout) and exits; a margin over it.
+# After the drain, `serve` stops the stages (serve's default stop timeout, which this
+# floor cannot import) and exits; a margin over it.
 STAGE_STOP_S = 15
 EXIT_MARGIN_S = 10
 
