@@ -92,9 +92,12 @@ def k8s(
     from omni_cpu.export.served_model import served_model
     from omni_cpu.export.sizing import node_threads_per_core, pod_size
     from omni_cpu.hardware import read_facts
+    from omni_cpu.output import check_output_path, write_text_output
     from omni_cpu.plan.footprint import footprint_for_model
     from omni_cpu.profile import load_profile
 
+    if output is not None:
+        check_output_path(output, option="--output")
     profile = load_profile(profile_path)
     if replica >= len(profile.replicas):
         raise InputError(
@@ -133,7 +136,7 @@ def k8s(
     if output is None:
         typer.echo(text, nl=False)
     else:
-        output.write_text(text)
+        write_text_output(output, text)
         err_console.print(f"wrote {output}")
 
 

@@ -218,7 +218,6 @@ def test_the_cpu_request_counts_the_smt_siblings_of_every_bound_core(profile_fil
     assert cpu_request(documents) == str(2 * cores)
 
 
-@pytest.mark.skipif(not sysroots.available(), reason=sysroots.MISSING_REASON)
 def test_the_smt_width_comes_from_a_dump_of_a_node(profile_file, unpacked_dumps):
     dump = next(d for d in sysroots.load_dumps() if d.id == "ul-x86_64-epyc_7451")
     assert dump.expected["threads_per_core"] == 2
