@@ -1,5 +1,5 @@
 # The two commands of the README's quick start are `make demo` and `make test`.
-.PHONY: setup demo test test-platform test-fast lint profiles bench-micro clean
+.PHONY: setup demo test test-platform test-fast lint profiles bench-micro clean image image-base image-test
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -46,6 +46,21 @@ profiles:
 bench-micro: setup
 	[ -f checkpoints/0.6b/config.json ] || $(BIN)/omni-cpu make-checkpoint --size 0.6b --out checkpoints/0.6b
 	$(BIN)/python benchmarks/stage_micro.py
+
+# The serving image (Containerfile), tagged as `omni-cpu export k8s` names it; outside
+# `make test` (the build downloads the runtime for minutes). Settings, all optional:
+# BASE_IMAGE, WHEELS (a wheel folder pip also looks in), PIP_INDEX, CA_BUNDLE,
+# OMNI_CPU_TORCH_INDEX, BUILD_FLAGS, CONTAINERS_CONF (scripts/image.sh says each).
+# `make image-base` makes a base from Debian's packages for machines without a registry.
+image:
+	bash scripts/image.sh build
+
+image-base:
+	bash scripts/image.sh base
+
+# Build, start the image with a tiny checkpoint on 127.0.0.1, send one speech request, stop.
+image-test: image
+	bash scripts/image.sh test
 
 clean:
 	rm -rf out .pytest_cache

@@ -181,8 +181,13 @@ def test_k8s_example_writes_a_deployment_for_a_checked_in_profile():
         capture_output=True, text=True, env=env, timeout=120, cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    kinds = [doc["kind"] for doc in yaml.safe_load_all(done.stdout) if doc]
-    assert kinds == ["Deployment", "Service"]
+    documents = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    assert [doc["kind"] for doc in documents] == ["ConfigMap", "Deployment", "Service"]
+    # The image `make image` builds (scripts/image.sh tag).
+    tag = subprocess.run(
+        ["bash", "scripts/image.sh", "tag"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
+    assert documents[1]["spec"]["template"]["spec"]["containers"][0]["image"] == tag
 
 
 @pytest.mark.e2e

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
+import subprocess
 from urllib.parse import urlparse
 
 import pytest
@@ -72,13 +74,21 @@ def recipe() -> list[tuple[str, str]]:
 def container(profile_file) -> dict:
     done = omni_cpu("export", "k8s", "--profile", str(profile_file[0]))  # every default
     assert done.returncode == 0, done.stderr
-    deployment = next(doc for doc in yaml.safe_load_all(done.stdout) if doc)
+    deployment = next(
+        doc for doc in yaml.safe_load_all(done.stdout) if doc and doc["kind"] == "Deployment"
+    )
     return deployment["spec"]["template"]["spec"]["containers"][0]
 
 
-def test_the_export_runs_exactly_the_images_entrypoint_and_command(recipe, container):
-    image_argv = exec_form(last(recipe, "ENTRYPOINT")) + exec_form(last(recipe, "CMD"))
-    assert container["command"] + container["args"] == image_argv
+def test_the_export_runs_the_images_entrypoint_as_its_command_does(recipe, container):
+    # The image alone plans its cgroup (`auto`); the pod runs the mounted profile instead.
+    entrypoint, command = exec_form(last(recipe, "ENTRYPOINT")), exec_form(last(recipe, "CMD"))
+    assert container["command"] == entrypoint + command[:1]
+    for option in ("--host", "--port"):
+        assert (
+            container["args"][container["args"].index(option) + 1]
+            == (command[command.index(option) + 1])
+        )
 
 
 def test_the_exports_default_image_is_the_one_the_recipe_builds(recipe, container):
@@ -122,5 +132,51 @@ def test_the_runtime_is_installed_by_the_script_ci_runs(recipe):
     # CI runs `make test` -> scripts/setup.sh, which calls the same script.
     setup = [shlex.split(line) for line in (REPO / "scripts/setup.sh").read_text().splitlines()]
     assert any(words[:2] == ["bash", "scripts/install-runtime.sh"] for words in setup if words)
-    copied = {shlex.split(arguments)[-2] for keyword, arguments in recipe if keyword == "COPY"}
-    assert {"./requirements", "./scripts", "./omni_cpu"} <= {f"./{c}" for c in copied} | copied
+    copied = {
+        source
+        for keyword, arguments in recipe
+        if keyword == "COPY"
+        for source in shlex.split(arguments)[1:-1]  # after --chown, before the destination
+    }
+    # The script, the one it sources, what it installs, and omni-cpu (it imports the pins).
+    script = (REPO / "scripts/install-runtime.sh").read_text().splitlines()
+    sourced = {line.split()[1] for line in script if line.startswith("source ")}
+    assert sourced == {"scripts/torch-index.sh"}
+    assert {"requirements", "scripts/install-runtime.sh", "omni_cpu", *sourced} <= copied
+
+
+def test_the_base_is_a_build_argument_defaulting_to_the_public_python_image(recipe):
+    keywords = [keyword for keyword, _ in recipe]
+    base_arg = next(arguments for keyword, arguments in recipe if keyword == "ARG")
+    assert keywords.index("ARG") < keywords.index("FROM")  # an ARG before FROM sets the base
+    name, _, default = base_arg.partition("=")
+    assert last(recipe, "FROM") == "${" + name + "}"
+    assert default.startswith("docker.io/library/python:3.11")
+
+
+def test_make_image_tags_the_image_the_export_names(container):
+    tag = subprocess.run(
+        ["bash", "scripts/image.sh", "tag"], capture_output=True, text=True, cwd=REPO
+    )
+    assert tag.returncode == 0, tag.stderr
+    assert tag.stdout.strip() == container["image"]
+    steps = {"image": ["build"], "image-test": ["build", "test"], "image-base": ["base"]}
+    for target, wanted in steps.items():
+        planned = subprocess.run(["make", "-n", target], capture_output=True, text=True, cwd=REPO)
+        assert planned.stdout.splitlines() == [f"bash scripts/image.sh {step}" for step in wanted]
+
+
+@pytest.mark.parametrize("step", ["build", "test", "base"])
+def test_without_a_container_engine_the_image_targets_say_so_in_one_line(step, tmp_path):
+    # A PATH with the shell's tools but no podman, buildah or debootstrap.
+    for tool in ("bash", "sed", "dirname", "realpath", "mktemp", "rm"):
+        found = shutil.which(tool)
+        assert found, tool
+        (tmp_path / tool).symlink_to(found)
+    done = subprocess.run(
+        [str(tmp_path / "bash"), "scripts/image.sh", step],
+        capture_output=True, text=True, cwd=REPO, env={"PATH": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "not installed" in line and "apt-get install" in line

@@ -1,0 +1,178 @@
+"""The pod that runs a profile: its containers, its volumes, its security. Pure.
+
+Its serving container runs `omni-cpu serve --deploy-profile` on the profile file mounted from a
+ConfigMap, so every reviewed value (weights, chunk schedule, KV bytes, max seqs,
+sampling, admission, calibration) is what the pod runs; `serve` binds the profile's
+shape onto the CPUs of the pod's cgroup. The pod meets Pod Security "restricted" and
+keeps its root filesystem read-only: everything `serve` and its stages write goes to
+the volumes below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omni_cpu import envs
+from omni_cpu.export.image import (
+    HEALTH_PATH,
+    IMAGE_HOME,
+    IMAGE_KERNEL_CACHE,
+    IMAGE_USER_ID,
+    SERVE_COMMAND,
+)
+from omni_cpu.export.sizing import MIB, SHM_BYTES
+
+# The ConfigMap's profile, mounted read-only.
+PROFILE_DIR = "/etc/omni-cpu"
+PROFILE_KEY = "profile.yaml"
+PROFILE_PATH = f"{PROFILE_DIR}/{PROFILE_KEY}"
+# The model volume: the Hugging Face cache (the model's download), the packed-weight
+# and kernel caches and uploaded voices, kept across restarts where it is a claim.
+DATA_DIR = "/var/lib/omni-cpu"
+HF_HOME = f"{DATA_DIR}/huggingface"
+WEIGHT_CACHE_DIR = f"{DATA_DIR}/packed"
+# The kernel builds live on the model volume under this folder, mounted where the image
+# built them: torch rebuilds an extension whose build folder moved.
+KERNEL_SUBPATH = "kernels"
+VOICES_DIR = f"{DATA_DIR}/voices"
+# `serve`'s own folder (deploy config, drain flag), vLLM's locks and Python's temp files.
+TMP_BYTES = 1024 * MIB
+# SIGTERM comes after the preStop hook: by then the endpoints controller has taken the
+# pod out of the Service, so the drain sees no new requests from it.
+PRESTOP_SLEEP_S = 5
+# After the drain, `serve` stops the stages (serve's default stop timeout, which this
+# floor cannot import) and exits; a margin over it.
+STAGE_STOP_S = 15
+EXIT_MARGIN_S = 10
+
+
+@dataclass(frozen=True)
+class PodOptions:
+    """What the command line chooses about the pod besides its size."""
+
+    image: str
+    model: str
+    port: int
+    drain_timeout_s: int = 30
+    model_claim: str | None = None  # a PersistentVolumeClaim for DATA_DIR; None: emptyDir
+
+
+def termination_grace_s(drain_timeout_s: int) -> int:
+    """Seconds the kubelet waits before SIGKILL: preStop, the drain, the stages' stop."""
+    return PRESTOP_SLEEP_S + drain_timeout_s + STAGE_STOP_S + EXIT_MARGIN_S
+
+
+def serve_args(options: PodOptions, replica: int) -> list[str]:
+    return [
+        "--model",
+        options.model,
+        "--deploy-profile",
+        PROFILE_PATH,
+        "--replica",
+        str(replica),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(options.port),
+        "--drain-timeout",
+        str(options.drain_timeout_s),
+        "--voices",
+        VOICES_DIR,
+    ]
+
+
+def _container_security() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": IMAGE_USER_ID,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def kernel_seed_container(options: PodOptions, resources: dict[str, str]) -> dict[str, Any]:
+    """Copies the image's GEMV kernel build onto the model volume, where the stages look.
+
+    The pod's home is an emptyDir that hides the image's own cache, so the model volume is
+    mounted over that cache's path in the serving container, and this init container fills
+    it from the image once (timestamps kept, so nothing looks changed to the build). A node
+    whose CPU needs another build compiles it there once; an image without one copies nothing.
+    """
+    target = f"{DATA_DIR}/{KERNEL_SUBPATH}"
+    copy = f"cp -R -p -n {IMAGE_KERNEL_CACHE}/. {target}/ 2>/dev/null || true"
+    return {
+        "name": "seed-kernels",
+        "image": options.image,
+        "command": ["sh", "-c", f"mkdir -p {target} && {{ {copy}; }}"],
+        # The serving container's: every container's requests equal to its limits keeps
+        # the pod Guaranteed, and an init container's do not add to the pod's.
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+        "securityContext": _container_security(),
+    }
+
+
+def serve_container(options: PodOptions, replica: int, resources: dict[str, str]) -> dict[str, Any]:
+    """The pod's one container: `omni-cpu serve` on the mounted profile, probed on /health."""
+    env = {
+        envs.TARGET_DEVICE.name: "cpu",
+        "HF_HOME": HF_HOME,
+        envs.WEIGHT_CACHE.name: WEIGHT_CACHE_DIR,
+        envs.KERNEL_CACHE.name: IMAGE_KERNEL_CACHE,
+    }
+    health = {"httpGet": {"path": HEALTH_PATH, "port": "http"}}
+    return {
+        "name": "omni-cpu",
+        "image": options.image,
+        "command": list(SERVE_COMMAND),
+        "args": serve_args(options, replica),
+        "env": [{"name": key, "value": value} for key, value in env.items()],
+        "ports": [{"name": "http", "containerPort": options.port, "protocol": "TCP"}],
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
+        # Two engines load on few cores, the first start downloads the model: 20 minutes.
+        "startupProbe": {**health, "periodSeconds": 10, "failureThreshold": 120},
+        "livenessProbe": {**health, "periodSeconds": 20, "failureThreshold": 3},
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_S)]}}},
+        "volumeMounts": [
+            {"name": "profile", "mountPath": PROFILE_DIR, "readOnly": True},
+            {"name": "data", "mountPath": DATA_DIR},
+            {"name": "home", "mountPath": IMAGE_HOME},
+            # Over the home emptyDir: the kernel builds, seeded from the image, kept.
+            {"name": "data", "mountPath": IMAGE_KERNEL_CACHE, "subPath": KERNEL_SUBPATH},
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+        "securityContext": _container_security(),
+    }
+
+
+def pod_volumes(options: PodOptions, config_map: str) -> list[dict[str, Any]]:
+    """The profile (read-only), the model volume, and the writable scratch the caches use."""
+    data: dict[str, Any] = (
+        {"persistentVolumeClaim": {"claimName": options.model_claim}}
+        if options.model_claim
+        else {"emptyDir": {}}
+    )
+    return [
+        {"name": "profile", "configMap": {"name": config_map}},
+        {"name": "data", **data},
+        # ~/.cache and ~/.config of vLLM, torch and vLLM-Omni.
+        {"name": "home", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": f"{TMP_BYTES // MIB}Mi"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_BYTES // MIB}Mi"}},
+    ]
+
+
+def pod_security_context() -> dict[str, Any]:
+    """Non-root with the image's user and group; fsGroup makes the claim writable to it."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": IMAGE_USER_ID,
+        "runAsGroup": IMAGE_USER_ID,
+        "fsGroup": IMAGE_USER_ID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
