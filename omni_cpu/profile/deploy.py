@@ -69,6 +69,9 @@ PLANNED_STAGE_KEYS = (
     "enforce_eager",
     "async_scheduling",
 )
+# Per-stage sizes every replica carries (schema 2) beside its binding: what the profile
+# plans for a stage, but async_scheduling, which is always false on CPU.
+SIZE_KEYS = tuple(key for key in PLANNED_STAGE_KEYS if key != "async_scheduling")
 
 
 # What `openmp_binding_env` may set: all follow from VLLM_CPU_OMP_THREADS_BIND.

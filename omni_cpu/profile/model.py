@@ -1,6 +1,6 @@
 """The deploy profile: what the planner decides and every process reads.
 
-A field exists because a process reads it; `omni_cpu.profile.yaml_io` writes each
+A field exists because a process reads it; `omni_cpu.profile.writer` writes each
 with a comment naming the engine argument or environment variable it becomes.
 """
 

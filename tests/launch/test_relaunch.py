@@ -18,8 +18,7 @@ import pytest
 from omni_cpu.hardware.preload import INTEL_OPENMP, TCMALLOC, find_library
 from omni_cpu.launch.plan import LaunchPlan
 from omni_cpu.launch.relaunch import fork_blocker
-from omni_cpu.profile import deploy_config_dict
-from omni_cpu.profile.yaml_io import load_profile
+from omni_cpu.profile import deploy_config_dict, load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "profiles" / "zen5-kvm-2core.yaml"

@@ -150,7 +150,14 @@ def test_mutated_profiles_never_raise_anything_but_profile_error(position, inser
 
 
 def test_numbers_in_comments_match_the_values():
-    # Strings stay quoted so `0-5` can never load as something else.
+    header = re.search(r"usable CPUs (\S+), fingerprint (\w+)\.", TEXT)
+    assert header is not None
+    loaded = parse_profile(TEXT)
+    assert header.groups() == (loaded.machine.usable_cpus, loaded.machine.fingerprint)
+
+
+def test_cpu_lists_stay_quoted_so_they_load_as_text():
+    # Unquoted, `0,1` or `3` would load as something other than a CPU list.
     assert re.search(r'cpus: "\d', TEXT)
 
 
@@ -202,7 +209,7 @@ def test_a_yaml_alias_bomb_is_refused_at_once():
 
 def test_a_profile_over_the_size_limit_is_refused_before_it_is_parsed(tmp_path: Path):
     from omni_cpu.profile import load_profile
-    from omni_cpu.profile.yaml_io import MAX_PROFILE_BYTES
+    from omni_cpu.profile.strict_yaml import MAX_PROFILE_BYTES
 
     path = tmp_path / "huge.yaml"
     path.write_text(TEXT + "#" * MAX_PROFILE_BYTES)
@@ -262,14 +269,14 @@ def test_a_fifo_nobody_writes_to_is_refused_not_a_hang(tmp_path, monkeypatch):
     import os
     import time
 
-    from omni_cpu.profile import yaml_io
+    from omni_cpu.profile import load_profile, strict_yaml
 
-    monkeypatch.setattr(yaml_io, "PIPE_WAIT_S", 0.5)
+    monkeypatch.setattr(strict_yaml, "PIPE_WAIT_S", 0.5)
     fifo = tmp_path / "deploy.yaml"
     os.mkfifo(fifo)
     started = time.monotonic()
     with pytest.raises(ProfileError, match="pipe nobody wrote") as caught:
-        yaml_io.load_profile(fifo)
+        load_profile(fifo)
     assert time.monotonic() - started < 5
     assert "give the profile as a file" in caught.value.one_line()
 
@@ -278,13 +285,13 @@ def test_a_profile_written_into_a_fifo_is_read(tmp_path):
     import os
     import threading
 
-    from omni_cpu.profile import yaml_io
+    from omni_cpu.profile import load_profile
 
     fifo = tmp_path / "deploy.yaml"
     os.mkfifo(fifo)
     writer = threading.Thread(target=lambda: fifo.write_text(TEXT))
     writer.start()
     try:
-        assert yaml_io.load_profile(fifo) == PROFILE
+        assert load_profile(fifo) == PROFILE
     finally:
         writer.join(10)
