@@ -10,11 +10,14 @@ from omni_cpu.cli.common import console, err_console, print_json
 
 VALIDATE_HELP = """Check a deploy profile against this machine (or a dump of one).
 
-Checks that every CPU exists, is online and allowed by the cgroup cpuset and
-affinity; that no two stages share a CPU; that a stage stays on one NUMA node;
-that memory fits; that the dtype is supported; with --model, that the profile was
-planned for that kind of model (custom-voice, voice-design, base) and its memory.
-One line per problem; exit 1 if any.
+Binds the profile's shape (cores per stage, home node) onto the CPUs and memory
+nodes this process may use, as run and serve will, and prints how ("replica 0
+talker: planned 0-2 -> here 4-6"). Then checks what start-up would: the libraries
+to preload are in this runtime; no two stages share a CPU; a stage stays on one
+NUMA node; memory fits; the dtype and the weight format's instructions are
+supported; with --model, that the profile was planned for that kind of model
+(custom-voice, voice-design, base) and its memory. One line per problem; exit 1
+if any, 5 (one line) when the shape does not fit at all.
 
 Examples:
 
@@ -46,11 +49,14 @@ def validate(
         help="Check against this model (checkpoint directory or hub id) instead of the "
         "profile's own: its memory and its kind.",
     ),
-    as_json: bool = typer.Option(False, "--json", help='Print {"ok": ..., "problems": [...]}.'),
+    as_json: bool = typer.Option(
+        False, "--json", help='Print {"ok": ..., "problems": [...], "binding": [...]}.'
+    ),
 ) -> None:
-    from omni_cpu.errors import ModelError
+    from omni_cpu.errors import ModelError, ShapeMismatchError
     from omni_cpu.hardware.probe import read_facts
-    from omni_cpu.plan.fit import check_profile, kernel_notes
+    from omni_cpu.plan.bind import bind_profile
+    from omni_cpu.plan.fit import check_problems, kernel_notes
     from omni_cpu.plan.footprint import footprint_for_model
     from omni_cpu.profile import load_profile
 
@@ -63,21 +69,45 @@ def validate(
             footprint = footprint_for_model(profile.model)
         except ModelError:
             footprint = None  # weights unknown: check the KV bytes alone
-    problems = check_profile(profile, facts, footprint)
+    binding = bind_profile(profile, facts)
+    if binding.misfit:
+        if as_json:
+            print_json({"ok": False, "problems": [binding.misfit], "binding": None})
+        raise ShapeMismatchError(
+            f"{profile_path}: {binding.misfit}",
+            "give the process that many cores on one node (cgroup cpuset, taskset), or plan "
+            "this machine: omni-cpu probe --output FILE",
+        )
+    problems = [problem.message for problem in check_problems(binding.profile, facts, footprint)]
     same_machine = profile.machine.fingerprint == _fingerprint(facts)
     notes = kernel_notes(profile, facts)
+    if profile.preload and facts.source != "live":
+        notes.append(
+            f"omni_cpu.preload ({', '.join(profile.preload)}) is checked where it runs, "
+            "not against a dump"
+        )
     if as_json:
         print_json(
-            {"ok": not problems, "problems": problems, "same_machine": same_machine, "notes": notes}
+            {
+                "ok": not problems,
+                "problems": problems,
+                "same_machine": same_machine,
+                "notes": notes,
+                "relocated": binding.relocated,
+                "binding": [{**move.__dict__, "line": move.line()} for move in binding.moves],
+            }
         )
     else:
+        for line in binding.lines():
+            console.print(line, highlight=False)
         for problem in problems:
             err_console.print(f"[red]problem:[/] {problem}", highlight=False)
         for note in notes:
             err_console.print(f"[yellow]note:[/] {note}", highlight=False)
         if not problems:
             note = "" if same_machine else " (planned on another machine or before a change)"
-            console.print(f"[green]ok[/]: {profile_path} fits this machine{note}")
+            moved = ", bound onto other CPUs" if binding.relocated else ""
+            console.print(f"[green]ok[/]: {profile_path} fits this machine{moved}{note}")
     if problems:
         raise typer.Exit(1)
 

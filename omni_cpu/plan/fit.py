@@ -7,8 +7,14 @@ from dataclasses import dataclass
 from omni_cpu import envs
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.hardware.facts import Facts
+from omni_cpu.plan.bind import PRELOAD_FILES, Binding, preload_paths
 from omni_cpu.plan.footprint import ModelFootprint
-from omni_cpu.plan.policy import choose_dtype, node_memory_bytes, replica_fixed_memory_bytes
+from omni_cpu.plan.policy import (
+    INT4_ISA,
+    choose_dtype,
+    node_memory_bytes,
+    replica_fixed_memory_bytes,
+)
 from omni_cpu.profile import choices
 from omni_cpu.profile.model import Profile, StagePlan
 
@@ -18,8 +24,10 @@ class Problem:
     """One way a profile does not fit a machine. Callers decide what is fatal by kind.
 
     Kinds: "cpu" (CPUs that do not exist, are offline or barred: threads would bind
-    to nothing), "overlap" (two stages or replicas on one CPU), "numa" (memory
-    bound away from its CPUs), "dtype" (bf16 without native bf16), "memory"
+    to nothing), "shape" (more cores per node than this process may use), "overlap"
+    (two stages or replicas on one CPU), "numa" (memory bound away from its CPUs),
+    "dtype" (bf16 without native bf16), "isa" (a weight format whose kernels this CPU
+    cannot run), "preload" (a library to preload that the runtime lacks), "memory"
     (more than the node or limit holds), "model" (planned for another kind of model).
     """
 
@@ -33,17 +41,27 @@ class Problem:
 def check_profile(
     profile: Profile, facts: Facts, footprint: ModelFootprint | None = None
 ) -> list[str]:
-    """Problems that would make the profile fail or misbehave on `facts`' machine."""
+    """Problems that would make the profile fail or misbehave on `facts`' machine, as
+    written (not bound: omni_cpu.plan.bind)."""
     return [problem.message for problem in check_problems(profile, facts, footprint)]
 
 
 def check_problems(
-    profile: Profile, facts: Facts, footprint: ModelFootprint | None = None
+    profile: Profile,
+    facts: Facts,
+    footprint: ModelFootprint | None = None,
+    *,
+    binding: Binding | None = None,
 ) -> list[Problem]:
-    """`check_profile` with each problem's kind."""
+    """`check_profile` with each problem's kind; with `binding`, of the profile it bound,
+    its misfit first (kind "shape")."""
     machine = _Machine.of(facts)
     claims = _Claims()
     problems: list[Problem] = []
+    if binding is not None and binding.misfit:
+        problems.append(Problem("shape", binding.misfit))
+    problems += _preload_problems(profile, facts)
+    problems += _isa_problems(profile, facts)
     for replica in profile.replicas:
         claimed_by_replica: list[set[int]] = []
         for stage in replica.stages:
@@ -226,6 +244,46 @@ def _memory_problems(
                 )
             )
     return problems
+
+
+def _preload_problems(profile: Profile, facts: Facts) -> list[Problem]:
+    """Each library `omni_cpu.preload` names that the runtime here lacks (live facts only:
+    a dump holds no libraries)."""
+    if facts.source != "live":
+        return []
+    found = preload_paths(profile.preload, facts.preload_libraries)
+    return [
+        Problem(
+            "preload",
+            f"omni_cpu.preload: {name} ({' or '.join(PRELOAD_FILES[name])}) is not in this "
+            "runtime; install it (" + PRELOAD_INSTALL[name] + ") or remove it from the list",
+        )
+        for name in profile.preload
+        if name not in found
+    ]
+
+
+# How to get each library omni_cpu.preload may name.
+PRELOAD_INSTALL = {
+    "intel-openmp": "pip install intel-openmp",
+    "tcmalloc": "apt-get install libtcmalloc-minimal4",
+}
+
+
+def _isa_problems(profile: Profile, facts: Facts) -> list[Problem]:
+    """A talker weight format whose kernels need instructions this CPU lacks."""
+    weights = profile.choice(envs.WEIGHTS)
+    missing = [flag for flag in INT4_ISA if flag not in facts.isa]
+    if weights == "int4" and missing and facts.isa_source is not None:
+        return [
+            Problem(
+                "isa",
+                f"stages[0].additional_config.omni_cpu.weights int4 needs "
+                f"{' and '.join(flag.upper() for flag in INT4_ISA)} (omni-cpu's int4 GEMV); "
+                f"this CPU lacks {' '.join(missing)}: use int8",
+            )
+        ]
+    return []
 
 
 KERNEL_CHOICES = (envs.AMX_ROWS, envs.GEMV)  # what `probe --calibrate` chose

@@ -8,6 +8,7 @@ omni_cpu.profile.strict_yaml; older schemas by omni_cpu.profile.upgrade.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,14 @@ from omni_cpu.errors import CpuListError, ProfileError
 from omni_cpu.profile.deploy import (
     CONNECTOR,
     CONNECTOR_DEFAULTS,
-    OPENMP_BINDING_KEYS,
     PLANNED_STAGE_KEYS,
     SIZE_KEYS,
     STAGE_DEFAULTS,
-    stage_env,
 )
 from omni_cpu.profile.fields import FieldReader
 from omni_cpu.profile.model import (
     DTYPES,
+    PRELOAD_NAMES,
     READABLE_SCHEMA_VERSIONS,
     Capacity,
     MachineStamp,
@@ -35,7 +35,12 @@ from omni_cpu.profile.model import (
     Streaming,
 )
 from omni_cpu.profile.strict_yaml import parse_yaml, read_profile_text
-from omni_cpu.profile.upgrade import stage_choices, version_1_sizes
+from omni_cpu.profile.upgrade import (
+    check_written_stage_env,
+    preload_from_env,
+    stage_choices,
+    version_1_sizes,
+)
 
 
 def _machine(reader: FieldReader) -> MachineStamp:
@@ -226,6 +231,7 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
         "model",
         "model_kind",
         "machine",
+        "preload",
         "env",
         "notes",
         "capacity",
@@ -245,6 +251,16 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
     for key, value in env.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise ProfileError(f"omni_cpu.env.{key} must be a string (quote it)")
+    if version < 4:  # an LD_PRELOAD path of the planning machine: its libraries by name
+        env, preload, legacy_paths = preload_from_env(dict(env))
+    else:
+        if "LD_PRELOAD" in env:
+            raise ProfileError(
+                "omni_cpu.env.LD_PRELOAD is a path of one machine",
+                f"name the libraries in omni_cpu.preload ({', '.join(PRELOAD_NAMES)}): "
+                "each is found at start in the runtime that runs",
+            )
+        preload, legacy_paths = _preload(omni), ()
     notes = omni.get("notes", list)
     sizes = _stage_sizes(root)
     chosen, env = stage_choices(root, dict(env), sorted(sizes))
@@ -293,14 +309,48 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
         env=dict(env),
         notes=tuple(str(note) for note in notes),
         capacity=_capacity(omni.child("capacity")) if "capacity" in omni.data else None,
+        preload=preload,
     )
-    _check_platform_env(root, profile)
+    if version < 4:
+        check_written_stage_env(root, profile, legacy_paths)
+    else:
+        _check_platforms(root)
     return profile
+
+
+def _preload(omni: FieldReader) -> tuple[str, ...]:
+    """`omni_cpu.preload`: libraries by name (PRELOAD_NAMES), each once."""
+    names = omni.get("preload", list, optional=True) or []
+    for index, name in enumerate(names):
+        if name not in PRELOAD_NAMES:
+            close = difflib.get_close_matches(str(name), PRELOAD_NAMES, n=1)
+            raise ProfileError(
+                f"omni_cpu.preload[{index}] is {name!r}, not a library omni-cpu preloads",
+                (f"did you mean {close[0]!r}? " if close else "")
+                + f"it preloads {', '.join(PRELOAD_NAMES)}",
+            )
+    if len(set(names)) != len(names):
+        raise ProfileError("omni_cpu.preload names a library twice", "keep one of them")
+    return tuple(names)
+
+
+def _check_platforms(root: FieldReader) -> None:
+    """Schema 4's `platforms.cpu`: the runner only; each stage's environment is derived."""
+    platforms = root.child("platforms")
+    platforms.only("cpu")
+    cpu = platforms.child("cpu")
+    if "stages" in cpu.data:
+        raise ProfileError(
+            "platforms.cpu.stages: each stage's environment is derived at start from "
+            "omni_cpu.replicas[].stages[].cpus and memory_nodes, not written",
+            "remove the block; put variables every stage needs in omni_cpu.env",
+        )
+    cpu.only("model_runner")
 
 
 def _replica_stage_sizes(stage: FieldReader, settings: dict[str, Any]) -> dict[str, Any]:
     """Schema 2: a replica's stage carries its own sizes; settings are shared."""
-    stage.only("stage_id", "name", "cpus", "numa_node", "memory_nodes", *SIZE_KEYS)
+    stage.only("stage_id", "name", "cpus", "smt_siblings", "numa_node", "memory_nodes", *SIZE_KEYS)
     dtype = stage.get("dtype", str)
     if dtype not in DTYPES:
         raise ProfileError(f"{stage.path}.dtype must be one of {', '.join(DTYPES)}, not {dtype}")
@@ -313,6 +363,7 @@ def _replica_stage_sizes(stage: FieldReader, settings: dict[str, Any]) -> dict[s
     return {
         "numa_node": stage.non_negative("numa_node"),
         "memory_nodes": memory_nodes,
+        "smt_siblings": bool(stage.get("smt_siblings", bool, optional=True)),
         **_sizes(stage, dtype),
         "settings": settings,
     }
@@ -340,32 +391,6 @@ def _check_replica_zero(replica: Replica, sizes: dict[int, dict[str, Any]]) -> N
                     f"stages[{stage.stage_id}].{key} is {top!r} but "
                     f"omni_cpu.replicas[0].stages[{stage.stage_id}].{key} is "
                     f"{getattr(stage, key)!r}",
-                    "edit both together, or regenerate with `omni-cpu probe --output FILE`",
-                )
-
-
-def _check_platform_env(root: FieldReader, profile: Profile) -> None:
-    """`platforms.cpu` is what vLLM-Omni applies: it must say what omni_cpu says."""
-    platforms = root.child("platforms")
-    platforms.only("cpu")
-    cpu = platforms.child("cpu")
-    cpu.only("model_runner", "stages")
-    for stage in cpu.items("stages"):
-        stage.only("stage_id", "env")
-        stage_id = stage.non_negative("stage_id")
-        env = stage.get("env", dict)
-        try:
-            expected = stage_env(profile, 0, stage_id)
-        except KeyError:
-            raise ProfileError(f"{stage.path}.stage_id {stage_id} is not a stage") from None
-        # The OpenMP binding is derived from VLLM_CPU_OMP_THREADS_BIND at launch;
-        # files written before it was listed (or without it) still say the same.
-        for key, value in expected.items():
-            if key in OPENMP_BINDING_KEYS and key not in env:
-                continue
-            if env.get(key) != value:
-                raise ProfileError(
-                    f"{stage.path}.env.{key} is {env.get(key)!r} but omni_cpu says {value!r}",
                     "edit both together, or regenerate with `omni-cpu probe --output FILE`",
                 )
 

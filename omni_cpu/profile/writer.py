@@ -12,7 +12,7 @@ from typing import Any
 
 from omni_cpu import envs
 from omni_cpu.profile import choices
-from omni_cpu.profile.deploy import SIZE_KEYS, deploy_config_dict
+from omni_cpu.profile.deploy import SIZE_KEYS, deploy_config_dict, stage_env
 from omni_cpu.profile.emit import emit_mapping
 from omni_cpu.profile.model import Capacity, Profile, StagePlan
 
@@ -48,13 +48,14 @@ COMMENTS = {
     ),
     "omni_cpu.capacity.stall_free_streams": "streams with p95 safe start <= 1 s, all replicas",
     "omni_cpu.env": "environment of every stage process",
-    "omni_cpu.env.LD_PRELOAD": "Intel OpenMP / tcmalloc found on this machine",
+    "omni_cpu.preload": "LD_PRELOAD of every stage, found at start in the runtime that runs",
     "omni_cpu.notes": "why the planner chose what it chose",
     "omni_cpu.replicas": "one pipeline per NUMA node (omni-cpu serve --replica N)",
     "omni_cpu.replicas[].numa_node": "its home: the first node its memory is on",
-    "omni_cpu.replicas[].frontend_cpus": 'taskset of the API server; "" = none reserved',
+    "omni_cpu.replicas[].frontend_cpus": 'API server\'s, planned; bound at start; "" = none',
     "omni_cpu.replicas[].spanning": "talker memory interleaved: OMNI_CPU_INTERLEAVE_MEMORY=1",
-    "omni_cpu.replicas[].stages[].cpus": "VLLM_CPU_OMP_THREADS_BIND (1 thread per core)",
+    "omni_cpu.replicas[].stages[].cpus": "VLLM_CPU_OMP_THREADS_BIND as planned; start binds as many",
+    "omni_cpu.replicas[].stages[].smt_siblings": "cpus lists whole cores, SMT siblings too",
     "omni_cpu.replicas[].stages[].numa_node": "the node its cores are on",
     "omni_cpu.replicas[].stages[].memory_nodes": "CPU_VISIBLE_MEMORY_NODES",
     "omni_cpu.replicas[].stages[].dtype": "engine arg --dtype",
@@ -90,13 +91,12 @@ COMMENTS = {
         for knobs in choices.STAGE_KNOBS.values()
         for name, knob in knobs.items()
     },
-    "platforms.cpu.stages[].env": "per-stage process environment (replica 0)",
+    "platforms.cpu": "each stage's environment is derived at start: see the end",
     # Every variable a stage reads says what it does, in the words of omni_cpu.envs.
     **{
-        f"{block}.{knob.name}": knob.doc
+        f"omni_cpu.env.{knob.name}": knob.doc
         for knob in envs.KNOBS.values()
         if knob.read_by == "stage"
-        for block in ("omni_cpu.env", "platforms.cpu.stages[].env")
     },
 }
 
@@ -118,6 +118,7 @@ def _omni_block(profile: Profile) -> dict[str, Any]:
             "numa_nodes": [dict(node) for node in machine.numa_nodes],
             **({"calibration": machine.calibration} if machine.calibration else {}),
         },
+        "preload": list(profile.preload),
         "env": dict(profile.env),
         "notes": list(profile.notes),
         **({"capacity": _capacity_dict(profile.capacity)} if profile.capacity else {}),
@@ -145,6 +146,7 @@ def _replica_stage(stage: StagePlan) -> dict[str, Any]:
         "stage_id": stage.stage_id,
         "name": stage.name,
         "cpus": stage.cpus,
+        "smt_siblings": stage.smt_siblings,
         "numa_node": stage.numa_node,
         "memory_nodes": stage.memory_nodes or str(stage.numa_node),
         **{key: getattr(stage, key) for key in SIZE_KEYS},
@@ -160,13 +162,45 @@ def dump_profile(profile: Profile) -> str:
         f"{stamp.usable_cpus}, fingerprint {stamp.fingerprint}.",
         "#   omni-cpu run --deploy-profile THIS_FILE --model MODEL --text 'Hello' --out a.wav",
         "#   omni-cpu validate THIS_FILE        # does it still fit this machine?",
-        "#   vllm serve MODEL --omni --deploy-config THIS_FILE   # complete vLLM-Omni config",
+        "#   vllm serve MODEL --omni --deploy-config THIS_FILE   # vLLM binds its own CPUs",
+        "# The CPU ids are what it was planned with: run, serve and validate bind the same",
+        "# shape (cores per stage, home node) onto the CPUs the process may use.",
         "",
     ]
     body = emit_mapping({"omni_cpu": _omni_block(profile)}, COMMENTS)
-    deploy = emit_mapping(deploy_config_dict(profile, 0), COMMENTS)
+    deploy = emit_mapping(_file_deploy_config(profile), COMMENTS)
     divider = ["", "# ---- vLLM-Omni deploy config (replica 0) " + "-" * 38]
-    return "\n".join(header + body + divider + deploy) + "\n"
+    return "\n".join(header + body + divider + deploy + derived_env_comments(profile)) + "\n"
+
+
+def _file_deploy_config(profile: Profile) -> dict[str, Any]:
+    """Replica 0's deploy config without the stages' environment, which start derives."""
+    config = deploy_config_dict(profile, 0)
+    config["platforms"] = {"cpu": {"model_runner": config["platforms"]["cpu"]["model_runner"]}}
+    return config
+
+
+def derived_env_comments(profile: Profile) -> list[str]:
+    """What each stage's binding becomes, as comments: derived at start, never read back.
+
+    Left out: omni_cpu.env's variables (written there) and LD_PRELOAD (found at start).
+    """
+    lines = [
+        "",
+        "# ---- derived at start from each stage's cpus and memory_nodes (not read back) ----",
+        "# Bound onto the CPUs the process may use (omni-cpu validate shows how); as planned:",
+    ]
+    for replica in profile.replicas:
+        for stage in replica.stages:
+            env = stage_env(profile, replica.index, stage.stage_id)
+            derived = {
+                key: value
+                for key, value in env.items()
+                if key != "LD_PRELOAD" and key not in profile.env
+            }
+            pairs = " ".join(f"{key}={value}" for key, value in derived.items())
+            lines.append(f"#   replica {replica.index} {stage.name}: {pairs}")
+    return lines
 
 
 def save_profile(profile: Profile, path: str | Path) -> None:
