@@ -145,6 +145,49 @@ def diff(
         raise typer.Exit(1)
 
 
+UPGRADE_HELP = """Rewrite a deploy profile in the current schema, keeping every reviewed value.
+
+Profiles written by an older omni-cpu (schema 1-3) load as they are; this writes
+one in today's form: each stage's CPUs once (the OpenMP/vLLM variables derived at
+start), the libraries to preload by name instead of a path of the planning
+machine. Written in place (or to --output) through a temporary file; exit 0.
+
+Examples:
+
+  omni-cpu profile upgrade deploy.yaml
+
+  omni-cpu profile upgrade old.yaml --output deploy.yaml
+"""
+
+profile_app = typer.Typer(help="Work on deploy profile files.", no_args_is_help=True)
+
+
+@profile_app.command("upgrade", help=UPGRADE_HELP)
+def upgrade(
+    profile_path: Path = typer.Argument(..., metavar="FILE", help="The profile to upgrade."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write here instead of over FILE."
+    ),
+    as_json: bool = typer.Option(False, "--json", help='Print {"file", "from", "to"}.'),
+) -> None:
+    from omni_cpu.profile import load_profile, save_profile
+    from omni_cpu.profile.model import PROFILE_SCHEMA_VERSION
+
+    profile = load_profile(profile_path)
+    written = output or profile_path
+    save_profile(profile, written)
+    if as_json:
+        print_json(
+            {"file": str(written), "from": profile.schema_version, "to": PROFILE_SCHEMA_VERSION}
+        )
+    else:
+        console.print(
+            f"{written}: schema {profile.schema_version} → {PROFILE_SCHEMA_VERSION}",
+            highlight=False,
+        )
+
+
 def register(app: typer.Typer) -> None:
     app.command(help=VALIDATE_HELP)(validate)
     app.command(help=DIFF_HELP)(diff)
+    app.add_typer(profile_app, name="profile")

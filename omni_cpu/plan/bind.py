@@ -227,7 +227,8 @@ def _misfit(
     roomiest = max((len(free[home.node]) for home in homes), default=0)
     here = format_cpu_list(usable) or "none"
     missing = [
-        f"CPU{'s' if len(lost) > 1 else ''} {format_cpu_list(lost)} (replica {r.index} {stage.name})"
+        f"CPU{'s' if len(lost) > 1 else ''} {format_cpu_list(lost)} "
+        f"(replica {r.index} {stage.name})"
         for r in profile.replicas
         for stage in r.stages
         if (lost := stage.cpu_ids() - usable) and stage is _first_on(r, stage.cpus)

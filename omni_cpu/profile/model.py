@@ -191,7 +191,7 @@ class Profile:
     notes: tuple[str, ...] = ()  # why the planner chose what it chose
     # custom-voice, voice-design or base: the kind the plan counted ("" in older profiles)
     model_kind: str = ""
-    schema_version: int = PROFILE_SCHEMA_VERSION
+    schema_version: int = PROFILE_SCHEMA_VERSION  # the file's, as read
     capacity: Capacity | None = None  # None in profiles older than the capacity block
     # Libraries every stage preloads, by name (PRELOAD_NAMES), in LD_PRELOAD order.
     preload: tuple[str, ...] = ()

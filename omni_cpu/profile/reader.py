@@ -310,6 +310,7 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
         notes=tuple(str(note) for note in notes),
         capacity=_capacity(omni.child("capacity")) if "capacity" in omni.data else None,
         preload=preload,
+        schema_version=version,  # as read; written back in the current schema
     )
     if version < 4:
         check_written_stage_env(root, profile, legacy_paths)

@@ -7,14 +7,16 @@ variable it becomes, so a reviewer reads the file and its diffs without the code
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
 from omni_cpu import envs
+from omni_cpu.errors import OutputError
 from omni_cpu.profile import choices
 from omni_cpu.profile.deploy import SIZE_KEYS, deploy_config_dict, stage_env
 from omni_cpu.profile.emit import emit_mapping
-from omni_cpu.profile.model import Capacity, Profile, StagePlan
+from omni_cpu.profile.model import PROFILE_SCHEMA_VERSION, Capacity, Profile, StagePlan
 
 COMMENTS = {
     "omni_cpu": "read by omni-cpu only; vLLM-Omni ignores this block",
@@ -54,7 +56,7 @@ COMMENTS = {
     "omni_cpu.replicas[].numa_node": "its home: the first node its memory is on",
     "omni_cpu.replicas[].frontend_cpus": 'API server\'s, planned; bound at start; "" = none',
     "omni_cpu.replicas[].spanning": "talker memory interleaved: OMNI_CPU_INTERLEAVE_MEMORY=1",
-    "omni_cpu.replicas[].stages[].cpus": "VLLM_CPU_OMP_THREADS_BIND as planned; start binds as many",
+    "omni_cpu.replicas[].stages[].cpus": "VLLM_CPU_OMP_THREADS_BIND as planned; bound at start",
     "omni_cpu.replicas[].stages[].smt_siblings": "cpus lists whole cores, SMT siblings too",
     "omni_cpu.replicas[].stages[].numa_node": "the node its cores are on",
     "omni_cpu.replicas[].stages[].memory_nodes": "CPU_VISIBLE_MEMORY_NODES",
@@ -104,7 +106,7 @@ COMMENTS = {
 def _omni_block(profile: Profile) -> dict[str, Any]:
     machine = profile.machine
     return {
-        "schema_version": profile.schema_version,
+        "schema_version": PROFILE_SCHEMA_VERSION,  # whatever it was read from
         "generated_by": profile.generated_by,
         "model": profile.model,
         **({"model_kind": profile.model_kind} if profile.model_kind else {}),
@@ -204,4 +206,16 @@ def derived_env_comments(profile: Profile) -> list[str]:
 
 
 def save_profile(profile: Profile, path: str | Path) -> None:
-    Path(path).write_text(dump_profile(profile))
+    """Write the profile whole or not at all: a temporary file beside it, then renamed."""
+    path = Path(path)
+    text = dump_profile(profile)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temp.write_text(text)
+        os.replace(temp, path)
+    except OSError as bad:
+        temp.unlink(missing_ok=True)
+        raise OutputError(
+            f"cannot write the profile to {path}: {bad.strerror or bad}",
+            "name a file in a folder that exists and that you may write",
+        ) from None
