@@ -7,6 +7,9 @@ from typing import Any
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import CpuListError, ProfileError
 
+# 52-bit physical addresses (x86-64 and Arm's widest): 4 PiB. A size above it is a typo.
+MAX_MEMORY_BYTES = 1 << 52
+
 
 class FieldReader:
     """Typed access to a parsed YAML mapping; every failure names the key path."""
@@ -53,6 +56,21 @@ class FieldReader:
         value = self.get(key, int)
         if value < 0:
             raise ProfileError(f"{self._key(key)} must not be negative ({value})")
+        return value
+
+    def byte_count(self, key: str, *, optional: bool = False) -> int | None:
+        """A size in bytes: not negative, and no more than any machine holds."""
+        value = self.get(key, int, optional=optional)
+        if value is None:
+            return None
+        if value < 0:
+            raise ProfileError(f"{self._key(key)} must not be negative ({value})")
+        if value > MAX_MEMORY_BYTES:
+            raise ProfileError(
+                f"{self._key(key)} is {value} bytes, more than any machine holds "
+                f"(at most {MAX_MEMORY_BYTES})",
+                "write the bytes the stage should reserve, or regenerate the profile",
+            )
         return value
 
     def positive(self, key: str) -> int:

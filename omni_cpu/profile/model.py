@@ -191,7 +191,8 @@ class Profile:
     notes: tuple[str, ...] = ()  # why the planner chose what it chose
     # custom-voice, voice-design or base: the kind the plan counted ("" in older profiles)
     model_kind: str = ""
-    schema_version: int = PROFILE_SCHEMA_VERSION  # the file's, as read
+    # The file's form as read (written back in the current one): not a reviewed value.
+    schema_version: int = field(default=PROFILE_SCHEMA_VERSION, compare=False)
     capacity: Capacity | None = None  # None in profiles older than the capacity block
     # Libraries every stage preloads, by name (PRELOAD_NAMES), in LD_PRELOAD order.
     preload: tuple[str, ...] = ()

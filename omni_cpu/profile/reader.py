@@ -55,15 +55,13 @@ def _machine(reader: FieldReader) -> MachineStamp:
             {
                 "id": node.non_negative("id"),
                 "cpus": node.cpu_list("cpus", allow_empty=True),
-                "memory_bytes": node.get("memory_bytes", int, optional=True),
+                "memory_bytes": node.byte_count("memory_bytes", optional=True),
             }
         )
     isa = reader.get("isa", list)
     if not all(isinstance(flag, str) for flag in isa):
         raise ProfileError(f"{reader.path}.isa must be a list of strings")
-    limit = reader.get("memory_limit_bytes", int, optional=True)
-    if limit is not None and limit < 0:
-        raise ProfileError(f"{reader.path}.memory_limit_bytes must not be negative ({limit})")
+    limit = reader.byte_count("memory_limit_bytes", optional=True)
     calibration = reader.get("calibration", dict, optional=True)
     if calibration is not None:
         calibration = _calibration(calibration, f"{reader.path}.calibration")
@@ -374,7 +372,7 @@ def _sizes(stage: FieldReader, dtype: str) -> dict[str, Any]:
     """A stage's planned sizes (SIZE_KEYS), read and checked the same in either schema."""
     return {
         "dtype": dtype,
-        "kv_cache_memory_bytes": stage.non_negative("kv_cache_memory_bytes"),
+        "kv_cache_memory_bytes": stage.byte_count("kv_cache_memory_bytes"),
         "max_num_seqs": stage.positive("max_num_seqs"),
         "max_num_batched_tokens": stage.positive("max_num_batched_tokens"),
         "max_model_len": stage.positive("max_model_len"),

@@ -105,3 +105,14 @@ def test_an_unwritable_output_is_one_line_and_leaves_nothing(tmp_path: Path):
         assert done.returncode == 2, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["validate"], ["serve", "--model", "ckpt", "--dry-run",
+                                                    "--deploy-profile"]])  # fmt: skip
+def test_a_negative_size_is_refused_by_validate_and_by_start(command, planned_on_four, tmp_path):
+    text = planned_on_four.read_text()
+    bad = tmp_path / "negative.yaml"
+    bad.write_text(re.sub(r"max_num_seqs: (\d+)", r"max_num_seqs: -\1", text, count=1))
+    done = omni_cpu(*command, str(bad))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "max_num_seqs must be at least 1" in done.stderr

@@ -125,6 +125,13 @@ def test_second_replica_deploy_config_binds_its_own_node():
         ("async_scheduling: false", "async_scheduling: true", "stages[0].async_scheduling"),
         ('dtype: "bfloat16"', 'dtype: "int4"', "stages[0].dtype"),
         ("codec_chunk_frames: ", "codec_chunk_frames: 0 #", "codec_chunk_frames"),
+        (
+            "kv_cache_memory_bytes: ",
+            "kv_cache_memory_bytes: 1" + "0" * 17 + " #",
+            "stages[0].kv_cache_memory_bytes",
+        ),
+        ("memory_bytes: ", "memory_bytes: -", "omni_cpu.machine.numa_nodes[0].memory_bytes"),
+        ('cpus: "0-2"', 'cpus: "0-70000"', "omni_cpu.replicas[0].stages[0].cpus"),
     ],
 )
 def test_bad_value_is_one_line_naming_the_key(old, new, key):
