@@ -62,10 +62,13 @@ def check_problems(
         problems.append(Problem("shape", binding.misfit))
     problems += _preload_problems(profile, facts)
     problems += _isa_problems(profile, facts)
-    for replica in profile.replicas:
+    for at, replica in enumerate(profile.replicas):
         claimed_by_replica: list[set[int]] = []
-        for stage in replica.stages:
-            who = f"replica {replica.index} {stage.name} (stage {stage.stage_id})"
+        for position, stage in enumerate(replica.stages):
+            who = (
+                f"omni_cpu.replicas[{at}].stages[{position}].cpus "
+                f"(replica {replica.index} {stage.name})"
+            )
             cpus = set(stage.cpu_ids())
             problems += _cpu_problems(who, cpus, machine)
             problems += _numa_problems(who, stage, cpus, machine, facts)
@@ -75,12 +78,13 @@ def check_problems(
                 problems += claims.claim(cpus, who)
                 claimed_by_replica.append(cpus)
         frontend = set(replica.frontend_cpu_ids())
-        problems += claims.claim(frontend, f"replica {replica.index} front end")
+        field = f"omni_cpu.replicas[{at}].frontend_cpus"
+        problems += claims.claim(frontend, f"{field} (replica {replica.index} front end)")
         if frontend - machine.usable:
             problems.append(
                 Problem(
                     "cpu",
-                    f"replica {replica.index} front end: CPUs "
+                    f"{field} (replica {replica.index} front end): CPUs "
                     f"{format_cpu_list(frontend - machine.usable)} are not usable here",
                 )
             )
@@ -198,7 +202,8 @@ def _dtype_problems(profile: Profile, facts: Facts) -> list[Problem]:
         return [
             Problem(
                 "dtype",
-                f"dtype bfloat16 ({', '.join(bf16_stages)}): this CPU has no native bf16 "
+                f"stages[].dtype bfloat16 ({', '.join(bf16_stages)}): this CPU has no native "
+                "bf16 "
                 "(avx512_bf16/amx_bf16/bf16); use float32",
             )
         ]
@@ -210,7 +215,8 @@ def _model_problems(profile: Profile, footprint: ModelFootprint | None) -> list[
         return [
             Problem(
                 "model",
-                f"the profile was planned for a {profile.model_kind} model ({profile.model}) "
+                f"omni_cpu.model_kind: the profile was planned for a {profile.model_kind} "
+                f"model ({profile.model}) "
                 f"but is used with a {footprint.kind} model ({footprint.name}); re-plan it "
                 f"with `omni-cpu probe --model {footprint.name} --output FILE`",
             )
@@ -225,7 +231,7 @@ def _memory_problems(
     memory = {node.id: node_memory_bytes(facts, node.memory_bytes, []) for node in facts.numa_nodes}
     limit = facts.limits.memory_max_bytes
     weights = profile.choice(envs.WEIGHTS)
-    for replica in profile.replicas:
+    for at, replica in enumerate(profile.replicas):
         need = sum(stage.kv_cache_memory_bytes for stage in replica.stages)
         if footprint is not None:
             need += replica_fixed_memory_bytes(footprint, replica.stage(0).dtype, weights)
@@ -239,7 +245,8 @@ def _memory_problems(
             problems.append(
                 Problem(
                     "memory",
-                    f"replica {replica.index}: needs {need / 2**30:.1f} GiB "
+                    f"omni_cpu.replicas[{at}].stages[].kv_cache_memory_bytes: replica "
+                    f"{replica.index} needs {need / 2**30:.1f} GiB "
                     f"but nodes {homes} / the memory limit allow {have / 2**30:.1f} GiB",
                 )
             )

@@ -12,8 +12,9 @@ import difflib
 from pathlib import Path
 from typing import Any
 
+from omni_cpu import envs
 from omni_cpu.cpulist import parse_cpu_list
-from omni_cpu.errors import CpuListError, ProfileError
+from omni_cpu.errors import CpuListError, ProfileError, SettingError
 from omni_cpu.profile.deploy import (
     CONNECTOR,
     CONNECTOR_DEFAULTS,
@@ -259,6 +260,7 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
                 "each is found at start in the runtime that runs",
             )
         preload, legacy_paths = _preload(omni), ()
+    _check_env_values(env)
     notes = omni.get("notes", list)
     sizes = _stage_sizes(root)
     chosen, env = stage_choices(root, dict(env), sorted(sizes))
@@ -315,6 +317,19 @@ def parse_profile(text: str, source: str = "profile") -> Profile:
     else:
         _check_platforms(root)
     return profile
+
+
+def _check_env_values(env: dict[str, str]) -> None:
+    """A variable omni-cpu knows (omni_cpu.envs) set to a value it does not take: the line
+    start would refuse it with, found at load."""
+    for key, value in env.items():
+        knob = envs.KNOBS.get(key)
+        if knob is None:
+            continue
+        try:
+            knob.read(value, f"omni_cpu.env.{key}")
+        except SettingError as bad:
+            raise ProfileError(bad.args[0], bad.fix) from None
 
 
 def _preload(omni: FieldReader) -> tuple[str, ...]:

@@ -132,6 +132,11 @@ def test_second_replica_deploy_config_binds_its_own_node():
         ),
         ("memory_bytes: ", "memory_bytes: -", "omni_cpu.machine.numa_nodes[0].memory_bytes"),
         ('cpus: "0-2"', 'cpus: "0-70000"', "omni_cpu.replicas[0].stages[0].cpus"),
+        (
+            'VLLM_OMNI_CPU_INDUCTOR: "0"',
+            'VLLM_OMNI_CPU_INDUCTOR: "0"\n    OMNI_CPU_STAGE_START: "x"',
+            "omni_cpu.env.OMNI_CPU_STAGE_START",
+        ),
     ],
 )
 def test_bad_value_is_one_line_naming_the_key(old, new, key):
