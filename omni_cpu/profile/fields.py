@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from omni_cpu.cpulist import parse_cpu_list
@@ -26,9 +27,12 @@ class FieldReader:
     def only(self, *allowed: str) -> None:
         for key in self.data:
             if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
                 raise ProfileError(
                     f"unknown key {self._key(str(key))}",
-                    "allowed here: " + ", ".join(allowed),
+                    (f"did you mean {close[0]}? " if close else "")
+                    + "allowed here: "
+                    + ", ".join(allowed),
                 )
 
     def get(self, key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:

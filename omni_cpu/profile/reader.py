@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -219,8 +220,34 @@ def _stage_sizes(root: FieldReader) -> dict[int, dict[str, Any]]:
 
 
 def parse_profile(text: str, source: str = "profile") -> Profile:
-    """Parse and check a profile's YAML text; raises ProfileError naming the bad key."""
-    data = parse_yaml(text, source)
+    """Parse and check a profile's YAML text; ProfileError names the file, line and key."""
+    data, lines = parse_yaml(text, source)
+    try:
+        return _profile(data)
+    except ProfileError as bad:
+        raise _located(bad, source, lines) from None
+
+
+# A key path as errors name it: `omni_cpu.replicas[0].stages[1].cpus`.
+_KEY_PATH = re.compile(r"[A-Za-z_]\w*(?:\[\d+\]|\.[A-Za-z_]\w*)*")
+
+
+def _located(error: ProfileError, source: str, lines: dict[str, int]) -> ProfileError:
+    """`error` with the file and the line of the first key path it names (or of the
+    nearest key above it that the file has)."""
+    message = str(error)
+    paths = [match.group() for match in _KEY_PATH.finditer(message)]
+    dotted = [path for path in paths if "." in path or "[" in path]
+    line = next((lines[path] for path in dotted + paths if path in lines), None)
+    for path in dotted if line is None else ():
+        while line is None and ("." in path or "[" in path):
+            path = re.sub(r"(\.[A-Za-z_]\w*|\[\d+\])$", "", path)
+            line = lines.get(path)
+    where = f"{source} line {line}" if line is not None else source
+    return ProfileError(f"{where}: {message}", error.fix)
+
+
+def _profile(data: Any) -> Profile:
     root = FieldReader(data, "")
     root.only("omni_cpu", "model_runner", "async_chunk", "connectors", "stages", "platforms")
     omni = root.child("omni_cpu")

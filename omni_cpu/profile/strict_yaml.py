@@ -102,24 +102,49 @@ def _read_pipe(path: Path) -> str:
     return b"".join(chunks).decode("utf-8")
 
 
-def parse_yaml(text: str, source: str = "profile") -> Any:
-    """The data of a profile's YAML text, read strictly; ProfileError names the line."""
+def parse_yaml(text: str, source: str = "profile") -> tuple[Any, dict[str, int]]:
+    """The data of a profile's YAML text, read strictly, and the line of each key path
+    (`stages[0].max_num_seqs`: 97); ProfileError names the line and the parser's reason."""
     if len(text) > MAX_PROFILE_BYTES:
         raise _too_large(source, len(text.encode(errors="replace")))
     loader: _StrictLoader | None = None
     try:
         loader = _StrictLoader(text)
         loader.source = source
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+        return data, key_lines(node)
     except RecursionError:
         raise ProfileError(f"{source} nests too deeply to be a profile") from None
     except yaml.YAMLError as bad:
         where = getattr(bad, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
-        raise ProfileError(f"{source} is not valid YAML{line}") from None
+        context, opened = getattr(bad, "context", None), getattr(bad, "context_mark", None)
+        if context and opened is not None:
+            context = f"{context} (opened at line {opened.line + 1})"
+        reason = "; ".join(part for part in (context, getattr(bad, "problem", None)) if part)
+        raise ProfileError(
+            f"{source} is not valid YAML{line}" + (f": {reason}" if reason else "")
+        ) from None
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def key_lines(node: Any, path: str = "") -> dict[str, int]:
+    """The 1-based line of every key path under `node` (list items as `[i]`)."""
+    lines: dict[str, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            here = f"{path}.{key_node.value}" if path else str(key_node.value)
+            lines.setdefault(here, key_node.start_mark.line + 1)
+            lines.update(key_lines(value_node, here))
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            here = f"{path}[{index}]"
+            lines.setdefault(here, item.start_mark.line + 1)
+            lines.update(key_lines(item, here))
+    return lines
 
 
 def read_profile_text(path: Path) -> str:

@@ -116,3 +116,13 @@ def test_a_negative_size_is_refused_by_validate_and_by_start(command, planned_on
     done = omni_cpu(*command, str(bad))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "max_num_seqs must be at least 1" in done.stderr
+
+
+def test_diff_names_the_file_a_problem_is_in(planned_on_four, tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(planned_on_four.read_text().replace("max_num_seqs:", "max_num_seq:", 1))
+    for a, b in ((planned_on_four, broken), (broken, planned_on_four)):
+        done = omni_cpu("diff", str(a), str(b))
+        assert done.returncode == 2
+        assert done.stderr.startswith(f"error: {broken} line ")
+        assert len(done.stderr.strip().splitlines()) == 1

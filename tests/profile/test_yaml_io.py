@@ -376,3 +376,35 @@ def test_a_profile_written_into_a_fifo_is_read(tmp_path):
         assert load_profile(fifo) == PROFILE
     finally:
         writer.join(10)
+
+
+def test_an_unknown_key_names_the_file_its_line_and_the_key_meant(tmp_path: Path):
+    from omni_cpu.profile import load_profile
+
+    path = tmp_path / "deploy.yaml"
+    path.write_text(edited("    max_num_seqs: ", "    max_num_seq: "))
+    line = next(
+        number
+        for number, text in enumerate(path.read_text().splitlines(), start=1)
+        if "max_num_seq:" in text
+    )
+    with pytest.raises(ProfileError) as error:
+        load_profile(path)
+    message = error.value.one_line()
+    assert message.startswith(f"{path} line {line}: unknown key ")
+    assert "max_num_seq " in message and "did you mean max_num_seqs?" in message
+
+
+def test_broken_yaml_says_the_parser_s_reason():
+    with pytest.raises(ProfileError) as error:
+        parse_profile(edited("    max_num_seqs: ", "    max_num_seqs: ["), "deploy.yaml")
+    message = error.value.one_line()
+    assert message.startswith("deploy.yaml is not valid YAML at line ")
+    assert "while parsing a flow sequence (opened at line" in message
+    assert "expected ',' or ']'" in message
+
+
+def test_a_missing_key_points_at_the_block_it_belongs_in():
+    text = "\n".join(line for line in TEXT.splitlines() if "generated_by:" not in line)
+    with pytest.raises(ProfileError, match=r"^deploy\.yaml line 9: missing key omni_cpu\."):
+        parse_profile(text, "deploy.yaml")
