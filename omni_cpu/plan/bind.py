@@ -57,10 +57,12 @@ class Move:
     who: str  # "talker", "code2wav", "front end"
     planned: str
     here: str
+    smt_siblings: bool = False  # `here` lists whole cores (else one CPU per core)
 
     def line(self) -> str:
         count = len(self.here_cpus())
-        cores = f"{count} CPU{'s' if count != 1 else ''}"
+        unit = "CPU" if self.smt_siblings else "core"
+        cores = f"{count} {unit}{'s' if count != 1 else ''}"
         same = ", as planned" if self.planned == self.here else ""
         return (
             f"replica {self.replica} {self.who}: planned {self.planned or '-'} → "
@@ -207,7 +209,15 @@ def _moves(planned: Profile, bound: Profile) -> tuple[Move, ...]:
     moves = []
     for before, after in zip(planned.replicas, bound.replicas, strict=True):
         for stage_before, stage_after in zip(before.stages, after.stages, strict=True):
-            moves.append(Move(before.index, stage_before.name, stage_before.cpus, stage_after.cpus))
+            moves.append(
+                Move(
+                    before.index,
+                    stage_before.name,
+                    stage_before.cpus,
+                    stage_after.cpus,
+                    stage_before.smt_siblings,
+                )
+            )
         if before.frontend_cpus:
             moves.append(Move(before.index, "front end", before.frontend_cpus, after.frontend_cpus))
     return tuple(moves)

@@ -70,8 +70,8 @@ def test_the_binding_reads_planned_then_here():
     profile = planned_on({0: [0, 1]})
     binding = bind_profile(profile, pod({0: [0, 1, 2, 3]}, "2-3"))
     assert binding.lines() == [
-        "replica 0 talker: planned 0 → here 2 (1 CPU)",
-        "replica 0 code2wav: planned 1 → here 3 (1 CPU)",
+        "replica 0 talker: planned 0 → here 2 (1 core)",
+        "replica 0 code2wav: planned 1 → here 3 (1 core)",
     ]
 
 
