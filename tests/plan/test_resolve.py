@@ -13,6 +13,7 @@ import yaml
 
 from omni_cpu.errors import ProfileMismatchError, ShapeMismatchError
 from omni_cpu.hardware.facts import Facts
+from omni_cpu.hardware.preload import INTEL_OPENMP, find_library
 from omni_cpu.hardware.probe import read_facts
 from omni_cpu.launch.plan import make_launch_plan
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
@@ -141,3 +142,22 @@ def test_serve_refuses_a_profile_that_cannot_fit_in_one_line_unless_forced(tmp_p
         [*command, "--force"], capture_output=True, text=True, cwd=REPO, timeout=120
     )
     assert forced.returncode == 0, forced.stderr
+
+
+@pytest.mark.skipif(
+    find_library(INTEL_OPENMP) is None, reason="Intel OpenMP (libiomp5) is not installed"
+)
+def test_serve_runs_with_the_preloads_found_in_this_runtime(tmp_path):
+    path = _planned_here(tmp_path)
+    assert "intel-openmp" in load_profile(path).preload
+    assert "libiomp5" not in path.read_text()  # named, not a path
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", "ckpt",
+         "--deploy-profile", str(path), "--dry-run"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = find_library(INTEL_OPENMP)
+    # The server itself (so it can fork its stages) and each stage's environment.
+    assert f"LD_PRELOAD={found}" in done.stdout
+    assert done.stdout.count(f"LD_PRELOAD: {found}") == 2
