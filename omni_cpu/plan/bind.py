@@ -20,7 +20,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from omni_cpu.cpulist import format_cpu_list
+from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.hardware.preload import INTEL_OPENMP, TCMALLOC
 from omni_cpu.plan.topology import NodeCores, PhysicalCore, nodes_with_cores
@@ -70,8 +70,6 @@ class Move:
         )
 
     def here_cpus(self) -> tuple[int, ...]:
-        from omni_cpu.cpulist import parse_cpu_list
-
         return parse_cpu_list(self.here)
 
 
