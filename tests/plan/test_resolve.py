@@ -161,3 +161,17 @@ def test_serve_runs_with_the_preloads_found_in_this_runtime(tmp_path):
     # The server itself (so it can fork its stages) and each stage's environment.
     assert f"LD_PRELOAD={found}" in done.stdout
     assert done.stdout.count(f"LD_PRELOAD: {found}") == 2
+
+
+def test_a_profile_naming_a_cpu_this_machine_lacks_relocates_onto_its_own(tmp_path):
+    profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"))
+    talker_cores = len(profile.replicas[0].stage(0).cpu_ids())
+    first = max(os.cpu_count() or 1, 4095) + 1
+    moved = with_talker(profile, cpus=f"{first}-{first + talker_cores - 1}")
+    save_profile(moved, tmp_path / "elsewhere.yaml")
+    resolved = resolve(str(tmp_path / "elsewhere.yaml"), None)
+    assert resolved.binding is not None and resolved.binding.relocated
+    bound = resolved.profile.replicas[0]
+    assert len(bound.stage(0).cpu_ids()) == talker_cores
+    assert bound.cpu_ids() <= set(os.sched_getaffinity(0))
+    assert not resolved.of_kind("cpu", "shape", "overlap")
