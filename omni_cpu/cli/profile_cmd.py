@@ -59,6 +59,7 @@ def validate(
     from omni_cpu.plan.fit import check_problems, kernel_notes
     from omni_cpu.plan.footprint import footprint_for_model
     from omni_cpu.profile import load_profile
+    from omni_cpu.profile.reader import key_lines_of, where
 
     profile = load_profile(profile_path)
     facts = read_facts(sysroot)
@@ -100,8 +101,10 @@ def validate(
     else:
         for line in binding.lines():
             console.print(line, highlight=False)
+        lines = key_lines_of(profile_path) if problems else {}
         for problem in problems:
-            err_console.print(f"[red]problem:[/] {problem}", highlight=False)
+            at = where(problem, str(profile_path), lines)
+            err_console.print(f"[red]problem:[/] {at}: {problem}", highlight=False)
         for note in notes:
             err_console.print(f"[yellow]note:[/] {note}", highlight=False)
         if not problems:

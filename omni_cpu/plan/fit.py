@@ -245,7 +245,7 @@ def _memory_problems(
             problems.append(
                 Problem(
                     "memory",
-                    f"omni_cpu.replicas[{at}].stages[].kv_cache_memory_bytes: replica "
+                    f"{_sizes_home(at)}.kv_cache_memory_bytes: replica "
                     f"{replica.index} needs {need / 2**30:.1f} GiB "
                     f"but nodes {homes} / the memory limit allow {have / 2**30:.1f} GiB",
                 )
@@ -291,6 +291,11 @@ def _isa_problems(profile: Profile, facts: Facts) -> list[Problem]:
             )
         ]
     return []
+
+
+def _sizes_home(position: int) -> str:
+    """Where a replica's stage sizes are written: replica 0's in the deploy config's stages."""
+    return "stages[]" if position == 0 else f"omni_cpu.replicas[{position}].stages[]"
 
 
 KERNEL_CHOICES = (envs.AMX_ROWS, envs.GEMV)  # what `probe --calibrate` chose

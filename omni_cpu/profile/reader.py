@@ -82,9 +82,13 @@ _KEY_PATH = re.compile(r"[A-Za-z_]\w*(?:\[\d+\]|\.[A-Za-z_]\w*)*")
 
 
 def _located(error: ProfileError, source: str, lines: dict[str, int]) -> ProfileError:
-    """`error` with the file and the line of the first key path it names (or of the
-    nearest key above it that the file has)."""
-    message = str(error)
+    """`error` with the file and the line of the first key path it names."""
+    return ProfileError(f"{where(str(error), source, lines)}: {error}", error.fix)
+
+
+def where(message: str, source: str, lines: dict[str, int]) -> str:
+    """`SOURCE line N`: the line of the first key path `message` names (or of the nearest
+    key above it that the file has); `SOURCE` alone where it names none."""
     paths = [match.group() for match in _KEY_PATH.finditer(message)]
     dotted = [path for path in paths if "." in path or "[" in path]
     line = next((lines[path] for path in dotted + paths if path in lines), None)
@@ -92,8 +96,12 @@ def _located(error: ProfileError, source: str, lines: dict[str, int]) -> Profile
         while line is None and ("." in path or "[" in path):
             path = re.sub(r"(\.[A-Za-z_]\w*|\[\d+\])$", "", path)
             line = lines.get(path)
-    where = f"{source} line {line}" if line is not None else source
-    return ProfileError(f"{where}: {message}", error.fix)
+    return f"{source} line {line}" if line is not None else source
+
+
+def key_lines_of(path: str | Path) -> dict[str, int]:
+    """The line of every key path in the profile file at `path` (one that loaded)."""
+    return parse_yaml(read_profile_text(Path(path)), str(path))[1]
 
 
 def _profile(data: Any) -> Profile:
@@ -141,8 +149,10 @@ def _profile(data: Any) -> Profile:
     sizes = _stage_sizes(root)
     chosen, env = stage_choices(root, dict(env), sorted(sizes))
     replicas = []
-    for replica in omni.items("replicas"):
+    for position, replica in enumerate(omni.items("replicas")):
         replica.only("index", "numa_node", "frontend_cpus", "spanning", "stages", "capacity")
+        # Schema 4: replica 0's sizes live in the deploy config's `stages:` alone.
+        sized_below = version >= 4 and position == 0
         stages = []
         for stage in replica.items("stages"):
             stage_id = stage.non_negative("stage_id")
@@ -151,7 +161,7 @@ def _profile(data: Any) -> Profile:
             if version == 1:
                 own = version_1_sizes(replica, stage, sizes[stage_id])
             else:
-                own = _replica_stage_sizes(stage, sizes[stage_id]["settings"])
+                own = _replica_stage_sizes(stage, sizes[stage_id], sized_below)
             stages.append(
                 StagePlan(
                     stage_id=stage_id,
@@ -172,7 +182,7 @@ def _profile(data: Any) -> Profile:
         )
     if not replicas:
         raise ProfileError("omni_cpu.replicas lists no replica")
-    if version > 1:
+    if 1 < version < 4:
         _check_replica_zero(replicas[0], sizes)
     profile = Profile(
         generated_by=omni.get("generated_by", str),
@@ -238,12 +248,22 @@ def _check_platforms(root: FieldReader) -> None:
     cpu.only("model_runner")
 
 
-def _replica_stage_sizes(stage: FieldReader, settings: dict[str, Any]) -> dict[str, Any]:
-    """Schema 2: a replica's stage carries its own sizes; settings are shared."""
-    stage.only("stage_id", "name", "cpus", "smt_siblings", "numa_node", "memory_nodes", *SIZE_KEYS)
-    dtype = stage.get("dtype", str)
-    if dtype not in DTYPES:
-        raise ProfileError(f"{stage.path}.dtype must be one of {', '.join(DTYPES)}, not {dtype}")
+def _replica_stage_sizes(
+    stage: FieldReader, top: dict[str, Any], sized_below: bool
+) -> dict[str, Any]:
+    """Schema 2: a replica's stage carries its own sizes; settings are shared. Schema 4's
+    replica 0 takes them from the deploy config's entry (`top`), their one home."""
+    placement = ("stage_id", "name", "cpus", "smt_siblings", "numa_node", "memory_nodes")
+    stage.only(*placement, *(() if sized_below else SIZE_KEYS))
+    if sized_below:
+        sizes = {key: top[key] for key in SIZE_KEYS}
+    else:
+        dtype = stage.get("dtype", str)
+        if dtype not in DTYPES:
+            raise ProfileError(
+                f"{stage.path}.dtype must be one of {', '.join(DTYPES)}, not {dtype}"
+            )
+        sizes = _sizes(stage, dtype)
     memory_nodes = stage.get("memory_nodes", str)
     try:
         if not parse_cpu_list(memory_nodes):
@@ -254,8 +274,8 @@ def _replica_stage_sizes(stage: FieldReader, settings: dict[str, Any]) -> dict[s
         "numa_node": stage.non_negative("numa_node"),
         "memory_nodes": memory_nodes,
         "smt_siblings": bool(stage.get("smt_siblings", bool, optional=True)),
-        **_sizes(stage, dtype),
-        "settings": settings,
+        **sizes,
+        "settings": top["settings"],
     }
 
 

@@ -60,6 +60,7 @@ COMMENTS = {
     "omni_cpu.replicas[].stages[].smt_siblings": "cpus lists whole cores, SMT siblings too",
     "omni_cpu.replicas[].stages[].numa_node": "the node its cores are on",
     "omni_cpu.replicas[].stages[].memory_nodes": "CPU_VISIBLE_MEMORY_NODES",
+    "omni_cpu.replicas[].stages": "where each stage runs; sizes: replica 0's in stages: below",
     "omni_cpu.replicas[].stages[].dtype": "engine arg --dtype",
     "omni_cpu.replicas[].stages[].kv_cache_memory_bytes": "engine arg --kv-cache-memory-bytes",
     "omni_cpu.replicas[].stages[].max_num_seqs": "engine arg --max-num-seqs",
@@ -78,7 +79,7 @@ COMMENTS = {
     "connectors.connector_of_shared_memory.extra.codec_chunk_ramp": (
         "first chunks' sizes, then codec_chunk_frames: each arrives before it plays"
     ),
-    "stages": "replica 0 (each replica's own sizes: omni_cpu.replicas)",
+    "stages": "replica 0's sizes, their one home (other replicas': omni_cpu.replicas)",
     "stages[].dtype": "engine arg --dtype",
     "stages[].kv_cache_memory_bytes": "engine arg --kv-cache-memory-bytes",
     "stages[].max_num_seqs": "engine arg --max-num-seqs (concurrent streams)",
@@ -131,10 +132,11 @@ def _omni_block(profile: Profile) -> dict[str, Any]:
                 "frontend_cpus": replica.frontend_cpus,
                 # Written only where true: profiles of one-node replicas read as before.
                 **({"spanning": True} if replica.spanning else {}),
-                "stages": [_replica_stage(stage) for stage in replica.stages],
+                # Replica 0's sizes have one home: the deploy config's `stages:` below.
+                "stages": [_replica_stage(stage, position > 0) for stage in replica.stages],
                 **({"capacity": dataclasses.asdict(replica.capacity)} if replica.capacity else {}),
             }
-            for replica in profile.replicas
+            for position, replica in enumerate(profile.replicas)
         ],
     }
 
@@ -143,7 +145,7 @@ def _capacity_dict(capacity: Capacity) -> dict[str, Any]:
     return {**dataclasses.asdict(capacity), "assumptions": list(capacity.assumptions)}
 
 
-def _replica_stage(stage: StagePlan) -> dict[str, Any]:
+def _replica_stage(stage: StagePlan, with_sizes: bool) -> dict[str, Any]:
     return {
         "stage_id": stage.stage_id,
         "name": stage.name,
@@ -151,7 +153,7 @@ def _replica_stage(stage: StagePlan) -> dict[str, Any]:
         "smt_siblings": stage.smt_siblings,
         "numa_node": stage.numa_node,
         "memory_nodes": stage.memory_nodes or str(stage.numa_node),
-        **{key: getattr(stage, key) for key in SIZE_KEYS},
+        **({key: getattr(stage, key) for key in SIZE_KEYS} if with_sizes else {}),
     }
 
 

@@ -116,9 +116,11 @@ def test_int4_weights_on_a_cpu_without_avx2_are_reported_naming_the_field():
 def test_each_problem_names_the_field_to_edit():
     small_memory = machine({0: list(range(8)), 1: list(range(8, 16))}, memory_per_node=8 * GIB)
     memory = check_profile(PROFILE, small_memory, FOOTPRINT)
-    assert memory and all(
-        p.startswith("omni_cpu.replicas[") and ".kv_cache_memory_bytes:" in p for p in memory
-    )
+    # Replica 0's sizes are written in the deploy config's stages, the others' in their entry.
+    assert [p.split(":")[0] for p in memory] == [
+        "stages[].kv_cache_memory_bytes",
+        "omni_cpu.replicas[1].stages[].kv_cache_memory_bytes",
+    ]
     both = f"{PROFILE.replicas[0].stage(0).cpus},{PROFILE.replicas[0].stage(1).cpus}"
     (overlap, *_) = check_profile(with_stage_cpus(PROFILE, both, stage_id=1), BIG, FOOTPRINT)
     assert "omni_cpu.replicas[0].stages[1].cpus (replica 0 code2wav)" in overlap

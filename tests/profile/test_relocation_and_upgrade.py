@@ -126,3 +126,27 @@ def test_diff_names_the_file_a_problem_is_in(planned_on_four, tmp_path):
         assert done.returncode == 2
         assert done.stderr.startswith(f"error: {broken} line ")
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_validate_problem_names_the_file_and_the_line_of_its_field(planned_on_four, tmp_path):
+    text = planned_on_four.read_text()
+    over = tmp_path / "over.yaml"
+    over.write_text(
+        re.sub(
+            r"\n    kv_cache_memory_bytes: \d+",
+            "\n    kv_cache_memory_bytes: 10" + "0" * 14,
+            text,
+            count=1,
+        )
+    )
+    stages_line = next(
+        number
+        for number, line in enumerate(over.read_text().splitlines(), start=1)
+        if line.startswith("stages:")
+    )
+    done = omni_cpu("validate", str(over), "--sysroot", str(box(tmp_path / "box", 4)))
+    assert done.returncode == 1
+    assert (
+        f"problem: {over} line {stages_line}: stages[].kv_cache_memory_bytes: replica 0 needs"
+        in done.stderr
+    )

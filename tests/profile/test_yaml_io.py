@@ -117,7 +117,7 @@ def test_second_replica_deploy_config_binds_its_own_node():
     [
         ("schema_version: 4", "schema_version: 99", "omni_cpu.schema_version"),
         ("  env:", "  surprise: 1\n  env:", "omni_cpu.surprise"),
-        ("max_num_seqs: ", "max_num_seqs: many #", "stages[0].max_num_seqs"),
+        ("\n    max_num_seqs: ", "\n    max_num_seqs: many #", "stages[0].max_num_seqs"),
         ("kv_cache_memory_bytes: ", "kv_cache_memory_bytes: -", "stages[0].kv_cache_memory_bytes"),
         ('cpus: "0-2"', 'cpus: "0-"', "omni_cpu.replicas[0].stages[0].cpus"),
         ('cpus: "0-2"', 'cpus: "three"', "omni_cpu.replicas[0].stages[0].cpus"),
@@ -408,3 +408,10 @@ def test_a_missing_key_points_at_the_block_it_belongs_in():
     text = "\n".join(line for line in TEXT.splitlines() if "generated_by:" not in line)
     with pytest.raises(ProfileError, match=r"^deploy\.yaml line 9: missing key omni_cpu\."):
         parse_profile(text, "deploy.yaml")
+
+
+def test_replica_0_s_sizes_have_one_home_in_the_deploy_config():
+    replica_0 = TEXT.split("    - index: 1")[0].split("  replicas:")[1]
+    assert "kv_cache_memory_bytes" not in replica_0.split("capacity:")[0]
+    text = edited("\n    max_num_seqs: ", "\n    max_num_seqs: 3 #")
+    assert parse_profile(text).replicas[0].stage(0).max_num_seqs == 3  # one edit
