@@ -173,11 +173,12 @@ def upgrade(
     ),
     as_json: bool = typer.Option(False, "--json", help='Print {"file", "from", "to"}.'),
 ) -> None:
+    from omni_cpu.output import check_output_path
     from omni_cpu.profile import load_profile, save_profile
     from omni_cpu.profile.model import PROFILE_SCHEMA_VERSION
 
+    written = check_output_path(output or profile_path, option="--output")
     profile = load_profile(profile_path)
-    written = output or profile_path
     save_profile(profile, written)
     if as_json:
         print_json(

@@ -7,12 +7,11 @@ variable it becomes, so a reviewer reads the file and its diffs without the code
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Any
 
 from omni_cpu import envs
-from omni_cpu.errors import OutputError
+from omni_cpu.output import write_text_output
 from omni_cpu.profile import choices
 from omni_cpu.profile.deploy import SIZE_KEYS, deploy_config_dict, stage_env
 from omni_cpu.profile.emit import emit_mapping
@@ -166,7 +165,7 @@ def dump_profile(profile: Profile) -> str:
         f"{stamp.usable_cpus}, fingerprint {stamp.fingerprint}.",
         "#   omni-cpu run --deploy-profile THIS_FILE --model MODEL --text 'Hello' --out a.wav",
         "#   omni-cpu validate THIS_FILE        # does it still fit this machine?",
-        "#   vllm serve MODEL --omni --deploy-config THIS_FILE   # vLLM binds its own CPUs",
+        "#   vllm-omni serve MODEL --omni --deploy-config THIS_FILE   # vLLM binds its CPUs",
         "# The CPU ids are what it was planned with: run, serve and validate bind the same",
         "# shape (cores per stage, home node) onto the CPUs the process may use.",
         "",
@@ -208,16 +207,5 @@ def derived_env_comments(profile: Profile) -> list[str]:
 
 
 def save_profile(profile: Profile, path: str | Path) -> None:
-    """Write the profile whole or not at all: a temporary file beside it, then renamed."""
-    path = Path(path)
-    text = dump_profile(profile)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temp.write_text(text)
-        os.replace(temp, path)
-    except OSError as bad:
-        temp.unlink(missing_ok=True)
-        raise OutputError(
-            f"cannot write the profile to {path}: {bad.strerror or bad}",
-            "name a file in a folder that exists and that you may write",
-        ) from None
+    """Write the profile whole or not at all (omni_cpu.output); OutputError says why not."""
+    write_text_output(Path(path), dump_profile(profile))

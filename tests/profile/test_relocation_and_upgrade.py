@@ -100,7 +100,7 @@ def test_every_example_profile_loads_and_is_in_the_current_schema(example: Path)
 
 def test_an_unwritable_output_is_one_line_and_leaves_nothing(tmp_path: Path):
     old = HERE / "v3-zen5-kvm-2core.yaml"
-    for target in (tmp_path, tmp_path / "missing" / "deploy.yaml", Path("/proc/deploy.yaml")):
+    for target in (tmp_path, Path("/proc/deploy.yaml")):
         done = omni_cpu("profile", "upgrade", str(old), "--output", str(target))
         assert done.returncode == 2, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
