@@ -46,6 +46,13 @@ class ProfileMismatchError(OmniCpuError):
     exit_code = 1
 
 
+class ShapeMismatchError(ProfileMismatchError):
+    """A deploy profile whose shape (cores per stage on one node) this process cannot bind:
+    fewer CPUs or memory nodes than it needs. Exits 5, as a machine too small to plan does."""
+
+    exit_code = 5
+
+
 class ModelError(OmniCpuError):
     """A model path, id or config that cannot be used."""
 

@@ -7,8 +7,14 @@ from dataclasses import dataclass
 from omni_cpu import envs
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.hardware.facts import Facts
+from omni_cpu.plan.bind import PRELOAD_FILES, Binding, preload_paths
 from omni_cpu.plan.footprint import ModelFootprint
-from omni_cpu.plan.policy import choose_dtype, node_memory_bytes, replica_fixed_memory_bytes
+from omni_cpu.plan.policy import (
+    INT4_ISA,
+    choose_dtype,
+    node_memory_bytes,
+    replica_fixed_memory_bytes,
+)
 from omni_cpu.profile import choices
 from omni_cpu.profile.model import Profile, StagePlan
 
@@ -18,8 +24,10 @@ class Problem:
     """One way a profile does not fit a machine. Callers decide what is fatal by kind.
 
     Kinds: "cpu" (CPUs that do not exist, are offline or barred: threads would bind
-    to nothing), "overlap" (two stages or replicas on one CPU), "numa" (memory
-    bound away from its CPUs), "dtype" (bf16 without native bf16), "memory"
+    to nothing), "shape" (more cores per node than this process may use), "overlap"
+    (two stages or replicas on one CPU), "numa" (memory bound away from its CPUs),
+    "dtype" (bf16 without native bf16), "isa" (a weight format whose kernels this CPU
+    cannot run), "preload" (a library to preload that the runtime lacks), "memory"
     (more than the node or limit holds), "model" (planned for another kind of model).
     """
 
@@ -33,21 +41,34 @@ class Problem:
 def check_profile(
     profile: Profile, facts: Facts, footprint: ModelFootprint | None = None
 ) -> list[str]:
-    """Problems that would make the profile fail or misbehave on `facts`' machine."""
+    """Problems that would make the profile fail or misbehave on `facts`' machine, as
+    written (not bound: omni_cpu.plan.bind)."""
     return [problem.message for problem in check_problems(profile, facts, footprint)]
 
 
 def check_problems(
-    profile: Profile, facts: Facts, footprint: ModelFootprint | None = None
+    profile: Profile,
+    facts: Facts,
+    footprint: ModelFootprint | None = None,
+    *,
+    binding: Binding | None = None,
 ) -> list[Problem]:
-    """`check_profile` with each problem's kind."""
+    """`check_profile` with each problem's kind; with `binding`, of the profile it bound,
+    its misfit first (kind "shape")."""
     machine = _Machine.of(facts)
     claims = _Claims()
     problems: list[Problem] = []
-    for replica in profile.replicas:
+    if binding is not None and binding.misfit:
+        problems.append(Problem("shape", binding.misfit))
+    problems += _preload_problems(profile, facts)
+    problems += _isa_problems(profile, facts)
+    for at, replica in enumerate(profile.replicas):
         claimed_by_replica: list[set[int]] = []
-        for stage in replica.stages:
-            who = f"replica {replica.index} {stage.name} (stage {stage.stage_id})"
+        for position, stage in enumerate(replica.stages):
+            who = (
+                f"omni_cpu.replicas[{at}].stages[{position}].cpus "
+                f"(replica {replica.index} {stage.name})"
+            )
             cpus = set(stage.cpu_ids())
             problems += _cpu_problems(who, cpus, machine)
             problems += _numa_problems(who, stage, cpus, machine, facts)
@@ -57,12 +78,13 @@ def check_problems(
                 problems += claims.claim(cpus, who)
                 claimed_by_replica.append(cpus)
         frontend = set(replica.frontend_cpu_ids())
-        problems += claims.claim(frontend, f"replica {replica.index} front end")
+        field = f"omni_cpu.replicas[{at}].frontend_cpus"
+        problems += claims.claim(frontend, f"{field} (replica {replica.index} front end)")
         if frontend - machine.usable:
             problems.append(
                 Problem(
                     "cpu",
-                    f"replica {replica.index} front end: CPUs "
+                    f"{field} (replica {replica.index} front end): CPUs "
                     f"{format_cpu_list(frontend - machine.usable)} are not usable here",
                 )
             )
@@ -180,7 +202,8 @@ def _dtype_problems(profile: Profile, facts: Facts) -> list[Problem]:
         return [
             Problem(
                 "dtype",
-                f"dtype bfloat16 ({', '.join(bf16_stages)}): this CPU has no native bf16 "
+                f"stages[].dtype bfloat16 ({', '.join(bf16_stages)}): this CPU has no native "
+                "bf16 "
                 "(avx512_bf16/amx_bf16/bf16); use float32",
             )
         ]
@@ -192,7 +215,8 @@ def _model_problems(profile: Profile, footprint: ModelFootprint | None) -> list[
         return [
             Problem(
                 "model",
-                f"the profile was planned for a {profile.model_kind} model ({profile.model}) "
+                f"omni_cpu.model_kind: the profile was planned for a {profile.model_kind} "
+                f"model ({profile.model}) "
                 f"but is used with a {footprint.kind} model ({footprint.name}); re-plan it "
                 f"with `omni-cpu probe --model {footprint.name} --output FILE`",
             )
@@ -207,7 +231,7 @@ def _memory_problems(
     memory = {node.id: node_memory_bytes(facts, node.memory_bytes, []) for node in facts.numa_nodes}
     limit = facts.limits.memory_max_bytes
     weights = profile.choice(envs.WEIGHTS)
-    for replica in profile.replicas:
+    for at, replica in enumerate(profile.replicas):
         need = sum(stage.kv_cache_memory_bytes for stage in replica.stages)
         if footprint is not None:
             need += replica_fixed_memory_bytes(footprint, replica.stage(0).dtype, weights)
@@ -221,11 +245,57 @@ def _memory_problems(
             problems.append(
                 Problem(
                     "memory",
-                    f"replica {replica.index}: needs {need / 2**30:.1f} GiB "
+                    f"{_sizes_home(at)}.kv_cache_memory_bytes: replica "
+                    f"{replica.index} needs {need / 2**30:.1f} GiB "
                     f"but nodes {homes} / the memory limit allow {have / 2**30:.1f} GiB",
                 )
             )
     return problems
+
+
+def _preload_problems(profile: Profile, facts: Facts) -> list[Problem]:
+    """Each library `omni_cpu.preload` names that the runtime here lacks (live facts only:
+    a dump holds no libraries)."""
+    if facts.source != "live":
+        return []
+    found = preload_paths(profile.preload, facts.preload_libraries)
+    return [
+        Problem(
+            "preload",
+            f"omni_cpu.preload: {name} ({' or '.join(PRELOAD_FILES[name])}) is not in this "
+            "runtime; install it (" + PRELOAD_INSTALL[name] + ") or remove it from the list",
+        )
+        for name in profile.preload
+        if name not in found
+    ]
+
+
+# How to get each library omni_cpu.preload may name.
+PRELOAD_INSTALL = {
+    "intel-openmp": "pip install intel-openmp",
+    "tcmalloc": "apt-get install libtcmalloc-minimal4",
+}
+
+
+def _isa_problems(profile: Profile, facts: Facts) -> list[Problem]:
+    """A talker weight format whose kernels need instructions this CPU lacks."""
+    weights = profile.choice(envs.WEIGHTS)
+    missing = [flag for flag in INT4_ISA if flag not in facts.isa]
+    if weights == "int4" and missing and facts.isa_source is not None:
+        return [
+            Problem(
+                "isa",
+                f"stages[0].additional_config.omni_cpu.weights int4 needs "
+                f"{' and '.join(flag.upper() for flag in INT4_ISA)} (omni-cpu's int4 GEMV); "
+                f"this CPU lacks {' '.join(missing)}: use int8",
+            )
+        ]
+    return []
+
+
+def _sizes_home(position: int) -> str:
+    """Where a replica's stage sizes are written: replica 0's in the deploy config's stages."""
+    return "stages[]" if position == 0 else f"omni_cpu.replicas[{position}].stages[]"
 
 
 KERNEL_CHOICES = (envs.AMX_ROWS, envs.GEMV)  # what `probe --calibrate` chose

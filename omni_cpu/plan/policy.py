@@ -15,6 +15,7 @@ from omni_cpu import __version__, envs
 from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
+from omni_cpu.plan.bind import preload_names
 from omni_cpu.plan.capacity import isa_class, machine_capacity, replica_capacity, stage_cores
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.kernel_choice import describe as describe_kernels
@@ -341,15 +342,6 @@ def talker_settings() -> dict:
     return settings
 
 
-def preload_env(libraries: tuple[str, ...]) -> dict[str, str]:
-    """LD_PRELOAD: Intel OpenMP and tcmalloc where found (+26 % at 16 streams, measured).
-
-    Intel OpenMP is only preloaded alone with tcmalloc: with libgomp also preloaded
-    vLLM trips an assert, and vLLM preloads torch's libgomp itself when nothing is set.
-    """
-    return {"LD_PRELOAD": ":".join(libraries)} if libraries else {}
-
-
 def _checked_options(options: PlanOptions, facts: Facts) -> PlanOptions:
     """`options` with --weights read, or the PlanError a bad option or machine is."""
     if options.stages not in (None, 1, 2):
@@ -374,12 +366,9 @@ def _checked_options(options: PlanOptions, facts: Facts) -> PlanOptions:
 
 
 def _profile_env(facts: Facts) -> dict[str, str]:
-    """What every stage process gets: preloads, and no torch.compile of the code predictor."""
-    return {
-        # The code predictor's torch.compile: slightly faster steps, a much longer start-up.
-        envs.INDUCTOR.name: "0",
-        **preload_env(tuple(facts.preload_libraries)),
-    }
+    """What every stage process gets besides its preloads: no torch.compile of the code
+    predictor (slightly faster steps, a much longer start-up)."""
+    return {envs.INDUCTOR.name: "0"}
 
 
 def _with_choices(replicas: list[Replica], options: PlanOptions, notes: list[str]) -> list[Replica]:
@@ -475,4 +464,8 @@ def plan_profile(
         env=env,
         notes=tuple(dict.fromkeys(notes)),
         capacity=capacity,
+        # Intel OpenMP and tcmalloc where found, by name: each runtime finds its own at start.
+        # Intel OpenMP is only preloaded alone with tcmalloc: with libgomp also preloaded
+        # vLLM trips an assert, and vLLM preloads torch's libgomp itself when nothing is set.
+        preload=preload_names(facts.preload_libraries),
     )

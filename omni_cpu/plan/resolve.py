@@ -2,9 +2,11 @@
 
 `run`, `serve`, `bench` and `tune` all come through `resolve`. `auto` plans the
 machine's facts (sized for the memory free now: engines start at once); a file
-is loaded as written. Either way the result is checked against this machine's
-facts, and every problem comes back typed (omni_cpu.plan.fit.Problem): each
-caller says which kinds it cannot start with (`fatal`).
+is loaded as written, and its shape bound onto the CPUs and memory nodes this
+process may use (omni_cpu.plan.bind), every other value kept. Either way the
+result is checked against this machine's facts, and every problem comes back
+typed (omni_cpu.plan.fit.Problem): each caller says which kinds it cannot start
+with (`fatal`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from omni_cpu.errors import ModelError, ProfileMismatchError
+from omni_cpu.errors import ModelError, ProfileMismatchError, ShapeMismatchError
 from omni_cpu.hardware.facts import Facts
+from omni_cpu.plan.bind import Binding, bind_profile
 from omni_cpu.plan.fit import Problem, check_problems
 from omni_cpu.plan.footprint import ModelFootprint, footprint_for_model
 from omni_cpu.plan.policy import PlanOptions, plan_profile
@@ -23,21 +26,24 @@ from omni_cpu.profile import Profile, load_profile
 
 # Binding threads to CPUs this machine cannot give them: nothing may start so.
 # More memory than the nodes (or the cgroup) hold: the engines would fail at load,
-# after a minute of tracebacks; `--force` (FORCED) starts them anyway.
-FATAL_TO_START = frozenset({"cpu", "memory"})
-FORCED = frozenset({"cpu"})
+# after a minute of tracebacks; a shape with more cores than there are, or a preload
+# library the runtime lacks: slow or wrong. `--force` (FORCED) starts them anyway, but
+# not where the CPUs or the weights' instructions are not there at all.
+FATAL_TO_START = frozenset({"cpu", "memory", "shape", "preload", "isa"})
+FORCED = frozenset({"cpu", "isa"})
 
 
 @dataclass(frozen=True)
 class Resolved:
-    """A profile, the facts it was checked against, and what the check found."""
+    """A profile bound here, the facts it was checked against, and what the check found."""
 
-    profile: Profile
+    profile: Profile  # as bound here (omni_cpu.plan.bind): what the stages get
     facts: Facts
     footprint: ModelFootprint | None  # None: the model's size is unknown (memory unchecked)
     source: str  # "auto" or the file's absolute path
     options: PlanOptions | None  # what `auto` planned with; None for a file
     problems: tuple[Problem, ...]
+    binding: Binding | None = None  # how the planned CPUs map onto this process's
 
     def of_kind(self, *kinds: str) -> list[Problem]:
         return [problem for problem in self.problems if problem.kind in kinds]
@@ -81,12 +87,14 @@ def resolve(
         profile = load_profile(spec)
         options = None
         source = os.path.abspath(spec)
-    problems = tuple(check_problems(profile, facts, footprint))
+    binding = bind_profile(profile, facts)
+    problems = tuple(check_problems(binding.profile, facts, footprint, binding=binding))
     refused = [problem for problem in problems if problem.kind in fatal]
     if refused:
         more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
         fix = "plan this machine instead: --deploy-profile auto, or omni-cpu probe --output FILE"
-        if all(problem.kind == "memory" for problem in refused):
+        if all(problem.kind in FATAL_TO_START - FORCED for problem in refused):
             fix += " (or --force to start it anyway)"
-        raise ProfileMismatchError(f"{spec}: {refused[0].message}{more}", fix)
-    return Resolved(profile, facts, footprint, source, options, problems)
+        error = ShapeMismatchError if refused[0].kind == "shape" else ProfileMismatchError
+        raise error(f"{spec}: {refused[0].message}{more}", fix)
+    return Resolved(binding.profile, facts, footprint, source, options, problems, binding)

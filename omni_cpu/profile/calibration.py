@@ -1,7 +1,7 @@
 """What `probe --calibrate` measured on a machine: kept in a profile's machine block.
 
 Plain numbers, JSON-ready. The bench room measures them (omni_cpu.bench.calibrate),
-the profile carries them (omni_cpu.profile.yaml_io), the cost model reads them
+the profile carries them (omni_cpu.profile.writer), the cost model reads them
 (omni_cpu.plan.speed).
 """
 

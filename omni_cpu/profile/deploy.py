@@ -69,6 +69,9 @@ PLANNED_STAGE_KEYS = (
     "enforce_eager",
     "async_scheduling",
 )
+# Per-stage sizes every replica carries (schema 2) beside its binding: what the profile
+# plans for a stage, but async_scheduling, which is always false on CPU.
+SIZE_KEYS = tuple(key for key in PLANNED_STAGE_KEYS if key != "async_scheduling")
 
 
 # What `openmp_binding_env` may set: all follow from VLLM_CPU_OMP_THREADS_BIND.
@@ -103,7 +106,7 @@ def openmp_binding_env(cpus: str, preload: str) -> dict[str, str]:
     """
     listed = [str(cpu) for cpu in parse_cpu_list(cpus)]
     env = {"OMP_NUM_THREADS": str(len(listed))}
-    if "libiomp" in preload or "libomp" in preload:
+    if any(mark in preload for mark in ("libiomp", "libomp", "intel-openmp")):
         env["KMP_AFFINITY"] = f"granularity=fine,explicit,proclist=[{','.join(listed)}]"
         env["KMP_BLOCKTIME"] = "5"  # vLLM's value: ms a thread spins after a region
         env["KMP_TPAUSE"] = "0"
@@ -114,13 +117,20 @@ def openmp_binding_env(cpus: str, preload: str) -> dict[str, str]:
 
 
 def stage_env(profile: Profile, replica: int, stage_id: int) -> dict[str, str]:
-    """The environment one stage process gets: binding, memory node, shared env."""
+    """The environment one stage process gets: binding, memory node, preloads, shared env.
+
+    Derived from the stage's CPUs and the profile's preloads as bound at start; a
+    profile file holds none of it (schema 4), only its comments show it.
+    """
     plan = profile.replicas[replica].stage(stage_id)
+    preload = ":".join(profile.preload_paths)
     env = {
         "VLLM_CPU_OMP_THREADS_BIND": plan.cpus,
-        **openmp_binding_env(plan.cpus, profile.env.get("LD_PRELOAD", "")),
+        # Unbound (a planned profile's comments), the names say which OpenMP it will be.
+        **openmp_binding_env(plan.cpus, preload or ":".join(profile.preload)),
         # vLLM splits this on commas: no ranges.
         "CPU_VISIBLE_MEMORY_NODES": ",".join(str(node) for node in plan.memory_node_ids()),
+        **({"LD_PRELOAD": preload} if preload else {}),
         **profile.env,
     }
     if profile.replicas[replica].spanning and stage_id == 0:

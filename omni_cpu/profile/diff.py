@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from omni_cpu.profile.model import Profile
-from omni_cpu.profile.yaml_io import dump_profile
+from omni_cpu.profile.writer import dump_profile
 
 
 @dataclass(frozen=True)

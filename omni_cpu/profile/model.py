@@ -1,6 +1,6 @@
 """The deploy profile: what the planner decides and every process reads.
 
-A field exists because a process reads it; `omni_cpu.profile.yaml_io` writes each
+A field exists because a process reads it; `omni_cpu.profile.writer` writes each
 with a comment naming the engine argument or environment variable it becomes.
 """
 
@@ -17,8 +17,13 @@ from omni_cpu.profile import choices
 # omni_cpu block (version 1 kept one `stages:` block for every replica; it still loads).
 # 3: each stage entry says its choices (`additional_config: {omni_cpu: ...}`,
 # omni_cpu.profile.choices); versions 1 and 2 carried them in `env`, and still load.
-PROFILE_SCHEMA_VERSION = 3
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+# 4: one home per value, nothing of the planning machine's: a stage's CPUs are written
+# once (the OpenMP/vLLM binding variables are derived at start, shown as comments), the
+# libraries to preload are named (`preload: [intel-openmp]`, found at start in the runtime
+# that runs) instead of an LD_PRELOAD path, and the planned CPU ids are a record of the
+# shape that start binds onto the CPUs this process may use (omni_cpu.plan.bind).
+PROFILE_SCHEMA_VERSION = 4
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 STAGE_NAMES = {0: "talker", 1: "code2wav"}
 
 
@@ -28,6 +33,9 @@ def stage_name(stage_id: int) -> str:
 
 
 DTYPES = ("bfloat16", "float32")
+
+# What `omni_cpu.preload` may name; omni_cpu.plan.bind finds each one's files at start.
+PRELOAD_NAMES = ("intel-openmp", "tcmalloc")
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,9 @@ class StagePlan:
     # What the stage runs with besides its sizes (omni_cpu.profile.choices), as the
     # texts its entry's `additional_config.omni_cpu` says; {} = every knob's default.
     choices: dict[str, str] = field(default_factory=dict)
+    # Whether `cpus` lists whole cores, SMT siblings included (one thread per CPU listed
+    # either way). The planner binds one thread per physical core: False.
+    smt_siblings: bool = False
 
     @property
     def name(self) -> str:
@@ -182,8 +193,14 @@ class Profile:
     notes: tuple[str, ...] = ()  # why the planner chose what it chose
     # custom-voice, voice-design or base: the kind the plan counted ("" in older profiles)
     model_kind: str = ""
-    schema_version: int = PROFILE_SCHEMA_VERSION
+    # The file's form as read (written back in the current one): not a reviewed value.
+    schema_version: int = field(default=PROFILE_SCHEMA_VERSION, compare=False)
     capacity: Capacity | None = None  # None in profiles older than the capacity block
+    # Libraries every stage preloads, by name (PRELOAD_NAMES), in LD_PRELOAD order.
+    preload: tuple[str, ...] = ()
+    # Where those were found in the runtime that runs: set when the profile is bound at
+    # start (omni_cpu.plan.bind), never written; LD_PRELOAD is made of them.
+    preload_paths: tuple[str, ...] = ()
 
     @property
     def stages(self) -> tuple[StagePlan, ...]:

@@ -298,6 +298,9 @@ def _server_env(
             for node in sorted({n for stage in chosen.stages for n in stage.memory_node_ids()})
         ),
         **profile.env,
+        # The stages' preloads as found here (omni_cpu.plan.bind): the server forks its
+        # stages only when it runs with them itself (omni_cpu.launch.relaunch).
+        **({"LD_PRELOAD": ":".join(profile.preload_paths)} if profile.preload_paths else {}),
         **limits.to_env(),
     }
 

@@ -198,15 +198,19 @@ def test_missing_model_path_is_refused(tmp_path: Path) -> None:
     assert "does not exist" in line
 
 
-def test_profile_naming_cpus_this_machine_lacks_is_refused(
+def test_profile_whose_shape_this_machine_cannot_bind_is_refused(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
+    from omni_cpu.cpulist import format_cpu_list
     from omni_cpu.plan import plan_for_machine
     from omni_cpu.profile import save_profile
 
     _, profile = plan_for_machine(str(tiny_checkpoint))
-    absent = str(max(os.cpu_count() or 1, 4095) + 1)
+    # A talker planned elsewhere on more cores than this process may use: no binding fits.
+    first = max(os.cpu_count() or 1, 4095) + 1
+    absent = format_cpu_list(range(first, first + len(os.sched_getaffinity(0)) + 1))
     path = tmp_path / "elsewhere.yaml"
     save_profile(with_talker(profile, cpus=absent), path)
     line = _refused("--model", str(tiny_checkpoint), "--deploy-profile", str(path), "--text", "Hi")
-    assert f"CPUs {absent} do not exist here" in line
+    assert "shape does not fit" in line
+    assert f"CPUs {absent} (replica 0 talker) not here" in line

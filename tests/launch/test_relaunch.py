@@ -18,8 +18,7 @@ import pytest
 from omni_cpu.hardware.preload import INTEL_OPENMP, TCMALLOC, find_library
 from omni_cpu.launch.plan import LaunchPlan
 from omni_cpu.launch.relaunch import fork_blocker
-from omni_cpu.profile import deploy_config_dict
-from omni_cpu.profile.yaml_io import load_profile
+from omni_cpu.profile import deploy_config_dict, load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "profiles" / "zen5-kvm-2core.yaml"
@@ -28,11 +27,9 @@ needs_iomp = pytest.mark.skipif(IOMP is None, reason="Intel OpenMP (libiomp5) is
 
 
 def plan_preloading(preload: str | None) -> LaunchPlan:
-    profile = load_profile(PROFILE)
-    env = {key: value for key, value in profile.env.items() if key != "LD_PRELOAD"}
-    if preload is not None:
-        env["LD_PRELOAD"] = preload
-    profile = dataclasses.replace(profile, env=env)
+    # As start binds it: the library found in the runtime that runs (omni_cpu.plan.bind).
+    paths = (preload,) if preload is not None else ()
+    profile = dataclasses.replace(load_profile(PROFILE), preload_paths=paths)
     return LaunchPlan("m", profile, str(PROFILE), 0, deploy_config_dict(profile, 0), ())
 
 

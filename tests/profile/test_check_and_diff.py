@@ -102,3 +102,25 @@ def test_a_profile_used_with_another_kind_of_model_is_reported():
     base = footprint_for_model("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
     (problem,) = check_profile(PROFILE, BIG, base)
     assert "planned for a custom-voice model" in problem and "a base model" in problem
+
+
+def test_int4_weights_on_a_cpu_without_avx2_are_reported_naming_the_field():
+    from omni_cpu import envs
+
+    int4 = PROFILE.with_choice(envs.WEIGHTS, "int4")
+    no_avx2 = machine({0: list(range(8)), 1: list(range(8, 16))}, isa=("avx512_bf16",))
+    (problem,) = check_profile(int4, no_avx2, FOOTPRINT)
+    assert problem.startswith("stages[0].additional_config.omni_cpu.weights int4 needs AVX2")
+
+
+def test_each_problem_names_the_field_to_edit():
+    small_memory = machine({0: list(range(8)), 1: list(range(8, 16))}, memory_per_node=8 * GIB)
+    memory = check_profile(PROFILE, small_memory, FOOTPRINT)
+    # Replica 0's sizes are written in the deploy config's stages, the others' in their entry.
+    assert [p.split(":")[0] for p in memory] == [
+        "stages[].kv_cache_memory_bytes",
+        "omni_cpu.replicas[1].stages[].kv_cache_memory_bytes",
+    ]
+    both = f"{PROFILE.replicas[0].stage(0).cpus},{PROFILE.replicas[0].stage(1).cpus}"
+    (overlap, *_) = check_profile(with_stage_cpus(PROFILE, both, stage_id=1), BIG, FOOTPRINT)
+    assert "omni_cpu.replicas[0].stages[1].cpus (replica 0 code2wav)" in overlap

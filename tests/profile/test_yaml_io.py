@@ -22,6 +22,9 @@ PROFILE = plan_profile(machine({0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}), footprint_fo
 TEXT = dump_profile(PROFILE)
 
 
+V3_PRELOAD = Path(__file__).parent / "v3-2core-int4-preload.yaml"
+
+
 def edited(old: str, new: str, count: int = 1) -> str:
     assert old in TEXT, old
     return TEXT.replace(old, new, count)
@@ -43,14 +46,64 @@ def test_every_planned_field_says_what_it_becomes():
     assert "# VLLM_CPU_OMP_THREADS_BIND" in TEXT
 
 
-def test_file_is_a_complete_vllm_omni_deploy_config():
+def test_file_is_the_vllm_omni_deploy_config_but_for_the_environment_start_derives():
     data = yaml.safe_load(TEXT)
     deploy = {key: value for key, value in data.items() if key != "omni_cpu"}
-    assert deploy == deploy_config_dict(PROFILE, 0)
-    assert data["model_runner"] == "v1"
+    launched = deploy_config_dict(PROFILE, 0)
+    assert deploy["platforms"] == {"cpu": {"model_runner": "v1"}}
+    assert {**deploy, "platforms": launched["platforms"]} == launched
     assert [s["stage_id"] for s in data["stages"]] == [0, 1]
-    binds = [s["env"]["VLLM_CPU_OMP_THREADS_BIND"] for s in data["platforms"]["cpu"]["stages"]]
+    binds = [s["env"]["VLLM_CPU_OMP_THREADS_BIND"] for s in launched["platforms"]["cpu"]["stages"]]
     assert binds == [stage.cpus for stage in PROFILE.replicas[0].stages]
+
+
+def test_a_stage_s_cpus_are_written_once():
+    talker = PROFILE.replicas[0].stages[0]
+    values = [line for line in TEXT.splitlines() if not line.startswith("#")]
+    assert sum(f'"{talker.cpus}"' in line for line in values) == 1
+    assert not any(key in TEXT for key in ("OMP_NUM_THREADS:", "OMP_PLACES:", "KMP_AFFINITY:"))
+
+
+def test_moving_a_stage_is_one_edit_of_its_cpus():
+    # Swap replica 0's stages: one edit each, and everything derived follows.
+    text = edited('cpus: "0-2"', 'cpus: "1-3"').replace('cpus: "3"', 'cpus: "0"', 1)
+    moved = parse_profile(text)
+    talker, code2wav = (
+        deploy_config_dict(moved, 0)["platforms"]["cpu"]["stages"][i]["env"] for i in (0, 1)
+    )
+    assert (talker["VLLM_CPU_OMP_THREADS_BIND"], talker["OMP_PLACES"]) == ("1-3", "{1},{2},{3}")
+    assert (code2wav["VLLM_CPU_OMP_THREADS_BIND"], code2wav["OMP_NUM_THREADS"]) == ("0", "1")
+
+
+def test_the_derived_environment_is_not_read_back():
+    with pytest.raises(ProfileError, match=r"platforms\.cpu\.stages.*derived at start"):
+        parse_profile(
+            edited('    model_runner: "v1"\n', '    model_runner: "v1"\n    stages: []\n')
+        )
+
+
+def test_an_ld_preload_path_is_refused_in_favour_of_a_name():
+    text = edited("  env:", '  env:\n    LD_PRELOAD: "/opt/lib/libiomp5.so"')
+    with pytest.raises(ProfileError) as error:
+        parse_profile(text)
+    assert re.search(r"omni_cpu\.env\.LD_PRELOAD.*omni_cpu\.preload", error.value.one_line())
+
+
+def test_an_unknown_preload_name_is_refused_with_the_closest():
+    text = edited("preload: []", 'preload: ["intel-openmpp"]')
+    with pytest.raises(ProfileError) as error:
+        parse_profile(text)
+    assert re.search(r"omni_cpu\.preload\[0\].*did you mean 'intel-openmp'", error.value.one_line())
+
+
+def test_no_absolute_path_is_written():
+    preloading = dataclasses.replace(
+        PROFILE, preload=("intel-openmp", "tcmalloc"), preload_paths=("/opt/x/libiomp5.so",)
+    )
+    text = dump_profile(preloading)
+    assert not re.search(r"(^|[\s\"'=])/[A-Za-z]", text, re.MULTILINE)
+    assert 'preload: ["intel-openmp", "tcmalloc"]' in text
+    assert parse_profile(text) == dataclasses.replace(preloading, preload_paths=())
 
 
 def test_second_replica_deploy_config_binds_its_own_node():
@@ -62,9 +115,9 @@ def test_second_replica_deploy_config_binds_its_own_node():
 @pytest.mark.parametrize(
     ("old", "new", "key"),
     [
-        ("schema_version: 3", "schema_version: 99", "omni_cpu.schema_version"),
+        ("schema_version: 4", "schema_version: 99", "omni_cpu.schema_version"),
         ("  env:", "  surprise: 1\n  env:", "omni_cpu.surprise"),
-        ("max_num_seqs: ", "max_num_seqs: many #", "stages[0].max_num_seqs"),
+        ("\n    max_num_seqs: ", "\n    max_num_seqs: many #", "stages[0].max_num_seqs"),
         ("kv_cache_memory_bytes: ", "kv_cache_memory_bytes: -", "stages[0].kv_cache_memory_bytes"),
         ('cpus: "0-2"', 'cpus: "0-"', "omni_cpu.replicas[0].stages[0].cpus"),
         ('cpus: "0-2"', 'cpus: "three"', "omni_cpu.replicas[0].stages[0].cpus"),
@@ -72,6 +125,18 @@ def test_second_replica_deploy_config_binds_its_own_node():
         ("async_scheduling: false", "async_scheduling: true", "stages[0].async_scheduling"),
         ('dtype: "bfloat16"', 'dtype: "int4"', "stages[0].dtype"),
         ("codec_chunk_frames: ", "codec_chunk_frames: 0 #", "codec_chunk_frames"),
+        (
+            "kv_cache_memory_bytes: ",
+            "kv_cache_memory_bytes: 1" + "0" * 17 + " #",
+            "stages[0].kv_cache_memory_bytes",
+        ),
+        ("memory_bytes: ", "memory_bytes: -", "omni_cpu.machine.numa_nodes[0].memory_bytes"),
+        ('cpus: "0-2"', 'cpus: "0-70000"', "omni_cpu.replicas[0].stages[0].cpus"),
+        (
+            'VLLM_OMNI_CPU_INDUCTOR: "0"',
+            'VLLM_OMNI_CPU_INDUCTOR: "0"\n    OMNI_CPU_STAGE_START: "x"',
+            "omni_cpu.env.OMNI_CPU_STAGE_START",
+        ),
     ],
 )
 def test_bad_value_is_one_line_naming_the_key(old, new, key):
@@ -82,8 +147,10 @@ def test_bad_value_is_one_line_naming_the_key(old, new, key):
     assert key in message
 
 
-def test_platform_env_that_disagrees_with_the_plan_is_refused():
-    text = edited('VLLM_CPU_OMP_THREADS_BIND: "0-2"', 'VLLM_CPU_OMP_THREADS_BIND: "0-3"')
+def test_a_schema_3_stage_env_that_disagrees_with_the_plan_is_refused():
+    text = V3_PRELOAD.read_text().replace(
+        'VLLM_CPU_OMP_THREADS_BIND: "0"', 'VLLM_CPU_OMP_THREADS_BIND: "0-1"'
+    )
     with pytest.raises(ProfileError, match=r"platforms\.cpu\.stages\[0\]\.env"):
         parse_profile(text)
 
@@ -109,18 +176,19 @@ def test_intel_openmp_in_ld_preload_gets_kmp_affinity_instead():
     assert set(env) | set(openmp_binding_env("0", "")) <= set(OPENMP_BINDING_KEYS)
 
 
-def test_file_written_before_the_openmp_env_still_loads():
+def test_a_schema_3_file_written_before_the_openmp_env_still_loads():
+    text = V3_PRELOAD.read_text()
     lines = [
         line
-        for line in TEXT.splitlines(keepends=True)
-        if not line.strip().startswith(("OMP_NUM_THREADS:", "OMP_PLACES:", "OMP_PROC_BIND:"))
+        for line in text.splitlines(keepends=True)
+        if not line.strip().startswith(("OMP_NUM_THREADS:", "KMP_AFFINITY:", "KMP_BLOCKTIME:"))
     ]
-    assert len(lines) < len(TEXT.splitlines())
-    assert parse_profile("".join(lines)) == PROFILE
+    assert len(lines) < len(text.splitlines())
+    assert parse_profile("".join(lines)) == parse_profile(text)
 
 
-def test_openmp_env_that_disagrees_with_the_binding_is_refused():
-    text = edited('OMP_NUM_THREADS: "3"', 'OMP_NUM_THREADS: "8"')
+def test_a_schema_3_openmp_env_that_disagrees_with_the_binding_is_refused():
+    text = V3_PRELOAD.read_text().replace('OMP_NUM_THREADS: "1"', 'OMP_NUM_THREADS: "8"', 1)
     with pytest.raises(ProfileError, match=r"env\.OMP_NUM_THREADS"):
         parse_profile(text)
 
@@ -150,7 +218,27 @@ def test_mutated_profiles_never_raise_anything_but_profile_error(position, inser
 
 
 def test_numbers_in_comments_match_the_values():
-    # Strings stay quoted so `0-5` can never load as something else.
+    header = re.search(r"usable CPUs (\S+), fingerprint (\w+)\.", TEXT)
+    assert header is not None
+    loaded = parse_profile(TEXT)
+    assert header.groups() == (loaded.machine.usable_cpus, loaded.machine.fingerprint)
+    # The derived environment, shown as comments, says each stage's binding as loaded.
+    derived = re.findall(
+        r"^#   replica (\d+) (\w+): VLLM_CPU_OMP_THREADS_BIND=(\S+) OMP_NUM_THREADS=(\d+)"
+        r".* CPU_VISIBLE_MEMORY_NODES=(\S+)$",
+        TEXT,
+        re.MULTILINE,
+    )
+    expected = [
+        (str(r.index), s.name, s.cpus, str(len(s.cpu_ids())), s.memory_nodes)
+        for r in loaded.replicas
+        for s in r.stages
+    ]
+    assert derived == expected
+
+
+def test_cpu_lists_stay_quoted_so_they_load_as_text():
+    # Unquoted, `0,1` or `3` would load as something other than a CPU list.
     assert re.search(r'cpus: "\d', TEXT)
 
 
@@ -202,7 +290,7 @@ def test_a_yaml_alias_bomb_is_refused_at_once():
 
 def test_a_profile_over_the_size_limit_is_refused_before_it_is_parsed(tmp_path: Path):
     from omni_cpu.profile import load_profile
-    from omni_cpu.profile.yaml_io import MAX_PROFILE_BYTES
+    from omni_cpu.profile.strict_yaml import MAX_PROFILE_BYTES
 
     path = tmp_path / "huge.yaml"
     path.write_text(TEXT + "#" * MAX_PROFILE_BYTES)
@@ -262,14 +350,14 @@ def test_a_fifo_nobody_writes_to_is_refused_not_a_hang(tmp_path, monkeypatch):
     import os
     import time
 
-    from omni_cpu.profile import yaml_io
+    from omni_cpu.profile import load_profile, strict_yaml
 
-    monkeypatch.setattr(yaml_io, "PIPE_WAIT_S", 0.5)
+    monkeypatch.setattr(strict_yaml, "PIPE_WAIT_S", 0.5)
     fifo = tmp_path / "deploy.yaml"
     os.mkfifo(fifo)
     started = time.monotonic()
     with pytest.raises(ProfileError, match="pipe nobody wrote") as caught:
-        yaml_io.load_profile(fifo)
+        load_profile(fifo)
     assert time.monotonic() - started < 5
     assert "give the profile as a file" in caught.value.one_line()
 
@@ -278,13 +366,52 @@ def test_a_profile_written_into_a_fifo_is_read(tmp_path):
     import os
     import threading
 
-    from omni_cpu.profile import yaml_io
+    from omni_cpu.profile import load_profile
 
     fifo = tmp_path / "deploy.yaml"
     os.mkfifo(fifo)
     writer = threading.Thread(target=lambda: fifo.write_text(TEXT))
     writer.start()
     try:
-        assert yaml_io.load_profile(fifo) == PROFILE
+        assert load_profile(fifo) == PROFILE
     finally:
         writer.join(10)
+
+
+def test_an_unknown_key_names_the_file_its_line_and_the_key_meant(tmp_path: Path):
+    from omni_cpu.profile import load_profile
+
+    path = tmp_path / "deploy.yaml"
+    path.write_text(edited("    max_num_seqs: ", "    max_num_seq: "))
+    line = next(
+        number
+        for number, text in enumerate(path.read_text().splitlines(), start=1)
+        if "max_num_seq:" in text
+    )
+    with pytest.raises(ProfileError) as error:
+        load_profile(path)
+    message = error.value.one_line()
+    assert message.startswith(f"{path} line {line}: unknown key ")
+    assert "max_num_seq " in message and "did you mean max_num_seqs?" in message
+
+
+def test_broken_yaml_says_the_parser_s_reason():
+    with pytest.raises(ProfileError) as error:
+        parse_profile(edited("    max_num_seqs: ", "    max_num_seqs: ["), "deploy.yaml")
+    message = error.value.one_line()
+    assert message.startswith("deploy.yaml is not valid YAML at line ")
+    assert "while parsing a flow sequence (opened at line" in message
+    assert "expected ',' or ']'" in message
+
+
+def test_a_missing_key_points_at_the_block_it_belongs_in():
+    text = "\n".join(line for line in TEXT.splitlines() if "generated_by:" not in line)
+    with pytest.raises(ProfileError, match=r"^deploy\.yaml line 9: missing key omni_cpu\."):
+        parse_profile(text, "deploy.yaml")
+
+
+def test_replica_0_s_sizes_have_one_home_in_the_deploy_config():
+    replica_0 = TEXT.split("    - index: 1")[0].split("  replicas:")[1]
+    assert "kv_cache_memory_bytes" not in replica_0.split("capacity:")[0]
+    text = edited("\n    max_num_seqs: ", "\n    max_num_seqs: 3 #")
+    assert parse_profile(text).replicas[0].stage(0).max_num_seqs == 3  # one edit

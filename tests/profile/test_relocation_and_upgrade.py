@@ -1,0 +1,152 @@
+"""`validate --sysroot` shows how a profile binds on another machine's view; old profiles
+upgrade without losing a reviewed value."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from omni_cpu.hardware.probe import read_facts
+from omni_cpu.plan import footprint_for_model, plan_profile
+from omni_cpu.profile import dump_profile, load_profile, save_profile
+from omni_cpu.profile.model import PROFILE_SCHEMA_VERSION
+from tests.helpers.cli import omni_cpu
+from tests.helpers.machines import FakeMachine
+
+HERE = Path(__file__).parent
+REPO = HERE.parents[1]
+OLD_PROFILES = sorted(HERE.glob("v[123]-*.yaml"))
+EXAMPLES = sorted((REPO / "profiles").glob("*.yaml"))
+GIB_KIB = 1024 * 1024
+
+
+def box(root: Path, cpus: int, cpuset: str | None = None) -> Path:
+    """A one-node machine of `cpus` CPUs (64 GiB), in a pod's cgroup when `cpuset` is given."""
+    machine = FakeMachine(root).cpus(online=list(range(cpus)))
+    machine.node(0, f"0-{cpus - 1}", memory_kib=64 * GIB_KIB).meminfo(64 * GIB_KIB, 60 * GIB_KIB)
+    if cpuset is not None:
+        machine.cgroup2("/kubepods/pod1/ctr")
+        machine.write("/sys/fs/cgroup/kubepods/pod1/ctr/cpuset.cpus.effective", cpuset)
+    return root
+
+
+@pytest.fixture
+def planned_on_four(tmp_path: Path) -> Path:
+    """A profile planned on a 4-CPU box's dump."""
+    facts = read_facts(box(tmp_path / "planned", 4))
+    path = tmp_path / "deploy.yaml"
+    save_profile(plan_profile(facts, footprint_for_model("0.6b")), path)
+    return path
+
+
+def test_validate_against_a_pod_s_view_prints_the_binding_and_exits_0(planned_on_four, tmp_path):
+    pod = box(tmp_path / "pod", 16, cpuset="9-12")
+    done = omni_cpu("validate", str(planned_on_four), "--sysroot", str(pod))
+    assert done.returncode == 0, done.stderr
+    bindings = re.findall(r"replica 0 (\w+): planned (\S+) → here (\S+)", done.stdout)
+    assert [name for name, _, _ in bindings] == ["talker", "code2wav"]
+    assert all(set(here.replace("-", ",").split(",")) <= {"9", "10", "11", "12"}
+               for _, _, here in bindings)  # fmt: skip
+    assert "bound onto other CPUs" in done.stdout
+    as_json = json.loads(omni_cpu("validate", str(planned_on_four), "--sysroot", str(pod),
+                                  "--json").stdout)  # fmt: skip
+    assert as_json["ok"] and as_json["relocated"]
+    assert [move["who"] for move in as_json["binding"]] == ["talker", "code2wav"]
+
+
+def test_validate_against_a_view_too_small_for_the_shape_exits_5_in_one_line(
+    planned_on_four, tmp_path
+):
+    pod = box(tmp_path / "pod", 16, cpuset="9")
+    done = omni_cpu("validate", str(planned_on_four), "--sysroot", str(pod))
+    assert done.returncode == 5
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "shape does not fit" in lines[0] and "(CPUs 9)" in lines[0]
+
+
+@pytest.mark.parametrize("old", OLD_PROFILES, ids=lambda path: path.name)
+def test_an_old_profile_upgrades_keeping_every_reviewed_value(old: Path, tmp_path: Path):
+    before = load_profile(old)
+    target = tmp_path / old.name
+    target.write_text(old.read_text())
+    done = omni_cpu("profile", "upgrade", str(target), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "file": str(target), "from": before.schema_version, "to": PROFILE_SCHEMA_VERSION
+    }  # fmt: skip
+    after = load_profile(target)
+    assert after.schema_version == PROFILE_SCHEMA_VERSION
+    assert dump_profile(after) == dump_profile(before)
+    assert after.replicas == before.replicas and after.streaming == before.streaming
+    assert (after.env, after.preload, after.notes) == (before.env, before.preload, before.notes)
+    assert not re.search(r"""(^|[\s"'=])/[A-Za-z]""", target.read_text(), re.MULTILINE)
+
+
+def test_an_ld_preload_path_becomes_the_library_s_name():
+    old = HERE / "v3-2core-int4-preload.yaml"
+    assert "/libiomp5.so" in old.read_text()
+    assert load_profile(old).preload == ("intel-openmp",)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+def test_every_example_profile_loads_and_is_in_the_current_schema(example: Path):
+    profile = load_profile(example)
+    assert profile.schema_version == PROFILE_SCHEMA_VERSION
+    assert dump_profile(profile) == example.read_text()
+
+
+def test_an_unwritable_output_is_one_line_and_leaves_nothing(tmp_path: Path):
+    old = HERE / "v3-zen5-kvm-2core.yaml"
+    for target in (tmp_path, Path("/proc/deploy.yaml")):
+        done = omni_cpu("profile", "upgrade", str(old), "--output", str(target))
+        assert done.returncode == 2, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["validate"], ["serve", "--model", "ckpt", "--dry-run",
+                                                    "--deploy-profile"]])  # fmt: skip
+def test_a_negative_size_is_refused_by_validate_and_by_start(command, planned_on_four, tmp_path):
+    text = planned_on_four.read_text()
+    bad = tmp_path / "negative.yaml"
+    bad.write_text(re.sub(r"max_num_seqs: (\d+)", r"max_num_seqs: -\1", text, count=1))
+    done = omni_cpu(*command, str(bad))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "max_num_seqs must be at least 1" in done.stderr
+
+
+def test_diff_names_the_file_a_problem_is_in(planned_on_four, tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(planned_on_four.read_text().replace("max_num_seqs:", "max_num_seq:", 1))
+    for a, b in ((planned_on_four, broken), (broken, planned_on_four)):
+        done = omni_cpu("diff", str(a), str(b))
+        assert done.returncode == 2
+        assert done.stderr.startswith(f"error: {broken} line ")
+        assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_validate_problem_names_the_file_and_the_line_of_its_field(planned_on_four, tmp_path):
+    text = planned_on_four.read_text()
+    over = tmp_path / "over.yaml"
+    over.write_text(
+        re.sub(
+            r"\n    kv_cache_memory_bytes: \d+",
+            "\n    kv_cache_memory_bytes: 10" + "0" * 14,
+            text,
+            count=1,
+        )
+    )
+    stages_line = next(
+        number
+        for number, line in enumerate(over.read_text().splitlines(), start=1)
+        if line.startswith("stages:")
+    )
+    done = omni_cpu("validate", str(over), "--sysroot", str(box(tmp_path / "box", 4)))
+    assert done.returncode == 1
+    assert (
+        f"problem: {over} line {stages_line}: stages[].kv_cache_memory_bytes: replica 0 needs"
+        in done.stderr
+    )
