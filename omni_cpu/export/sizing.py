@@ -67,8 +67,9 @@ def pod_size(
         memory += replica_fixed_memory_bytes(footprint, profile.dtype, profile.choice(envs.WEIGHTS))
     memory = math.ceil(memory * (1 + MEMORY_HEADROOM_FRACTION) / MIB) * MIB
     cores = len(chosen.cpu_ids())
+    binds_siblings = any(stage.smt_siblings for stage in chosen.stages)
     return PodSize(
-        cpus=pod_cpu_request(cores, threads_per_core),
+        cpus=pod_cpu_request(cores, threads_per_core, binds_siblings),
         memory_bytes=memory,
         cores=cores,
         threads_per_core=threads_per_core,

@@ -226,6 +226,18 @@ def test_the_smt_width_comes_from_a_dump_of_a_node(profile_file, unpacked_dumps)
     assert cpu_request(documents) == str(2 * len(profile.replicas[0].cpu_ids()))
 
 
+def test_a_profile_whose_stages_bind_siblings_requests_its_cpus_once(profile_file, tmp_path):
+    # A stage with smt_siblings lists whole cores' CPUs: the kubelet gives exactly those.
+    path, profile = profile_file
+    text = path.read_text().replace("smt_siblings: false", "smt_siblings: true")
+    assert "smt_siblings: true" in text
+    siblings = tmp_path / "siblings.yaml"
+    siblings.write_text(text)
+    documents = exported("--profile", str(siblings), "--threads-per-core", "2")
+    cpus = len(profile.replicas[0].cpu_ids())
+    assert cpu_request(documents) == str(cpus + cpus % 2)
+
+
 def test_the_cpu_request_of_a_plan_that_binds_siblings_counts_them_once():
     from omni_cpu.export.sizing import pod_cpu_request
 
