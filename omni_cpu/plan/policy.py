@@ -11,11 +11,11 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from omni_cpu import __version__, envs
+from omni_cpu import __version__, envs, weight_formats
 from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
-from omni_cpu.plan.capacity import isa_class, machine_capacity, replica_capacity, stage_cores
+from omni_cpu.plan.capacity import machine_capacity, replica_capacity, stage_cores
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.kernel_choice import describe as describe_kernels
 from omni_cpu.plan.kernel_choice import kernel_choices
@@ -45,8 +45,6 @@ from omni_cpu.profile.deploy import default_stage_settings
 from omni_cpu.profile.model import MachineStamp, Profile, Replica, StagePlan, Streaming
 
 BF16_ISA = {"x86_64": ("avx512_bf16", "amx_bf16"), "aarch64": ("bf16",)}
-# `--weights int4` runs only on omni-cpu's GEMV: AVX-512 or its AVX2 build (AVX2 + FMA).
-INT4_ISA = ("avx2", "fma")
 
 
 @dataclass(frozen=True)
@@ -67,7 +65,7 @@ class PlanOptions:
     # Size for the memory free right now (`--deploy-profile auto` starting engines on a
     # busy machine) rather than for the machine's capacity (a checked-in profile).
     fit_available_memory: bool = False
-    # The talker's weight format (omni_cpu.models.int8): "model", "int8" or "int4".
+    # The talker's weight format (`--weights`, one of omni_cpu.weight_formats).
     weights: str = "model"
 
 
@@ -358,17 +356,30 @@ def _checked_options(options: PlanOptions, facts: Facts) -> PlanOptions:
     if options.chunk_frames is not None and options.chunk_frames < 1:
         raise PlanError(f"a codec chunk must be at least 1 frame, not {options.chunk_frames}")
     options = dataclasses.replace(options, weights=envs.WEIGHTS.read(options.weights, "--weights"))
-    if options.weights == "int4" and not all(flag in facts.isa for flag in INT4_ISA):
-        raise PlanError(
-            "--weights int4 needs AVX2 and FMA (omni-cpu's int4 GEMV); this CPU lacks them",
-            "use --weights int8",
-        )
+    _refuse_unrunnable(options.weights, facts)
     if not facts.usable_cpus():
         raise PlanError(
             "no usable CPU: the online CPUs, the cgroup cpuset and the affinity mask do not meet",
             "check the container's cpuset",
         )
     return options
+
+
+def _refuse_unrunnable(weights: str, facts: Facts) -> None:
+    """The PlanError a weight format is where this CPU has none of its kernels."""
+    chosen = weight_formats.get(weights)
+    if chosen.runs_on(facts.architecture, facts.isa):
+        return
+    # The smallest format that runs here instead.
+    here = sorted(
+        map(weight_formats.get, weight_formats.runnable(facts.architecture, facts.isa)),
+        key=lambda f: f.bytes_per_weight or float("inf"),
+    )
+    raise PlanError(
+        f"--weights {weights} needs {chosen.needs()} ({chosen.kernels}); "
+        f"this {facts.architecture} CPU lacks them",
+        f"use --weights {here[0].name}" if here else "use another machine",
+    )
 
 
 def _profile_env(facts: Facts) -> dict[str, str]:
@@ -426,7 +437,7 @@ def plan_profile(
         code2wav_dtype=options.code2wav_dtype or options.dtype or choose_dtype(facts),
         weights=options.weights,
         calibration=options.calibration,
-        cpu_class=isa_class(facts.architecture, facts.isa),
+        cpu_class=costs.isa_class(facts.architecture, facts.isa),
     )
     for index, node in enumerate(nodes):
         replica, chunk = _replica(index, node, facts, footprint, options, speed, len(nodes), notes)
@@ -444,7 +455,7 @@ def plan_profile(
     capacity = machine_capacity(
         replicas,
         speed,
-        isa_class(facts.architecture, facts.isa),
+        costs.isa_class(facts.architecture, facts.isa),
         stage_cores(replicas[0]).talker_cores,
     )
     env = _profile_env(facts)
