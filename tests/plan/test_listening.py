@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from omni_cpu import weight_formats
-from omni_cpu.plan import costs, footprint_for_model
+from omni_cpu.plan import footprint_for_model
 from omni_cpu.plan.listening import (
     SAFE_START_MARGIN_MS,
     Schedule,
