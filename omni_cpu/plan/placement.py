@@ -18,22 +18,12 @@ import dataclasses
 import math
 
 from omni_cpu import envs
-from omni_cpu.errors import OmniCpuError
+from omni_cpu.errors import MachineTooSmallError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import ModelFootprint, footprint_for_model
 from omni_cpu.plan.topology import NodeCores, home_distance, merge_homes, nodes_with_cores
 from omni_cpu.weight_formats import INT8, MODEL
-
-
-class PlanError(OmniCpuError):
-    """The machine cannot hold the pipeline as asked (too little memory or CPUs)."""
-
-
-class MachineTooSmallError(PlanError):
-    """Not even one replica fits the machine's memory: `probe` exits with its own code."""
-
-    exit_code = 5
 
 
 def replica_fixed_memory_bytes(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from omni_cpu import __version__, envs, weight_formats
 from omni_cpu.cpulist import format_cpu_list
+from omni_cpu.errors import MachineTooSmallError, PlanError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
 from omni_cpu.plan.capacity import machine_capacity, replica_capacity, stage_cores
@@ -21,8 +22,6 @@ from omni_cpu.plan.kernel_choice import describe as describe_kernels
 from omni_cpu.plan.kernel_choice import kernel_choices
 from omni_cpu.plan.listening import choose_schedule, describe_schedule
 from omni_cpu.plan.placement import (
-    MachineTooSmallError,
-    PlanError,
     memory_budget,
     node_memory_bytes,
     per_seq_kv_bytes,

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from omni_cpu import weight_formats
 from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.hardware.probe import read_facts
 from omni_cpu.plan import (
     MachineTooSmallError,
+    PlanError,
     PlanOptions,
     costs,
     footprint_for_model,
@@ -170,8 +172,11 @@ def test_every_dump_states_capacity_and_int8_is_never_slower(dump, dump_root):
     except MachineTooSmallError:
         pytest.skip("too small for the 0.6B model")
     assert model.capacity is not None and model.capacity.source == "built-in"
-    if facts.architecture not in ("x86_64", "i686"):
-        return  # int8 is an x86 weight format here
+    if not weight_formats.INT8.runs_on(facts.architecture, facts.isa):
+        # No int8 kernel here (not x86, or no AVX2): the plan refuses it.
+        with pytest.raises(PlanError, match="--weights int8 needs"):
+            plan_profile(facts, FOOTPRINT, PlanOptions(weights="int8"))
+        return
     int8 = plan_profile(facts, FOOTPRINT, PlanOptions(weights="int8"))
     assert int8.capacity.realtime_streams >= model.capacity.realtime_streams
     for plain, packed in zip(model.replicas, int8.replicas, strict=True):
@@ -184,13 +189,14 @@ def test_a_dump_given_more_of_its_cpus_never_predicts_fewer_streams(dump, dump_r
     facts = read_facts(dump_root)
     usable = facts.usable_cpus()
     counts = sorted({max(1, len(usable) * share // 4) for share in (1, 2, 3, 4)})
+    # int8 where its kernels run (the faster plan, so more streams to lose), else the dtype's.
+    runs = weight_formats.INT8.runs_on(facts.architecture, facts.isa)
+    options = PlanOptions(weights="int8" if runs else "model")
     streams = []
     for count in counts:
         limits = dataclasses.replace(facts.limits, affinity_cpus=format_cpu_list(usable[:count]))
         try:
-            profile = plan_profile(
-                dataclasses.replace(facts, limits=limits), FOOTPRINT, PlanOptions(weights="int8")
-            )
+            profile = plan_profile(dataclasses.replace(facts, limits=limits), FOOTPRINT, options)
         except MachineTooSmallError:
             pytest.skip("too small for the 0.6B model")
         streams.append(profile.capacity.realtime_streams)
