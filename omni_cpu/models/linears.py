@@ -2,25 +2,20 @@
 
 The talker (vLLM's layers, hooked at load through `dispatch_cpu_unquantized_gemm`)
 and the code predictor (plain `nn.Linear`s, swapped after load) both take their
-kernel from `choose` below, by weight format and ISA, fastest measured first
-(benchmarks/gemv_kernels.py, 2-core Zen 4 with avx512_bf16, one thread, GB/s of
-weights streamed at batch 1):
-
-| weights | kernel | GB/s |
-|---|---|---|
-| bf16, AVX-512 BF16 + VNNI | omni-cpu GEMV (omni_cpu.kernels.gemv) | 25 |
-| bf16/float32 elsewhere | vLLM's oneDNN `onednn_mm` (bf16 16-18) | 14-18 |
-| int8, AVX-512 VNNI | omni-cpu W8A8 GEMV | 23 (half the bytes) |
-| int8 elsewhere (x86) | FBGEMM dynamic (omni_cpu.models.int8) | 18-20 |
-| int4, AVX-512 VNNI | omni-cpu W4A8 GEMV (groups of 32) | see RESULTS.md |
+kernel from `choose` below, by weight format (omni_cpu.weight_formats: the GEMV call
+and the library kernel each format names) and ISA, fastest measured first: omni-cpu's
+GEMV (omni_cpu.kernels.gemv) for bf16 on AVX-512 BF16 + VNNI, int8 (W8A8) and int4
+(W4A8, groups of 32); vLLM's oneDNN `onednn_mm` for bf16/float32 elsewhere; FBGEMM's
+dynamic int8 (omni_cpu.models.int8) for int8 elsewhere on x86. Their speeds, against each
+other and the libraries: benchmarks/RESULTS.md, "the kernels at one and two threads,
+against the libraries" and "the GEMV modules after the kernels' re-layout".
 
 Without avx512_bf16/VNNI (or with `OMNI_CPU_GEMV=avx2`) the GEMV's AVX2 build takes
 bf16 weights (float32 arithmetic), int8 weights (W8A8, AVX-VNNI where present) and
 int4 weights before oneDNN and FBGEMM; without AVX2 int4 is refused.
 
-The GEMV is also about as fast as oneDNN / FBGEMM for prefill-sized M (32 rows;
-benchmarks/RESULTS.md, "the kernels at one and two threads, against the libraries"),
-so one packing serves decode, batched streams and prefill.
+The GEMV is also about as fast as oneDNN / FBGEMM for prefill-sized M (32 rows; same
+sections), so one packing serves decode, batched streams and prefill.
 
 Layers that keep their float weight (embeddings doubling as heads), weights of
 other dtypes (float64 in tests) and shapes the kernels do not take stay on

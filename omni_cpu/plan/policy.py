@@ -337,7 +337,10 @@ def talker_settings() -> dict:
 
 
 def preload_env(libraries: tuple[str, ...]) -> dict[str, str]:
-    """LD_PRELOAD: Intel OpenMP and tcmalloc where found (+26 % at 16 streams, measured).
+    """LD_PRELOAD: Intel OpenMP and tcmalloc where found.
+
+    Why (and how little is known of the gain): RESULTS.md, "Intel OpenMP and tcmalloc
+    preloaded".
 
     Intel OpenMP is only preloaded alone with tcmalloc: with libgomp also preloaded
     vLLM trips an assert, and vLLM preloads torch's libgomp itself when nothing is set.

@@ -8,9 +8,9 @@
 // (kernels/build.py's third module), 2 vpdpbusd sum into 32 bits directly: the same integers.
 //
 // Tiles: one row x the whole block (8 vectors) below kPairRows rows; from it 2 rows x 16
-// columns, which share each load's unpacking between the rows: measured (one thread, 48
-// matrices of the 0.6B, same process, alternating) slower at M = 2 and 4 (26 against 24 ms)
-// but faster at M = 32 (95 against 134 ms).
+// columns, which share each load's unpacking between the rows: slower at M = 2 and 4, faster
+// at M = 32 (benchmarks/RESULTS.md, "The kernels, one thread", under "int4 weights and the
+// AVX2 GEMV").
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>

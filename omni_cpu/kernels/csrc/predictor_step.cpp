@@ -1,10 +1,15 @@
 // The code predictor's step in one call: new positions through all of its layers, and
 // optionally a whole frame of 15 residual codes (lm heads, top-k, Gumbel-max, embeddings).
 //
-// Why, how, the trade-off and the measured numbers: omni_cpu/models/predictor_step.py.
-// In short: FusedRunner (omni_cpu/models/fused_predictor.py) makes ~15 torch calls per
-// layer and ~12 more per sampled code, ~1,900 a frame, each paying the dispatcher and
-// Python; on int4 weights those calls cost about what streaming the weights does. Here
+// Why: FusedRunner (omni_cpu/models/fused_predictor.py) makes ~15 torch calls per layer
+// (fused norms, RoPE, SiLU, the GEMV, the attention, slicing and copies) and ~12 more per
+// sampled code (lm head, scale, top-k, mask, Gumbel noise, argmax, embedding, projection),
+// ~1,900 a frame, each paying the dispatcher and Python; on a quantized code predictor those
+// calls cost about what streaming the weights does, and what the step removes is the calls,
+// not the bytes (so it saves about the same time a frame in every format; the figures:
+// benchmarks/RESULTS.md, "the kernels at one and two threads, against the libraries"). The
+// Python side (building it, sampling's random numbers, when it is used):
+// omni_cpu/models/predictor_step.py. Here
 // one call runs a position through the 5 layers on the GEMV's own tiles and packed
 // weights (gemv_avx512_bf16_int8.cpp bf16 / W8A8, gemv_avx512_int4.cpp W4A8) and
 // attention_decode.cpp's attention, declared in gemv.h, with every buffer kept by the
@@ -23,7 +28,10 @@
 // residual, SiLU-and-mul), arithmetic in float32 between (vLLM's CPU ops' formulas:
 // x * rsqrt(mean(x^2) + eps) * w from the rounded residual; x cos - y sin). What can
 // differ is float32 summation order inside a norm (vLLM's vector width vs 16 or 8 partial
-// sums here), SiLU's exp, and the first call's attention (SDPA there, this kernel here).
+// sums here), SiLU's exp, and the first call's attention (SDPA there, this kernel here): by
+// an ulp, so hidden states agree with FusedRunner to bf16 rounding, and a code can flip where
+// two logits tie within it, as FusedRunner's can against the eager path. Sampling is exact:
+// a frame's codes equal predict_codes' loop over the same `run`.
 //
 // Threads: each product splits its column blocks over the stage's OpenMP team, as the
 // GEMV calls do, and the attention its heads; every output element is computed by one
@@ -69,7 +77,7 @@ using LinearSpec = std::tuple<int64_t, torch::Tensor, c10::optional<torch::Tenso
 struct Linear {
   int64_t format = kBf16, n = 0, k = 0, amx_rows = 0;
   torch::Tensor packed, scales, sums, bias;  // bias: float32 or undefined
-  // Their data, read once here: a data_ptr() call per product was 0.5 % of a frame.
+  // Their data, read once here: a data_ptr() call per product showed in a frame's profile.
   const void* packed_p = nullptr;
   const void* scales_p = nullptr;
   const int32_t* sums_p = nullptr;
@@ -266,7 +274,7 @@ void norm_rope(const T* x, const T* w, const T* cos_sin, T* out, int64_t D, floa
 }
 
 // out = silu(gate) * up = gate / (1 + e^-gate) * up, gate_up = [gate | up] (vLLM's
-// silu_and_mul), rounded once. libm's scalar expf here was ~2.5 % of an int4 frame.
+// silu_and_mul), rounded once. libm's scalar expf here showed in an int4 frame's profile.
 template <typename T>
 void silu_and_mul(const T* gate_up, T* out, int64_t width) {
   using namespace vec;
