@@ -66,7 +66,7 @@ namespace {
 using BF16 = c10::BFloat16;
 
 enum Format : int64_t { kBf16 = 0, kW8a8 = 1, kW4a8 = 2 };  // models/predictor_step.py's STEP_FORMATS
-constexpr int64_t kGroup = omni_cpu::kInt4Group;  // K elements per (scale, minimum) of int4
+using omni_cpu::kInt4Group;  // K elements per (scale, minimum) of int4
 constexpr int64_t kMaxHead = 512;
 
 // (format, packed, scales, sums, bias, amx_rows), as omni_cpu/models/predictor_step.py
@@ -112,8 +112,8 @@ Linear make_linear(const LinearSpec& spec) {
                 "predictor step: W4A8 is uint8 nibbles and bf16 (scale, minimum) pairs");
     lin.k = packed.size(1) * 2;
     lin.scales = scales->contiguous();
-    TORCH_CHECK(lin.k % kGroup == 0 && lin.scales.scalar_type() == torch::kBFloat16 &&
-                    lin.scales.numel() == lin.n * (lin.k / kGroup) * 2,
+    TORCH_CHECK(lin.k % kInt4Group == 0 && lin.scales.scalar_type() == torch::kBFloat16 &&
+                    lin.scales.numel() == lin.n * (lin.k / kInt4Group) * 2,
                 "predictor step: W4A8 scales bf16 [N, K / 32 * 2], K % 32 == 0");
   }
   if (bias) {
@@ -159,57 +159,8 @@ struct Head {  // code group g = index + 1
 inline float to_float(float v) { return v; }
 inline float to_float(BF16 v) { return static_cast<float>(v); }
 
-// The row ops' vectors: 16 float32 lanes on AVX-512, 8 on AVX2 (the module's flags; vec.h),
-// and what only this file needs of them.
-namespace vec {
-using namespace omni_cpu::vec;
-#if defined(__AVX512F__)
-inline V nearest(V x) {
-  return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
-inline V times_two_to(V p, V n) { return _mm512_scalef_ps(p, n); }  // p * 2^n
-#else
-inline V nearest(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-// p * 2^n through the exponent bits: n must stay in [-126, 127] (exp clamps its input).
-inline V times_two_to(V p, V n) {
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
-                                                          _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-}
-#endif
-
-// v as FusedRunner holds it between two ops: rounded to T.
-template <typename T>
-inline V rounded(V v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    alignas(64) BF16 lanes[kLanes];
-    store(lanes, v);
-    return load(lanes);
-  }
-}
-
-// e^x: x = n ln 2 + r (|r| <= ln 2 / 2, ln 2 in two parts), e^r by its Taylor polynomial
-// to r^7, times 2^n. Within 7.9e-8 relative of exp over [-87, 88] (AVX-512, 7.6 M points
-// against double exp: under one float ulp); inputs are clamped to [-87, 88] (AVX2's 2^n
-// from exponent bits) or [-104, 89] (vscalefps: overflow to inf, underflow to 0). vLLM's
-// silu_and_mul uses a vector approximation of its own too.
-inline V exp(V x) {
-#if defined(__AVX512F__)
-  x = clamp(x, -104.f, 89.f);
-#else
-  x = clamp(x, -87.f, 88.f);
-#endif
-  const V n = nearest(mul(x, set1(1.44269504f)));
-  V r = fnmadd(n, set1(0.693359375f), x);
-  r = fnmadd(n, set1(-2.12194440e-4f), r);
-  V p = set1(1.f / 5040.f);
-  for (const float c : {1.f / 720.f, 1.f / 120.f, 1.f / 24.f, 1.f / 6.f, 0.5f, 1.f, 1.f})
-    p = fmadd(p, r, set1(c));
-  return times_two_to(p, n);
-}
-}  // namespace vec
+// The row ops' vectors: 16 float32 lanes on AVX-512, 8 on AVX2 (the module's flags; vec.h).
+namespace vec = omni_cpu::vec;
 
 using vec::kLanes;
 
@@ -511,7 +462,7 @@ class PredictorStep {
     embed_.hold(rows_of(width, dtype_));
     xq_.hold(rows_of(widest_k_, torch::kUInt8));
     xscale_.hold(rows_of(1, torch::kFloat32));
-    xsum_.hold(rows_of(widest_k_ / kGroup + 1, torch::kInt32));
+    xsum_.hold(rows_of(widest_k_ / kInt4Group + 1, torch::kInt32));
 #if !defined(__AVX512F__)
     xf_.hold(rows_of(widest_k_, torch::kFloat32));
 #endif
