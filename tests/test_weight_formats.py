@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +15,7 @@ from omni_cpu import envs, weight_formats
 from omni_cpu.cli.common import weights_help
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.plan.footprint import DTYPE_BYTES
+from tests.helpers import sysroots
 from tests.helpers.machines import machine
 
 PACKAGE = Path(weight_formats.__file__).parent
@@ -92,3 +96,27 @@ def test_only_the_registry_names_int4_in_quotes() -> None:
         if QUOTED_INT4.search(path.read_text())
     )
     assert found == ["omni_cpu/weight_formats.py"]
+
+
+@pytest.mark.skipif(not sysroots.available(), reason=sysroots.MISSING_REASON)
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_probe_of_an_arm_dump_refuses_a_format_without_an_arm_kernel(
+    weights: str, unpacked_dumps: Any
+) -> None:
+    dump = next(d for d in sysroots.load_dumps() if d.id == "ul-arm-A510-A710-A715-X3")
+    root = str(unpacked_dumps.root(dump))
+    args = ("probe", "--sysroot", root, "--model", "0.6b", "--weights", weights)
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_cpu.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 2  # a usage mistake (docs/configuration.md, "Exit codes")
+    error = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert error == [
+        f"error: --weights {weights} needs {weight_formats.get(weights).needs()} "
+        f"({weight_formats.get(weights).kernels}); this aarch64 CPU lacks them "
+        "(use --weights model)"
+    ]
