@@ -41,7 +41,7 @@ from omni_cpu.plan.speed import (
 from omni_cpu.plan.topology import NodeCores, PhysicalCore
 from omni_cpu.profile import choices
 from omni_cpu.profile.deploy import default_stage_settings
-from omni_cpu.profile.model import MachineStamp, Profile, Replica, StagePlan, Streaming
+from omni_cpu.profile.model import DTYPES, MachineStamp, Profile, Replica, StagePlan, Streaming
 
 BF16_ISA = {"x86_64": ("avx512_bf16", "amx_bf16"), "aarch64": ("bf16",)}
 
@@ -353,8 +353,8 @@ def _checked_options(options: PlanOptions, facts: Facts) -> PlanOptions:
     if options.stages not in (None, 1, 2):
         raise PlanError(f"--stages must be 1 or 2, not {options.stages}")
     for flag, value in (("--dtype", options.dtype), ("--code2wav-dtype", options.code2wav_dtype)):
-        if value is not None and value not in ("bfloat16", "float32"):
-            raise PlanError(f"{flag} must be bfloat16 or float32, not {value}")
+        if value is not None and value not in DTYPES:
+            raise PlanError(f"{flag} must be {' or '.join(DTYPES)}, not {value}")
     if options.chunk_frames is not None and options.chunk_frames < 1:
         raise PlanError(f"a codec chunk must be at least 1 frame, not {options.chunk_frames}")
     options = dataclasses.replace(options, weights=envs.WEIGHTS.read(options.weights, "--weights"))
