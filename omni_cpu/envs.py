@@ -168,7 +168,7 @@ WEIGHTS = _declare(
     Knob(
         "OMNI_CPU_WEIGHTS",
         "model",
-        "talker weights: model (checkpoint dtype), int8 (W8A8 GEMV, else FBGEMM), int4 (GEMV only)",
+        weight_formats.knob_doc(),
         "stage",
         _lower,
         choices=weight_formats.NAMES,

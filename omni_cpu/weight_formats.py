@@ -46,7 +46,9 @@ class WeightFormat:
     # (omni_cpu.hardware's names) a CPU must state for at least one of them.
     architectures: tuple[str, ...] = ()
     isa: tuple[str, ...] = ()
-    # Docs: its packing, its kernels, and where it runs, in words (docs/weights.md's row).
+    # Docs: a few words for the knob's line (docs/configuration.md), its packing, its kernels,
+    # and where it runs, in words (docs/weights.md's row).
+    short: str = ""
     packing: str = ""
     kernels: str = ""
     where: str = "everywhere"
@@ -85,6 +87,7 @@ MODEL = WeightFormat(
     step_overhead_ms=126.0,
     gemv_call="bf16",
     library_kernel=ONEDNN,
+    short="checkpoint dtype",
     kernels="omni-cpu's GEMV, else oneDNN",
 )
 # int8 runs on the W8A8 GEMV (AVX-512 VNNI, or its AVX2 build) and else on FBGEMM, whose
@@ -97,6 +100,7 @@ INT8 = WeightFormat(
     library_kernel=FBGEMM,
     architectures=X86,
     isa=("avx2",),
+    short="W8A8 GEMV, else FBGEMM",
     packing="1, per-channel scales",
     kernels="omni-cpu's W8A8 GEMV where AVX-512 VNNI or AVX2 exists, else FBGEMM",
     where="x86 with AVX2 (no Arm kernel); the plan refuses it elsewhere",
@@ -113,6 +117,7 @@ INT4 = WeightFormat(
     group=INT4_GROUP,
     architectures=X86,
     isa=("avx2", "fma"),
+    short="GEMV only",
     packing="0.625: groups of 32 along K with a bf16 scale and minimum each",
     kernels="omni-cpu's W4A8 GEMV (int8 activations)",
     where="x86 with AVX2 and FMA; the plan refuses it elsewhere and names what runs",
@@ -125,6 +130,11 @@ NAMES: tuple[str, ...] = tuple(FORMATS)
 def get(name: str) -> WeightFormat:
     """The format named `name`, a value envs.WEIGHTS has read (which refuses any other)."""
     return FORMATS[name]
+
+
+def knob_doc() -> str:
+    """The `--weights` knob's one line (envs.WEIGHTS): each format in a few words."""
+    return "talker weights: " + ", ".join(f"{f.name} ({f.short})" for f in FORMATS.values())
 
 
 def runnable(architecture: str, isa: frozenset[str] | set[str] | tuple[str, ...]) -> list[str]:
