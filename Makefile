@@ -36,7 +36,7 @@ lint:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 # Regenerate the example profiles and docs/planning.md's capacity table from real machines'
-# dumps (where this checkout has them), and docs/configuration.md's table of user knobs from
+# dumps (tests/data/sysroots), and docs/configuration.md's table of user knobs from
 # omni_cpu/envs.py (tests fail when stale); this tree's code, not the editable install's.
 profiles:
 	PYTHONPATH=$(CURDIR) $(BIN)/python scripts/make_example_profiles.py

@@ -93,12 +93,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "dump" not in metafunc.fixturenames:
         return
     dumps = sysroots.load_dumps()
-    if dumps:
-        metafunc.parametrize("dump", dumps, ids=[d.id for d in dumps])
-    else:
-        metafunc.parametrize(
-            "dump", [pytest.param(None, marks=pytest.mark.skip(reason=sysroots.MISSING_REASON))]
-        )
+    metafunc.parametrize("dump", dumps, ids=[d.id for d in dumps])
 
 
 class UnpackedDumps:

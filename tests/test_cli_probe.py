@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.helpers import sysroots
 
 OMNI_CPU = [sys.executable, "-m", "omni_cpu.cli"]
@@ -102,7 +100,6 @@ def test_diff_of_two_plans_shows_changes_and_exits_1(tmp_path):
     assert "stages[0].max_num_seqs" in keys
 
 
-@pytest.mark.skipif(not sysroots.available(), reason=sysroots.MISSING_REASON)
 def test_probe_reads_a_dump_with_sysroot(unpacked_dumps):
     dump = next(d for d in sysroots.load_dumps() if d.id == "ul-x86_64-epyc_7451")
     done = omni_cpu("probe", "--sysroot", str(unpacked_dumps.root(dump)), "--json")
@@ -111,7 +108,15 @@ def test_probe_reads_a_dump_with_sysroot(unpacked_dumps):
     assert len(data["profile"]["replicas"]) == 8
 
 
-@pytest.mark.skipif(not sysroots.available(), reason=sysroots.MISSING_REASON)
+def test_probe_json_says_where_each_disputed_count_came_from(unpacked_dumps):
+    dump = next(d for d in sysroots.load_dumps() if d.id == "ul-x86_64-epyc_7451")
+    done = omni_cpu("probe", "--sysroot", str(unpacked_dumps.root(dump)), "--json")
+    facts = json.loads(done.stdout)["facts"]
+    assert facts["sockets"] == 2
+    assert facts["sockets_source"] == "package sibling lists (package_cpus / core_siblings)"
+    assert facts["numa_count_basis"] == "nodes holding CPUs or memory"
+
+
 def test_probe_of_another_machine_prints_its_capacity_and_assumptions(unpacked_dumps):
     dump = next(d for d in sysroots.load_dumps() if d.id == "ul-x86_64-epyc_7451")
     root = str(unpacked_dumps.root(dump))

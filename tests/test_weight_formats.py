@@ -98,7 +98,6 @@ def test_only_the_registry_names_int4_in_quotes() -> None:
     assert found == ["omni_cpu/weight_formats.py"]
 
 
-@pytest.mark.skipif(not sysroots.available(), reason=sysroots.MISSING_REASON)
 @pytest.mark.parametrize("weights", ["int8", "int4"])
 def test_probe_of_an_arm_dump_refuses_a_format_without_an_arm_kernel(
     weights: str, unpacked_dumps: Any

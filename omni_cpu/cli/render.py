@@ -6,7 +6,7 @@ from rich.table import Table
 
 from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.hardware.facts import Facts
-from omni_cpu.profile.model import Profile
+from omni_cpu.profile.model import Profile, StagePlan
 
 
 def gib(value: int | None) -> str:
@@ -29,6 +29,7 @@ def facts_table(facts: Facts) -> Table:
         ("usable CPUs", format_cpu_list(facts.usable_cpus()) or "-"),
         ("NUMA nodes" + ("" if facts.numa_stated else " (assumed)"), _nodes_text(facts)),
         ("ISA", " ".join(facts.isa) or "-"),
+        ("runtime", _runtime_text(facts)),
         ("memory", gib(facts.memory_total_bytes)),
         ("cgroup", _limits_text(facts)),
     ]
@@ -45,6 +46,13 @@ def facts_table(facts: Facts) -> Table:
             f"CPUs {node.cpus or '-'}, memory {gib(node.memory_bytes)} ({kind})",
         )
     return table
+
+
+def _runtime_text(facts: Facts) -> str:
+    from omni_cpu.plan.support import facts_refusal
+
+    refusal = facts_refusal(facts)
+    return "can serve it" if refusal is None else f"[bold red]cannot serve it:[/] {refusal}"
 
 
 def _sockets_text(facts: Facts) -> str:
@@ -86,10 +94,8 @@ def profile_table(profile: Profile) -> Table:
                 # A spanning replica's talker memory interleaves over its nodes.
                 f"{replica.index} spanning" if replica.spanning else str(replica.index),
                 # Where its memory lives differs from its CPUs' node on grouped replicas
-                # and memoryless nodes.
-                stage.memory_nodes
-                if stage.memory_nodes not in ("", str(stage.numa_node))
-                else str(stage.numa_node),
+                # and memoryless nodes; "remote" where none of it is on its CPUs' node.
+                memory_column(stage),
                 stage.name,
                 stage.cpus,
                 gib(stage.kv_cache_memory_bytes),
@@ -101,6 +107,12 @@ def profile_table(profile: Profile) -> Table:
             table.add_row(str(replica.index), str(replica.numa_node), "front end",
                           replica.frontend_cpus, "", "", "", "")  # fmt: skip
     return table
+
+
+def memory_column(stage: StagePlan) -> str:
+    """The nodes a stage's memory comes from, marked remote where its CPUs' node is not one."""
+    nodes = stage.memory_nodes or str(stage.numa_node)
+    return nodes if stage.numa_node in stage.memory_node_ids() else f"{nodes} remote"
 
 
 def chunk_sizes(profile: Profile) -> str:

@@ -13,19 +13,22 @@ package sibling list is given (old kernels) or every one is empty, the package
 ids group the CPUs. CPUs that /proc/cpuinfo leaves out (LXCFS lists a
 container's CPUs only) are of the first listed CPU's type.
 
-Sockets are counted once over every CPU, not per core type: the distinct
-`physical_package_id`s, and where an id is -1 or missing (s390 guests, some
-ppc64 LPARs) the distinct `core_siblings` sets, which the kernel documents as the
-CPUs of one package. A hybrid machine's per-type counts (lscpu's per-type lines)
+Sockets are counted once over every CPU, not per core type, as hwloc counts
+packages: the distinct package sibling sets (`package_cpus`, else `core_siblings`,
+which the kernel documents as the CPUs of one package; an id can repeat across
+packages, as IA-64's does), and only where no CPU states a set the distinct
+`physical_package_id`s. Where no CPU states either, no package is counted (0), as
+hwloc counts none. A hybrid machine's per-type counts (lscpu's per-type lines)
 are kept beside it. A CPU without a thread-sibling list is a core of its own
 (or of its package's `core_id`), so cores per socket is never 0 where CPUs exist.
+`Topology.sockets_source` says which of these the count came from.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omni_cpu.cpulist import format_cpu_list
@@ -82,15 +85,23 @@ class Topology:
     sockets_by_core_type: list[int | None] | None
     cores_per_socket: int | list[int | None] | None
     threads_per_core: Any
+    # Where `sockets` came from (probe --json's `sockets_source`).
+    sockets_source: str = ""
+    # CPU -> its package (a sibling set or an id), where the kernel states one.
+    package_of: dict[int, object] = field(default_factory=dict)
 
 
 def read_cpu_sets(sysroot: SysRoot, cpuinfo: CpuInfo) -> CpuSets:
     """possible/present/online CPUs, with fallbacks for dumps that lack the masks."""
     dirs = tuple(numbered_entries(sysroot.listdir(CPU_DIR), "cpu"))
-    online = sysroot.read_cpu_list(f"{CPU_DIR}/online")
+    online = sysroot.read_cpu_list(f"{CPU_DIR}/online") or None  # an empty mask states nothing
     if online is None:
         # Each cpuN/online says 0 or 1; cpu0 often has no such file (not hotpluggable).
         online = tuple(c for c in dirs if sysroot.read_int(f"{CPU_DIR}/cpu{c}/online") != 0)
+    elif dirs:
+        # The kernel gives every online CPU its directory: a CPU the mask names without
+        # one is not in this (trimmed) dump, and nothing about it can be read (hwloc's rule).
+        online = tuple(cpu for cpu in online if cpu in set(dirs)) or online
     if not online:
         online = tuple(sorted(cpuinfo.processors))
     if not online and sysroot.is_live:
@@ -156,15 +167,25 @@ def read_topology(
         for s in siblings
     ]
     per_type = [t.sockets for t in core_types]
-    unstated = sockets_unstated or any(s.book for s in siblings) or all(v is None for v in per_type)
+    package_of, basis = package_keys(siblings)
+    if sockets_unstated:
+        sockets, source = None, "unstated: aarch64 without ACPI PPTT calls clusters packages"
+    elif any(s.book for s in siblings):
+        sockets, source = None, "unstated: s390 states books and drawers, not sockets"
+    elif not package_of:
+        sockets, source = 0, "no package sibling list or id on any CPU: no package counted"
+    else:
+        sockets, source = len(set(package_of.values())), basis
     return Topology(
         vendor=_vendor(cpuinfo),
         cpus=cpus,
         core_types=core_types,
-        sockets=None if unstated else count_packages(siblings),
+        sockets=sockets,
         sockets_by_core_type=per_type if len(per_type) > 1 else None,
         cores_per_socket=_collapse([t.cores_per_socket for t in core_types]),
         threads_per_core=_collapse([t.threads_per_core for t in core_types]),
+        sockets_source=source,
+        package_of=package_of,
     )
 
 
@@ -197,7 +218,7 @@ def _read_siblings(sysroot: SysRoot, cpu: int) -> _Sibling:
         die_id=ident("die_id"),
         cluster_id=ident("cluster_id"),
         threads=cpu_set("thread_siblings", "core_cpus"),
-        package=cpu_set("core_siblings", "package_cpus"),
+        package=cpu_set("package_cpus", "core_siblings"),
         book=cpu_set("book_siblings"),
         drawer=cpu_set("drawer_siblings"),
         capacity=sysroot.read_int(f"{CPU_DIR}/cpu{cpu}/cpu_capacity"),
@@ -342,18 +363,29 @@ def _package_of(member: _Sibling) -> object:
     return ("set", member.package) if member.package else None
 
 
-def count_packages(members: list[_Sibling]) -> int | None:
-    """Distinct packages of the CPUs; None where no CPU states its package.
+def package_keys(members: list[_Sibling]) -> tuple[dict[int, object], str]:
+    """(CPU -> its package, how packages were told apart), for the CPUs that state one.
 
-    One way of naming packages for all CPUs where it can be (ids where every CPU has
-    one, else sibling sets where every CPU has one), so no package counts twice.
+    Sibling sets where every CPU states one (hwloc's packages: an id may repeat across
+    packages), ids where every CPU states one, else each CPU by what it states. Sets
+    are taken among these CPUs only, so an offline sibling cannot split a package; as
+    in hwloc, a package is the set its first CPU states, and a CPU whose own list
+    disagrees (a dump whose lists conflict) belongs to the package that holds it.
     """
-    if all(m.package_id is not None for m in members):
-        return len({m.package_id for m in members}) or None
-    if all(m.package for m in members):
-        return len({m.package for m in members}) or None
-    packages = {_package_of(m) for m in members} - {None}
-    return len(packages) or None
+    cpus = frozenset(m.cpu for m in members)
+    if members and all(m.package for m in members):
+        stated = {m.cpu: m.package & cpus for m in members}
+        made = [siblings for cpu, siblings in stated.items() if siblings and min(siblings) == cpu]
+        keys: dict[int, object] = {
+            cpu: ("set", next((p for p in made if cpu in p), siblings))
+            for cpu, siblings in stated.items()
+        }
+        return keys, "package sibling lists (package_cpus / core_siblings)"
+    if members and all(m.package_id is not None for m in members):
+        keys = {m.cpu: ("id", m.package_id) for m in members}
+        return keys, "package ids (physical_package_id): no CPU states a sibling list"
+    keys = {m.cpu: key for m in members if (key := _package_of(m)) is not None}
+    return keys, "package ids, and sibling lists where a CPU states no id"
 
 
 def _core_of(member: _Sibling) -> object:

@@ -19,8 +19,10 @@ from omni_cpu.cpulist import parse_cpu_list
 # 3: CPUs, sockets and nodes are those the cgroup's cpuset allows (the whole machine
 # under `host`), nodes carry their kind and duplicates, sockets is one integer (the
 # per-core-type counts in `sockets_by_core_type`), `numa_node_count` says how it counted.
+# 4: `sockets_source` says where `sockets` came from; nodes outside cpuset.mems are
+# not counted.
 # Older dicts still load (new fields default).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # What a NUMA node is, from the kernel's node state masks (Documentation/ABI/stable/
 # sysfs-devices-node): has_cpu, has_memory, has_normal_memory, has_generic_initiator.
@@ -86,7 +88,8 @@ class NumaNode:
     normal_memory: bool | None = None
     # One of the kinds above (CPUS_AND_MEMORY, ...), derived from the masks and files.
     kind: str = CPUS_AND_MEMORY
-    # Nodes whose best initiators these are (access0/initiators, HMAT); () where unstated.
+    # The nodes whose CPUs reach this node's memory best (HMAT: access1/initiators, the
+    # best CPU initiators, else access0/initiators); () where unstated.
     initiators: tuple[int, ...] = ()
     # The earlier node this one repeats exactly (same CPUs, same memory): firmware
     # that lists one node several times. Such a node is no home and is not counted.
@@ -200,6 +203,9 @@ class Facts:
     # memory and generic initiators left out), and how that number was counted.
     numa_node_count: int = 1
     numa_count_basis: str = ""
+    # Where `sockets` came from: package sibling lists or ids, the allowed view's
+    # packages of allowed memory, or why the kernel states none.
+    sockets_source: str = ""
     # The whole machine (every online CPU, socket and node), where the cpuset and mems
     # narrow what the fields above describe; None in facts saved before schema 3.
     host: Host | None = None

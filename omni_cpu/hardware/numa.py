@@ -66,6 +66,9 @@ def read_numa_nodes(
     has_normal = sysroot.read_cpu_list(f"{NODE_DIR}/has_normal_memory")
     initiators = set(sysroot.read_cpu_list(f"{NODE_DIR}/has_generic_initiator") or ())
     ids = numbered_entries(sysroot.listdir(NODE_DIR), "node")
+    # A node directory the kernel's online mask leaves out is no node (hwloc's rule).
+    online_nodes = set(sysroot.read_cpu_list(f"{NODE_DIR}/online") or ())
+    ids = [node for node in ids if node in online_nodes] or ids
     nodes = []
     for node_id in ids:
         base = f"{NODE_DIR}/node{node_id}"
@@ -82,9 +85,7 @@ def read_numa_nodes(
             generic_initiator=node_id in initiators,
             distances=_distances(sysroot.read_line(f"{base}/distance"), ids),
             normal_memory=None if has_normal is None else node_id in has_normal,
-            initiators=tuple(
-                numbered_entries(sysroot.listdir(f"{base}/access0/initiators"), "node")
-            ),
+            initiators=_initiators(sysroot, base),
         )
         nodes.append(dataclasses.replace(node, kind=node_kind(node)))
     if nodes:
@@ -96,6 +97,16 @@ def read_numa_nodes(
         free_bytes=memory_free_bytes,
     )
     return [fallback], False
+
+
+def _initiators(sysroot: SysRoot, base: str) -> tuple[int, ...]:
+    """The nodes whose CPUs reach this node best: access1 (CPU initiators only, so a
+    generic initiator's accelerator never stands in for CPUs), else access0."""
+    for access in ("access1", "access0"):
+        names = sysroot.listdir(f"{base}/{access}/initiators")
+        if names:
+            return tuple(numbered_entries(names, "node"))
+    return ()
 
 
 def node_kind(node: NumaNode) -> str:
@@ -131,30 +142,45 @@ def mark_duplicates(nodes: list[NumaNode]) -> list[NumaNode]:
     return marked
 
 
-def count_nodes(nodes: list[NumaNode], stated: bool) -> tuple[int, str]:
-    """(how many nodes hold CPUs or usable memory, how that was counted)."""
+def count_nodes(
+    nodes: list[NumaNode], stated: bool, memory_allowed: frozenset[int] | None = None
+) -> tuple[int, str]:
+    """(how many nodes hold CPUs or usable memory, how that was counted).
+
+    `memory_allowed`: the nodes cpuset.mems allows, where the cgroup states them; then
+    only those count (hwloc's default view: a node is its memory).
+    """
     if not stated:
         return 1, "no NUMA data: one node assumed"
-    counted = [n for n in nodes if n.duplicate_of is None and _counts(n)]
+    counted = [n for n in nodes if counts(n, memory_allowed)]
     left_out: dict[str, list[int]] = {}
     for node in nodes:
         if node.duplicate_of is not None:
             left_out.setdefault("duplicates of earlier nodes", []).append(node.id)
-        elif not _counts(node):
+        elif memory_allowed is not None and node.id not in memory_allowed:
+            left_out.setdefault("memory outside cpuset.mems", []).append(node.id)
+        elif not counts(node, memory_allowed):
             left_out.setdefault(_NOT_COUNTED.get(node.kind, node.kind), []).append(node.id)
     basis = "nodes holding CPUs or memory"
+    if memory_allowed is not None:
+        basis = "nodes whose memory cpuset.mems allows"
     if left_out:
         parts = [f"{what} {format_cpu_list(ids)}" for what, ids in left_out.items()]
         basis += f" ({len(nodes)} listed; not counted: " + "; ".join(parts) + ")"
     return len(counted), basis
 
 
-def _counts(node: NumaNode) -> bool:
-    """A node with allowed CPUs, or without CPUs but with memory the kernel states.
+def counts(node: NumaNode, memory_allowed: frozenset[int] | None = None) -> bool:
+    """Whether a node counts: not a repeat, its memory allowed where cpuset.mems is
+    stated, and holding allowed CPUs or, without CPUs, memory the kernel states.
 
     A CPU-less node that states nothing (no mask, no meminfo: a GPU's node in a dump
     that kept only cpumaps) is not known to hold usable memory, so it is not counted.
     """
+    if node.duplicate_of is not None:
+        return False
+    if memory_allowed is not None and node.id not in memory_allowed:
+        return False
     if node.cpus:
         return True
     stated = node.has_memory is True or bool(node.memory_bytes)

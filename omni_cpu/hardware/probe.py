@@ -5,10 +5,8 @@ on its own: a dump without NUMA data still gets CPUs, one without topology
 still gets NUMA nodes. Live-only facts (affinity, libnuma, uname) are read only
 when the root is `/`.
 
-The facts describe what this process may use, as hwloc does by default: the
-online CPUs within the cgroup's cpuset, the sockets those CPUs sit in, and the
-NUMA nodes that hold them or whose memory cpuset.mems allows. The whole machine
-stays in `Facts.host`.
+The facts describe what this process may use, as hwloc does by default (the
+rules are omni_cpu.hardware.allowed's). The whole machine stays in `Facts.host`.
 """
 
 from __future__ import annotations
@@ -16,12 +14,18 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
+from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.errors import SysrootError
+from omni_cpu.hardware.allowed import (
+    allowed_cpus,
+    allowed_nodes,
+    count_allowed_nodes,
+    count_allowed_packages,
+)
 from omni_cpu.hardware.arch import read_architecture
 from omni_cpu.hardware.cpu import read_cpu_sets, read_topology
 from omni_cpu.hardware.cpuinfo import parse_cpuinfo
-from omni_cpu.hardware.facts import CPUS_ONLY, EMPTY, Facts, Host, Limits, NumaNode
+from omni_cpu.hardware.facts import Facts, Host, NumaNode
 from omni_cpu.hardware.isa import isa_from_hwcaps, parse_auxv, read_isa
 from omni_cpu.hardware.libnuma import read_libnuma
 from omni_cpu.hardware.limits import read_limits
@@ -56,21 +60,24 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
         architecture = "aarch64"
     cpu_sets = read_cpu_sets(sysroot, cpuinfo)
     limits = read_limits(sysroot)
-    allowed = _allowed_cpus(cpu_sets.online, limits)
-    topology = read_topology(sysroot, cpuinfo, architecture, allowed)
-    host_sockets = topology.sockets
+    allowed = allowed_cpus(cpu_sets.online, limits)
+    host_topology = read_topology(sysroot, cpuinfo, architecture, cpu_sets.online)
+    topology = host_topology
     if allowed != cpu_sets.online:
-        host_sockets = read_topology(sysroot, cpuinfo, architecture, cpu_sets.online).sockets
+        topology = read_topology(sysroot, cpuinfo, architecture, allowed)
     meminfo = parse_meminfo(sysroot.read_text("/proc/meminfo"))
     host_nodes, numa_stated = read_numa_nodes(
         sysroot, cpu_sets.online, meminfo.get("MemTotal"), meminfo.get("MemFree")
     )
-    nodes = _allowed_nodes(host_nodes, allowed, limits)
-    node_count, node_basis = count_nodes(nodes, numa_stated)
+    nodes = allowed_nodes(host_nodes, allowed, limits)
+    node_count, node_basis = count_allowed_nodes(nodes, numa_stated, limits)
+    sockets, sockets_source = count_allowed_packages(
+        host_topology, allowed, host_nodes, nodes, numa_stated, limits
+    )
     host = Host(
         online_cpus=format_cpu_list(cpu_sets.online),
         cpu_count=len(cpu_sets.online),
-        sockets=host_sockets,
+        sockets=host_topology.sockets,
         numa_node_count=count_nodes(host_nodes, numa_stated)[0],
     )
     notes.extend(_duplicate_notes(nodes))
@@ -106,7 +113,8 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
         possible_cpus=format_cpu_list(cpu_sets.possible),
         online_cpus=format_cpu_list(allowed),
         offline_cpus=format_cpu_list(cpu_sets.offline),
-        sockets=topology.sockets,
+        sockets=sockets,
+        sockets_source=sockets_source,
         sockets_by_core_type=topology.sockets_by_core_type,
         cores_per_socket=topology.cores_per_socket,
         threads_per_core=topology.threads_per_core,
@@ -126,33 +134,6 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
         numa_count_basis=node_basis,
         host=host,
     )
-
-
-def _allowed_cpus(online: tuple[int, ...], limits: Limits) -> tuple[int, ...]:
-    """The online CPUs the cgroup's cpuset allows (all of them where it allows none)."""
-    if limits.cpuset_cpus is None:
-        return online
-    allowed = tuple(cpu for cpu in online if cpu in set(parse_cpu_list(limits.cpuset_cpus)))
-    return allowed or online
-
-
-def _allowed_nodes(
-    nodes: list[NumaNode], allowed: tuple[int, ...], limits: Limits
-) -> list[NumaNode]:
-    """Nodes holding allowed CPUs or memory that cpuset.mems allows (hwloc's default view).
-
-    A node keeps its kind (what the machine made it); its CPU list keeps the allowed
-    CPUs only. Where the cpuset and mems leave no node, every node stays.
-    """
-    allowed_set = set(allowed)
-    mems = None if limits.cpuset_mems is None else set(parse_cpu_list(limits.cpuset_mems))
-    kept = []
-    for node in nodes:
-        cpus = [cpu for cpu in parse_cpu_list(node.cpus) if cpu in allowed_set]
-        memory_allowed = node.kind not in (CPUS_ONLY, EMPTY) and (mems is None or node.id in mems)
-        if cpus or memory_allowed:
-            kept.append(dataclasses.replace(node, cpus=format_cpu_list(cpus)))
-    return kept or nodes
 
 
 def _duplicate_notes(nodes: list[NumaNode]) -> list[str]:

@@ -90,6 +90,8 @@ def node_memory_bytes(facts: Facts, node_memory: int | None, notes: list[str]) -
     """
     stated = sum(n.memory_bytes or 0 for n in facts.numa_nodes if n.duplicate_of is None)
     total = facts.memory_total_bytes
+    if facts.host is not None and facts.numa_node_count < facts.host.numa_node_count:
+        return node_memory  # MemTotal holds nodes this process may not use: no measure
     if node_memory and total and stated < costs.NODE_MEMORY_CREDIBLE_FRACTION * total:
         notes.append(
             f"node meminfo sums to {stated / costs.GIB:.1f} GiB but /proc/meminfo says "

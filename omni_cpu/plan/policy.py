@@ -30,6 +30,7 @@ from omni_cpu.plan.placement import (
     reserved_kv_bytes,
     safety_margin,
 )
+from omni_cpu.plan.remote import remote_notes, remote_speed, unbound_tiers_note
 from omni_cpu.plan.speed import (
     SHARED,
     Calibration,
@@ -38,6 +39,7 @@ from omni_cpu.plan.speed import (
     choose_chunk_frames,
     frame_ms,
 )
+from omni_cpu.plan.support import facts_refusal
 from omni_cpu.plan.topology import NodeCores, PhysicalCore
 from omni_cpu.profile import choices
 from omni_cpu.profile.deploy import default_stage_settings
@@ -419,6 +421,8 @@ def plan_profile(
     options = _checked_options(options or PlanOptions(), facts)
     # What the probe could not read travels with the plan it shaped.
     notes: list[str] = list(facts.notes)
+    if refusal := facts_refusal(facts):
+        notes.append(f"the runtime cannot serve this machine: {refusal}")
     dtype = options.dtype or choose_dtype(facts)
     if options.dtype is None and facts.isa_source is None and facts.architecture in BF16_ISA:
         notes.append(
@@ -448,12 +452,18 @@ def plan_profile(
     # The chunks every replica streams in, fitted to the first one's speed, and what the
     # plan carries with them.
     cores = stage_cores(replicas[0])
-    schedule = choose_schedule(cores, speed, max(chunks))
-    notes.append(describe_schedule(cores, speed, schedule))
+    first_speed = remote_speed(facts, replicas[0], speed)
+    schedule = choose_schedule(cores, first_speed, max(chunks))
+    notes.append(describe_schedule(cores, first_speed, schedule))
     replicas = [
-        dataclasses.replace(replica, capacity=replica_capacity(replica, schedule, speed))
+        dataclasses.replace(
+            replica,
+            capacity=replica_capacity(replica, schedule, remote_speed(facts, replica, speed)),
+        )
         for replica in replicas
     ]
+    notes.extend(note for replica in replicas for note in remote_notes(facts, replica, speed))
+    notes.extend(filter(None, [unbound_tiers_note(facts, replicas)]))
     capacity = machine_capacity(
         replicas,
         speed,

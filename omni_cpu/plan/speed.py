@@ -36,6 +36,9 @@ class SpeedInputs:
     # The ISA class (costs.isa_class) whose built-in speeds apply
     # (costs.CPU_CLASS_SPEEDS); "" or an unlisted class: the reference constants.
     cpu_class: str = ""
+    # The share of its local bandwidth the talker's memory gives it: below 1 where the
+    # memory is remote to its CPUs (omni_cpu.plan.remote).
+    memory_bandwidth_share: float = 1.0
 
     @property
     def class_speed(self) -> CpuClassSpeed | None:
@@ -77,10 +80,11 @@ def talker_bandwidth_gb_s(cores: int, inputs: SpeedInputs) -> float:
     """GB/s the talker's cores stream weights at: measured, else per core up to a node's."""
     measured = inputs.calibration.bandwidth(cores) if inputs.calibration else None
     if measured:
-        return measured
+        return measured * inputs.memory_bandwidth_share
     own = inputs.class_speed
     per_core = own.gemv_gb_s_per_core if own else costs.GEMV_GB_S_PER_CORE
-    return min(max(cores, 1) * per_core, costs.NODE_READ_GB_S)
+    local = min(max(cores, 1) * per_core, costs.NODE_READ_GB_S)
+    return local * inputs.memory_bandwidth_share
 
 
 def talker_overhead_ms(inputs: SpeedInputs, cores: int = 1) -> float:

@@ -5,8 +5,8 @@ kernel's normal zones that the cgroup's cpuset.mems allows (not device memory, n
 a node that repeats another). CPUs on a node without such memory (memoryless
 nodes, nodes outside cpuset.mems) take the nearest memory by the distance table:
 the nearest node with CPUs and memory where one is as near as any, else the
-nearest memory-only node, which then homes those CPUs. A memory-only node with no
-CPUs nearer to it than to another home never becomes a home of its own.
+nearest memory-only node, bound as their memory while the replica stays on their
+own node: a memory-only node is never a home.
 """
 
 from __future__ import annotations
@@ -117,14 +117,17 @@ def _homes(
         grouped.setdefault(home, []).append(cpu_node)
     return [
         NodeCores(
-            node=home,
+            # A home without usable CPUs of its own (a memory-only node, a node whose CPUs
+            # the cpuset does not allow) is where memory comes from, not where the
+            # replica lives: the replica sits on its CPUs' node, its memory bound there.
+            node=home if home in by_node else min(cpu_nodes),
             cores=tuple(sorted((c for n in cpu_nodes for c in by_node[n]), key=lambda c: c.cpu)),
             memory_bytes=memory.get(home),
             memory_nodes=(home,),
             cpu_nodes=tuple(cpu_nodes),
             node_memory={home: memory.get(home)},
         )
-        for home, cpu_nodes in sorted(grouped.items())
+        for home, cpu_nodes in sorted(grouped.items(), key=lambda item: min(item[1]))
     ]
 
 

@@ -113,7 +113,9 @@ class Replica:
     """One whole pipeline (talker + code2wav) on one NUMA node or group of nearest nodes."""
 
     index: int
-    numa_node: int  # its home: the first node its memory comes from
+    # Its home: the first node its memory comes from; its CPUs' node where that memory
+    # sits on a node without usable CPUs (memory-only, or outside the cpuset).
+    numa_node: int
     frontend_cpus: str  # taskset of the API server / driver; "" = none reserved
     stages: tuple[StagePlan, ...]
     capacity: ReplicaCapacity | None = None  # None in profiles older than the capacity block

@@ -10,8 +10,8 @@ import pytest
 
 from omni_cpu.checkpoint.writer import make_checkpoint
 
-# A copy of ../shared/reference/qwen3-tts-layout.json: every file, config value,
-# tensor name, shape and dtype of Qwen3-TTS-12Hz-0.6B-CustomVoice.
+# The published Qwen3-TTS-12Hz-0.6B-CustomVoice checkpoint's layout: every file, config
+# value, tensor name, shape and dtype.
 REFERENCE = Path(__file__).with_name("qwen3-tts-0.6b-layout.json")
 
 

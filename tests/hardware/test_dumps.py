@@ -6,10 +6,21 @@ import json
 
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.hardware.facts import Facts
+from tests.helpers import sysroots
 
 
 def cpu_set(text: str | None) -> set[int]:
     return set(parse_cpu_list(text or ""))
+
+
+def test_every_dump_travels_with_the_clone_and_says_where_it_came_from(dump):
+    assert dump.tarball.is_file()
+    assert dump.tarball.resolve().is_relative_to(sysroots.REPO_ROOT)
+    readme = (sysroots.SYSROOTS_DIR / "README.md").read_text()
+    if dump.expected["source"].get("repo") == "util-linux/util-linux":
+        assert dump.expected["source"]["commit"] in readme and "GPL-2.0-or-later" in readme
+    else:  # this project's own dump is named there with its licence
+        assert f"`{dump.tarball.name}`" in readme
 
 
 def test_architecture_matches_manifest(dump, dump_facts):

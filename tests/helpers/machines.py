@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from omni_cpu.cpulist import format_cpu_list
@@ -72,6 +73,18 @@ def machine(
     )
 
 
+def with_memory(facts: Facts, total_bytes: int) -> Facts:
+    """The same machine with `total_bytes` of memory (each node that states its own, too):
+    a dump too small for the model (whose refusal its own test checks) still gets planned."""
+    nodes = [
+        dataclasses.replace(node, memory_bytes=node.memory_bytes and total_bytes)
+        for node in facts.numa_nodes
+    ]
+    return dataclasses.replace(
+        facts, memory_total_bytes=total_bytes, memory_available_bytes=total_bytes, numa_nodes=nodes
+    )
+
+
 class FakeMachine:
     """Writes a small sysfs/procfs tree, the way a real dump lays it out."""
 
@@ -90,8 +103,9 @@ class FakeMachine:
         present: list[int] | None = None,
         threads_per_core: int = 1,
         cores_per_socket: int | None = None,
+        flags: str = "fpu lm avx avx2 avx512f avx512_bf16 amx_tile amx_bf16",
     ) -> FakeMachine:
-        """CPU masks plus x86-style topology (SMT siblings at +cores)."""
+        """CPU masks plus x86-style topology (SMT siblings at +cores), with these ISA flags."""
         present = present if present is not None else online
         self.write("/sys/devices/system/cpu/possible", format_cpu_list(present))
         self.write("/sys/devices/system/cpu/present", format_cpu_list(present))
@@ -115,7 +129,7 @@ class FakeMachine:
             self.write(f"{base}/core_siblings_list", format_cpu_list(package))
         blocks = [
             f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\nmodel name\t: Test CPU\n"
-            "flags\t\t: fpu lm avx avx2 avx512f avx512_bf16 amx_tile amx_bf16\n"
+            f"flags\t\t: {flags}\n"
             for cpu in online
         ]
         return self.write("/proc/cpuinfo", "\n".join(blocks))
@@ -140,3 +154,69 @@ class FakeMachine:
         """This process in cgroup2 group `group`, the unified hierarchy at /sys/fs/cgroup."""
         self.write("/proc/self/cgroup", f"0::{group}\n")
         return self.write("/sys/fs/cgroup/cgroup.controllers", controllers)
+
+
+# -- machine shapes that split CPUs from their memory ----------------------------------
+
+NODE_DIR = "/sys/devices/system/node"
+GIB_KIB = GIB >> 10
+
+
+def cgroup2_job(machine: FakeMachine, cpus: str | None, mems: str) -> FakeMachine:
+    """This process in cgroup2 /job with these effective cpus (None: unrestricted) and mems."""
+    machine.cgroup2("/job", "cpuset")
+    if cpus is not None:
+        machine.write("/sys/fs/cgroup/job/cpuset.cpus.effective", cpus)
+    return machine.write("/sys/fs/cgroup/job/cpuset.mems.effective", mems)
+
+
+def node_per_socket(machine: FakeMachine, sockets: int, cores: int) -> FakeMachine:
+    """`sockets` packages of `cores` cores, one 16 GiB NUMA node each, no distance table."""
+    machine.cpus(online=list(range(sockets * cores)), cores_per_socket=cores)
+    for node in range(sockets):
+        machine.node(node, f"{node * cores}-{node * cores + cores - 1}", memory_kib=16 * GIB_KIB)
+    return machine.meminfo(total_kib=sockets * 16 * GIB_KIB, available_kib=sockets * GIB_KIB)
+
+
+def tiered_memory_machine(machine: FakeMachine) -> FakeMachine:
+    """2 sockets of 4 cores; CPU-only nodes 0-3 (a core pair each), generic initiator 4,
+    DRAM nodes 5 (socket 0) and 6 (socket 1), NVM nodes 7 and 8, CXL node 9 (no HMAT)."""
+    machine.cpus(online=list(range(8)), cores_per_socket=4)
+    for node in range(4):
+        machine.node(node, f"{node * 2}-{node * 2 + 1}", memory_kib=0)
+    machine.node(4, "", memory_kib=0)
+    tiers = {5: 32, 6: 32, 7: 256, 8: 256, 9: 512}
+    for node, gib in tiers.items():
+        machine.node(node, "", memory_kib=gib * GIB_KIB)
+    machine.write(f"{NODE_DIR}/online", "0-9")
+    machine.write(f"{NODE_DIR}/has_cpu", "0-3")
+    machine.write(f"{NODE_DIR}/has_memory", "5-9")
+    machine.write(f"{NODE_DIR}/has_normal_memory", "5-9")
+    machine.write(f"{NODE_DIR}/has_generic_initiator", "4")
+    # HMAT: access0 names the fastest initiator of any kind (the accelerator for DRAM 5),
+    # access1 the fastest CPUs.
+    for memory, cpu_nodes in {5: (0, 1), 6: (2, 3), 7: (0, 1), 8: (2, 3)}.items():
+        for initiator in cpu_nodes:
+            (
+                machine.root
+                / f"{NODE_DIR}/node{memory}/access1/initiators/node{initiator}".lstrip("/")
+            ).mkdir(parents=True)
+    (machine.root / f"{NODE_DIR}/node5/access0/initiators/node4".lstrip("/")).mkdir(parents=True)
+
+    def distance(a: int, b: int) -> int:
+        socket = {0: 0, 1: 0, 2: 1, 3: 1, 5: 0, 6: 1, 7: 0, 8: 1}
+        if a == b:
+            return 10
+        if 4 in (a, b) or 9 in (a, b):
+            return 30
+        near = socket[a] == socket[b]
+        tier = {5: 2, 6: 2, 7: 7, 8: 7}.get(a, 0) + {5: 2, 6: 2, 7: 7, 8: 7}.get(b, 0)
+        return (11 if near else 21) + tier
+
+    for node in range(10):
+        machine.write(
+            f"{NODE_DIR}/node{node}/distance", " ".join(str(distance(node, o)) for o in range(10))
+        )
+    # The kernel's top cpuset allows every node with memory: nodes 5-9.
+    cgroup2_job(machine, None, "5-9")
+    return machine.meminfo(total_kib=1088 * GIB_KIB, available_kib=1000 * GIB_KIB)

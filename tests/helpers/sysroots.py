@@ -1,8 +1,7 @@
-"""Real machines' sysfs/procfs dumps (../shared/sysroots), unpacked for tests.
+"""Real machines' sysfs/procfs dumps (tests/data/sysroots), unpacked for tests.
 
-The dumps live beside the repository, never in it: `manifest.json` there says
-what lscpu reports for each. Tests that need them skip, with a reason, where
-the folder is absent.
+`manifest.json` there says what lscpu reports for each dump; the folder's README
+says where each came from and its licence.
 """
 
 from __future__ import annotations
@@ -14,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SYSROOTS_DIR = REPO_ROOT.parent / "shared" / "sysroots"
+SYSROOTS_DIR = REPO_ROOT / "tests" / "data" / "sysroots"
 MANIFEST = SYSROOTS_DIR / "manifest.json"
-MISSING_REASON = f"real-machine dumps not found at {SYSROOTS_DIR}"
 
 
 @dataclass(frozen=True)
@@ -28,14 +26,8 @@ class Dump:
     expected: dict[str, Any]
 
 
-def available() -> bool:
-    return MANIFEST.is_file()
-
-
 def load_dumps() -> list[Dump]:
-    """Every dump the manifest lists; empty where the folder is absent."""
-    if not available():
-        return []
+    """Every dump the manifest lists."""
     manifest = json.loads(MANIFEST.read_text())
     return [
         Dump(id=entry["id"], tarball=SYSROOTS_DIR / entry["tarball"], expected=entry)
