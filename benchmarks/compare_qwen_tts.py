@@ -274,7 +274,7 @@ def commands(settings: Settings) -> dict[str, list[str]]:
     return found
 
 
-# `omni-cpu run --json` names (omni_cpu/launch/pipeline.py RunResult.to_dict) -> ours.
+# `omni-cpu run --json` names (omni_cpu/launch/results.py RunResult.to_dict) -> ours.
 OMNI_CPU_KEYS = {
     "wall_s": "wall_seconds",
     "audio_s": "audio_seconds",

@@ -40,7 +40,8 @@ from omni_cpu.speech.request import (
 from omni_cpu.speech.wav import AtomicWavWriter
 
 if TYPE_CHECKING:
-    from omni_cpu.launch.pipeline import PipelineSession, RunResult
+    from omni_cpu.launch.pipeline import PipelineSession
+    from omni_cpu.launch.results import RunResult
 
 __all__ = [
     "SAMPLE_RATE",

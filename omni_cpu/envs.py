@@ -3,9 +3,10 @@
 Modelled on `vllm/envs.py`: each variable is a module attribute read from the
 environment at the moment it is used (`envs.OMNI_CPU_WEIGHTS`), never cached, since
 the driver sets some of them for its stage processes and tests change them at run
-time. Import-light on purpose (the standard library and omni_cpu.errors only):
-`omni-cpu probe` and every stage process import it. `python -m omni_cpu.envs` prints
-the knobs a user sets (`--all`: every knob; `--markdown`: docs/configuration.md's table).
+time. Import-light on purpose (the standard library, omni_cpu.errors and the weight-format
+table omni_cpu.weight_formats only): `omni-cpu probe` and every stage process import it.
+`python -m omni_cpu.envs` prints the knobs a user sets (`--all`: every knob; `--markdown`:
+docs/configuration.md's table).
 Each knob says who sets it (`audience`): a user, the profile for a stage, or omni-cpu itself.
 
 This is the only module that names a variable: other code takes a name from its knob
@@ -24,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from omni_cpu import weight_formats
 from omni_cpu.errors import SettingError
 
 
@@ -178,17 +180,15 @@ VERBOSE = _declare(
 # (`additional_config: {omni_cpu: {weights: ...}}`, omni_cpu.profile.choices) and the
 # variable, where set, overrides it for experiments; read them through
 # `choices.value(knob)`, never as `envs.OMNI_CPU_*`.
-# The talker stage's weight format (omni_cpu.models.int8). "model" keeps the
-# checkpoint's dtype; "int8" and "int4" quantize the talker's and code predictor's
-# linears (int4: groups of 32 K elements, omni-cpu's GEMV only; omni_cpu.kernels.gemv).
+# The talker stage's weight format (omni_cpu.weight_formats names each and its kernels).
 WEIGHTS = _declare(
     Knob(
         "OMNI_CPU_WEIGHTS",
         "model",
-        "talker weights: model (checkpoint dtype), int8 (W8A8 GEMV, else FBGEMM), int4 (GEMV only)",
+        weight_formats.knob_doc(),
         "stage",
         _lower,
-        choices=("model", "int8", "int4"),
+        choices=weight_formats.NAMES,
         audience="stage",
     )
 )

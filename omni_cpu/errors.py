@@ -53,8 +53,23 @@ class ShapeMismatchError(ProfileMismatchError):
     exit_code = 5
 
 
+class PlanError(OmniCpuError):
+    """The machine cannot hold the pipeline as asked (too little memory or CPUs), or an option
+    it cannot run (a weight format without a kernel on this CPU)."""
+
+
+class MachineTooSmallError(PlanError):
+    """Not even one replica fits the machine's memory: `probe` exits with its own code."""
+
+    exit_code = 5
+
+
 class ModelError(OmniCpuError):
     """A model path, id or config that cannot be used."""
+
+
+class CheckpointDirError(ModelError):
+    """`make-checkpoint`'s output directory cannot take a new checkpoint."""
 
 
 class InputError(OmniCpuError):

@@ -52,7 +52,7 @@ def example_profile_text(sysroot: Path) -> str:
 
 def capacity_rows(roots: dict[str, Path]) -> list[str]:
     """Markdown rows: each example profile's predicted capacity, and int8's where it runs."""
-    from omni_cpu.plan.capacity import isa_class
+    from omni_cpu.plan.costs import isa_class
 
     rows = [
         "| profile | replicas | talker weights | streams in real time | streams without a gap "

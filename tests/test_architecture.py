@@ -21,7 +21,7 @@ ROOT = Path(omni_cpu.__file__).parent
 
 # Bottom to top. A module may import its own package and anything on a lower floor.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("omni_cpu", "omni_cpu.errors"),
+    ("omni_cpu", "omni_cpu.errors", "omni_cpu.weight_formats"),
     ("omni_cpu.cpulist", "omni_cpu.envs", "omni_cpu.output", "omni_cpu.pins"),
     ("omni_cpu.hardware", "omni_cpu.checkpoint", "omni_cpu.profile"),
     ("omni_cpu.plan", "omni_cpu.speech"),

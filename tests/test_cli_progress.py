@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from omni_cpu.cli.progress import LiveProgress
-from omni_cpu.launch.pipeline import Utterance
+from omni_cpu.launch.results import Utterance
 
 
 def _chunks(shown: LiveProgress) -> None:

@@ -215,6 +215,54 @@ def test_the_check_sees_each_kind_of_outside_reference() -> None:
     ]
 
 
+# The dated log and the notes beside it: the same rules, plus no "session" of this project's
+# making, on every line but a section's heading, whose date and minute date the runs under it.
+BENCHMARK_NOTES = [REPO / "benchmarks" / "RESULTS.md", REPO / "benchmarks" / "README.md"]
+IN_THE_LOG = {
+    **OUTSIDE,
+    "a branch named for an issue": re.compile(r"\bissue-\d+", re.IGNORECASE),
+    "a session": re.compile(r"\bsessions?\b", re.IGNORECASE),
+}
+
+
+def log_references(text: str) -> list[str]:
+    """What `outside_references` finds, for the dated log: a heading may carry its time."""
+    found = []
+    in_code = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            in_code = not in_code
+        heading = not in_code and re.match(r"#{1,6} ", line) is not None
+        found += [
+            f"line {number}: {what}: {line.strip()}"
+            for what, pattern in IN_THE_LOG.items()
+            if pattern.search(line) and not (heading and what == "a clock time")
+        ]
+    return found
+
+
+@pytest.mark.parametrize("notes", BENCHMARK_NOTES, ids=lambda path: path.name)
+def test_the_dated_log_and_its_notes_stand_on_their_own(notes: Path) -> None:
+    assert log_references(notes.read_text()) == []
+
+
+def test_the_log_check_lets_a_heading_carry_its_time_and_nothing_else() -> None:
+    text = (
+        "## 2026-12-01 21:05 UTC: the kernels\n"
+        "measured at 21:05\n"
+        "## 2026-12-02: issue 7's targets\n"
+        "on branch issue-11, this session\n"
+        "```sh\n# 21:06: not a heading\n```\n"
+    )
+    assert [line.split(":")[1].strip() for line in log_references(text)] == [
+        "a clock time",
+        "an internal issue number",
+        "a branch named for an issue",
+        "a session",
+        "a clock time",
+    ]
+
+
 # --- Citations of the dated log --------------------------------------------------
 
 RESULTS = REPO / "benchmarks" / "RESULTS.md"

@@ -20,8 +20,8 @@ from omni_cpu.bench.session import EngineSession
 from omni_cpu.bench.stats import summarize_streams
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
-from omni_cpu.launch.pipeline import startup_dict
 from omni_cpu.launch.plan import LaunchPlan
+from omni_cpu.launch.results import startup_dict
 from omni_cpu.plan import capacity
 from omni_cpu.plan.speed import SpeedInputs
 from omni_cpu.platform import steplog
@@ -140,7 +140,7 @@ class BenchResult:
     talker_weight_bytes: int  # streamed per frame at batch 1, in the stage's weight format
     weights: str = "model"
     load_s: float = 0.0
-    startup: dict[str, float] = field(default_factory=dict)  # launch.pipeline.STARTUP_PHASES
+    startup: dict[str, float] = field(default_factory=dict)  # launch.results.STARTUP_PHASES
     stage_startup: dict[str, dict[str, Any]] = field(default_factory=dict)  # each stage's own
     stage_start: str = ""  # "fork" or "spawn" (launch.pipeline.choose_stage_start)
     levels: list[Level] = field(default_factory=list)

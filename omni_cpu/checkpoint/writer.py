@@ -21,7 +21,7 @@ from omni_cpu.checkpoint.layout import (
     file_layouts,
     numel,
 )
-from omni_cpu.errors import ModelError
+from omni_cpu.errors import CheckpointDirError
 
 # The Hub's speech_tokenizer/model.safetensors has no `__metadata__`; model.safetensors has.
 _FILE_METADATA = {MODEL_FILE: safetensors_file.PT_METADATA, SPEECH_TOKENIZER_FILE: None}
@@ -38,10 +38,6 @@ CHECKPOINT_FILES: tuple[str, ...] = (
     SPEECH_TOKENIZER_FILE,
     MODEL_FILE,
 )
-
-
-class CheckpointDirError(ModelError):
-    """The output directory cannot take a new checkpoint."""
 
 
 @dataclass(frozen=True)

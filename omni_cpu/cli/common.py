@@ -10,6 +10,9 @@ from typing import Any
 
 from rich.console import Console
 
+from omni_cpu import weight_formats
+from omni_cpu.plan.footprint import DTYPE_BYTES
+
 
 def stdout_closed() -> None:
     """stdout's reader went away (`omni-cpu probe | head`): write the rest to /dev/null.
@@ -47,11 +50,27 @@ class _State:
 
 state = _State()
 
-WEIGHTS_HELP = (
-    "Talker weights: 'model' (the checkpoint's dtype), 'int8' (about 3x less memory "
-    "traffic per frame) or 'int4' (about 5x less; x86 with AVX2); both change the "
-    "audio, so listen first."
-)
+
+def weights_help() -> str:
+    """`--weights`' help: each format with the memory traffic a frame it saves (the cost
+    model streams every linear weight once a frame in the format's bytes, so a frame's
+    bytes scale as the weight's) and the CPUs it needs (omni_cpu.weight_formats)."""
+    reference = DTYPE_BYTES["bfloat16"]
+    packed = [
+        f"'{f.name}' ({f.bytes_per_weight:g} byte{'' if f.bytes_per_weight == 1 else 's'} a "
+        f"weight: {f.traffic_ratio(reference):.2g}x less memory traffic per frame than "
+        f"bfloat16; {f.needs()})"
+        for f in weight_formats.FORMATS.values()
+        if f.quantized
+    ]
+    return (
+        f"Talker weights: '{weight_formats.MODEL.name}' (the checkpoint's dtype), "
+        + ", ".join(packed)
+        + "; each changes the audio, so listen first."
+    )
+
+
+WEIGHTS_HELP = weights_help()
 
 VERBOSE_HELP = (
     "Show the engines' own logs (vLLM INFO lines, transformers notices, load progress); "

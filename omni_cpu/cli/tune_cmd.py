@@ -63,6 +63,7 @@ def tune_command(
     from omni_cpu.plan import choose_dtype
     from omni_cpu.plan.resolve import resolve
     from omni_cpu.profile import dump_profile
+    from omni_cpu.profile.model import DTYPES
     from omni_cpu.speech.request import read_model_info
 
     # Checks the outputs and the voice (and reads the reference) before any engine.
@@ -80,7 +81,8 @@ def tune_command(
     def variant(point):
         return variant_profile(facts, footprint, options, point)
 
-    dtypes = ("bfloat16", "float32") if choose_dtype(facts) == "bfloat16" else ()
+    # Where bf16 is native both dtypes are worth a try; elsewhere float32 is the only one.
+    dtypes = DTYPES if choose_dtype(facts) == "bfloat16" else ()
     points = grid_points(profile, dtypes, max_points)
     auto = auto_point(profile)
     if not dry_run and state.own_process:

@@ -34,6 +34,11 @@ GENERIC_INITIATOR = "generic initiator"  # an accelerator's node: no CPUs of its
 EMPTY = "empty"  # neither CPUs nor memory (all its CPUs offline)
 NO_CPUS_MEMORY_UNSTATED = "no CPUs, memory not stated"  # a dump without masks or meminfo
 
+# The files of the libraries worth preloading into stage processes, by the names a profile's
+# `preload:` gives them (hardware.preload finds them; the plan names what it found).
+INTEL_OPENMP = ("libiomp5.so",)
+TCMALLOC = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
+
 
 @dataclass(frozen=True)
 class LogicalCpu:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from omni_cpu.hardware.facts import INTEL_OPENMP, TCMALLOC
+
 # Where distributions and pip wheels (intel-openmp, the venv) put them.
 _LIBRARY_DIRS = (
     "usr/lib/x86_64-linux-gnu",
@@ -19,8 +21,6 @@ _LIBRARY_DIRS = (
     "lib/x86_64-linux-gnu",
     "lib64",
 )
-INTEL_OPENMP = ("libiomp5.so",)
-TCMALLOC = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
 
 
 def _candidate_dirs(root: Path) -> list[Path]:

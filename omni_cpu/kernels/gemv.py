@@ -109,6 +109,9 @@ class PackedWeights:
     (omni_cpu.kernels.weight_cache).
     """
 
+    # K elements the layout packs together: a weight's K must be a multiple (packing.fits).
+    k_group = 1
+
     @staticmethod
     def stored(n: int, k: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         raise NotImplementedError
@@ -140,6 +143,8 @@ class PackedWeights:
 class PackedBf16Weights(PackedWeights):
     """A bf16 [N, K] weight in the kernel's layout; call with x [..., K] in bf16."""
 
+    k_group = packing.BF16_GROUP
+
     def __init__(self, weight: torch.Tensor, module: Any) -> None:
         self._attach(packing.pack_bf16(weight), module)
 
@@ -169,6 +174,8 @@ class PackedBf16Weights(PackedWeights):
 
 class PackedInt8Weights(PackedWeights):
     """Per-row symmetric int8 of a [N, K] weight in the kernel's layout (W8A8)."""
+
+    k_group = packing.INT8_GROUP
 
     def __init__(self, weight: torch.Tensor, module: Any) -> None:
         self._attach(packing.pack_int8(weight), module)
@@ -213,6 +220,8 @@ class PackedInt4Weights(PackedWeights):
     size).
     """
 
+    k_group = packing.INT4_GROUP
+
     def __init__(self, weight: torch.Tensor, module: Any) -> None:
         self._attach(packing.pack_int4(weight), module)
 
@@ -240,6 +249,15 @@ class PackedInt4Weights(PackedWeights):
         out = self._gemv(rows, self.packed, self.scales, bias)
         out = out if out.dtype == x.dtype else out.to(x.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)
+
+
+# The packed weights of each GEMV call a weight format names (omni_cpu.weight_formats'
+# `gemv_call`): a layer of that format packs into this class and calls its kernel.
+PACKED_BY_CALL: dict[str, type[PackedWeights]] = {
+    "bf16": PackedBf16Weights,
+    "w8a8": PackedInt8Weights,
+    "w4a8": PackedInt4Weights,
+}
 
 
 def decode_attention(

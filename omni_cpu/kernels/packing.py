@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import torch
 
+from omni_cpu import weight_formats
+
 LANES = 16  # output columns per vector: N must be a multiple (kLanes in the C++)
 BLOCK = 64  # output columns per packed block (kBlock in kernel_common.h)
 BF16_GROUP = 2  # K elements per lane per multiply-add: vdpbf16ps takes pairs
 INT8_GROUP = 4  # vpdpbusd takes quads
-INT4_GROUP = 32  # K elements per (scale, minimum) of the int4 weights (kInt4Group)
+INT4_GROUP = weight_formats.INT4.group  # K elements per (scale, minimum) (kInt4Group)
 INT4_REFITS = 2  # least-squares refits of each group's scale and minimum
 # Rows of a weight quantized at once: the float32 temporaries of a whole 6144 x 1024 matrix
 # are ~100 MB, of a slice ~4 MB, and a load's peak memory is what they add.

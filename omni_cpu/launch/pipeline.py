@@ -14,58 +14,37 @@ import copy
 import dataclasses
 import logging
 import os
-import re
 import shutil
 import signal
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omni_cpu import envs
 from omni_cpu.errors import OmniCpuError, RuntimeMissingError, StageError
 from omni_cpu.launch import logs, startup
+from omni_cpu.launch.interrupts import (
+    ENGINES_STARTED,
+    STOPPING,
+    Interrupts,
+    StallAlarm,
+    quiet_thread_errors,
+)
 from omni_cpu.launch.plan import DRIVER_ENV_DEFAULTS, LaunchPlan
+from omni_cpu.launch.results import RunResult, Utterance
+from omni_cpu.launch.stage_errors import stage_error
 from omni_cpu.platform import stage_startup
 from omni_cpu.process import proctree, stage_processes
 from omni_cpu.process.guard import StageGuard
 from omni_cpu.process.progress import run_progress_dir
 from omni_cpu.process.watch import StageWatch, stall_seconds
-from omni_cpu.speech.codec import SAMPLE_RATE
 from omni_cpu.speech.prompts import PromptBuilder, check_prompt_lengths, request_index
 from omni_cpu.speech.request import SpeechRequest
 
 STAGE_INIT_TIMEOUT_S = 900  # a 2-core box loads two engines in 1-3 minutes
-
-
-@dataclass
-class Utterance:
-    """One request's outcome."""
-
-    index: int
-    path: Path
-    samples: int = 0
-    chunks: int = 0
-    first_audio_s: float | None = None  # since generation started
-
-    @property
-    def audio_s(self) -> float:
-        return self.samples / SAMPLE_RATE
-
-
-# Start-up, phase by phase, in the order they run in the driver (seconds each).
-STARTUP_PHASES = {
-    "runtime_import_s": "importing vLLM-Omni (torch, vLLM, transformers) in the driver",
-    "engines_s": "Omni(): both stages' engine-core processes (each with its worker inside), "
-    "the two stages at once (each: forked from the driver, or spawned and importing "
-    "vLLM again; weights, KV cache)",
-    "prompt_tokenizer_s": "the driver's text tokenizer and model config (prompt lengths)",
-    "driver_relaunch_s": "the driver re-executing itself with its stages' preloads (the "
-    "interpreter, the CLI and the plan a second time), so the stages can be forked",
-}
 
 
 def record_relaunch(phases: dict[str, float]) -> None:
@@ -94,84 +73,6 @@ def choose_stage_start(plan: LaunchPlan) -> str:
     fork.uninstall()
     logging.getLogger("omni_cpu").info("stage engine cores are spawned: %s", blocker)
     return "spawn"
-
-
-@dataclass
-class RunResult:
-    """Timings and outputs of one `run`."""
-
-    load_s: float
-    wall_s: float  # generation only (after the engines are up)
-    stream: bool
-    utterances: list[Utterance]
-    binding: dict[str, list[int]] = field(default_factory=dict)  # observed OpenMP binding
-    stage_pids: list[int] = field(default_factory=list)
-    startup: dict[str, float] = field(default_factory=dict)  # STARTUP_PHASES -> seconds
-    # Each stage's own phases (omni_cpu.platform.stage_startup), inside engines_s.
-    stage_startup: dict[str, dict[str, Any]] = field(default_factory=dict)
-    stage_start: str = ""  # "fork" or "spawn" (choose_stage_start)
-
-    @property
-    def audio_s(self) -> float:
-        return sum(u.audio_s for u in self.utterances)
-
-    @property
-    def rtf(self) -> float | None:
-        """Wall seconds per audio second (below 1 is faster than real time)."""
-        return self.wall_s / self.audio_s if self.audio_s else None
-
-    @property
-    def ttfa_s(self) -> float | None:
-        """Time to the first audio of the first utterance."""
-        firsts = [u.first_audio_s for u in self.utterances if u.first_audio_s is not None]
-        return min(firsts) if firsts else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "load_s": round(self.load_s, 3),
-            "wall_s": round(self.wall_s, 3),
-            "audio_s": round(self.audio_s, 3),
-            "rtf": None if self.rtf is None else round(self.rtf, 3),
-            "ttfa_s": None if self.ttfa_s is None else round(self.ttfa_s, 3),
-            "stream": self.stream,
-            "sample_rate": SAMPLE_RATE,
-            "outputs": [
-                {
-                    "path": str(u.path),
-                    "audio_s": round(u.audio_s, 3),
-                    "samples": u.samples,
-                    "chunks": u.chunks,
-                    "first_audio_s": None if u.first_audio_s is None else round(u.first_audio_s, 3),
-                }
-                for u in self.utterances
-            ],
-            "binding": self.binding,
-            "startup": startup_dict(self.startup, self.stage_startup),
-            "stage_start": self.stage_start,
-        }
-
-
-def startup_dict(
-    phases: dict[str, float], stages: dict[str, dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    """Start-up by phase for --json: each phase's seconds, their total, what each one is.
-
-    `stages`: what each stage measured inside its own process (weights, packing); it
-    lies within `engines_s`, so `total_s` stays the driver's phases alone.
-    """
-    rounded = {name: round(seconds, 3) for name, seconds in phases.items()}
-    shown: dict[str, Any] = {
-        **rounded,
-        "total_s": round(sum(phases.values()), 3),
-        "phases": {name: STARTUP_PHASES[name] for name in phases},
-    }
-    if stages:
-        shown["stages"] = stages
-        seen = {name for record in stages.values() for name in record}
-        shown["stage_phases"] = {
-            name: text for name, text in stage_startup.STAGE_PHASES.items() if name in seen
-        }
-    return shown
 
 
 def _audio_array(output: Any) -> Any:
@@ -210,98 +111,7 @@ def _sampling_params(omni: Any, requests: list[SpeechRequest], stream: bool) -> 
 ChunkHandler = Callable[[int, Any, float], None]
 
 
-MEMORY_WORDS = re.compile(r"out of memory|memoryerror|cannot allocate memory|\boom\b", re.I)
 STOP_GRACE_S = 2.0  # killed stage processes get this long to be gone
-# Set once engines were started in this process; the CLI then ends with os._exit.
-ENGINES_STARTED = threading.Event()
-# Set once this process stops its stages (an interrupt, an error, the end): vLLM-Omni's
-# threads then fail as their stages go, and their tracebacks would bury the one line.
-STOPPING = threading.Event()
-THREAD_ERROR_GRACE_S = 0.5  # a Ctrl-C reaches the stages and the main thread together
-
-
-def _quiet_thread_errors(previous: Callable[[Any], None]) -> Callable[[Any], None]:
-    """A threading.excepthook that drops thread errors once the stages are being stopped."""
-
-    def hook(args: Any) -> None:
-        if not STOPPING.is_set():
-            STOPPING.wait(THREAD_ERROR_GRACE_S)
-        if STOPPING.is_set():
-            logging.getLogger("omni_cpu").debug(
-                "thread %s failed while the stages stopped",
-                getattr(args.thread, "name", "?"),
-                exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
-            )
-            return
-        previous(args)
-
-    hook.omni_cpu_quiet = True  # type: ignore[attr-defined]
-    return hook
-
-
-class _StallAlarm:
-    """`run`'s eye on its stages while they start and generate.
-
-    A thread samples the stage watch (`omni_cpu.process.watch.StageWatch`) twice a
-    second; once work stops moving it remembers the stall and interrupts the main
-    thread where it waits in `generate`, which raises the stall as a StageError.
-    """
-
-    def __init__(self, watch: StageWatch) -> None:
-        self.watch = watch
-        self.stalled: str | None = None  # set once work stopped moving
-        self._working: int | None = None  # the thread generating, while it does
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="omni-cpu-stages")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            self.watch.sample()
-            self.look()
-
-    def working(self, on: bool) -> None:
-        """Work is held from `working(True)` in the generating thread to `working(False)`."""
-        self._working = threading.get_ident() if on else None
-
-    def look(self) -> None:
-        """Note progress; on a stall, remember it and interrupt the generating main thread."""
-        working = self._working
-        stalled = self.watch.stalled(busy=working is not None)
-        if stalled is None or self.stalled is not None:
-            return
-        self.stalled = stalled
-        if working is not None and working == threading.main_thread().ident:
-            # Wakes the main thread from whatever it waits in; generate() turns the
-            # KeyboardInterrupt into the stall's StageError.
-            signal.pthread_kill(working, signal.SIGINT)
-
-
-def stage_error(phase: str, error: BaseException, watch: StageWatch | None) -> StageError:
-    """One line: what failed, which stage process died, and a memory hint only for memory."""
-    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    deaths = watch.deaths() if watch is not None else None
-    message = f"{phase} failed: {reason}"
-    if deaths:
-        message = f"{phase} failed: {deaths}"
-        message += f" ({reason})" if reason else ""
-    memory = isinstance(error, MemoryError) or MEMORY_WORDS.search(reason) is not None
-    if watch is not None and watch.oom_killed():
-        memory = True
-        message += "; the kernel's OOM killer ran"
-    if memory:
-        fix = (
-            "memory: lower kv_cache_memory_bytes in the profile or free memory "
-            "(--debug shows the driver traceback)"
-        )
-    else:
-        fix = "the stage's own error is in the log above (--debug shows the driver traceback)"
-    return StageError(message, fix)
 
 
 class PipelineSession:
@@ -337,7 +147,7 @@ class PipelineSession:
         # What starting the engines entered, left in the reverse order (close()).
         self._started = contextlib.ExitStack()
         self._watch: StageWatch | None = None
-        self._alarm: _StallAlarm | None = None
+        self._alarm: StallAlarm | None = None
         self._progress_dir: str | None = None  # where the stages count their work steps
 
     @property
@@ -367,7 +177,7 @@ class PipelineSession:
         self.startup["prompt_tokenizer_s"] = time.perf_counter() - tokenizer_start
         check_prompt_lengths(self._builder, self._check, self.talker_max_model_len)
         if not getattr(threading.excepthook, "omni_cpu_quiet", False):
-            threading.excepthook = _quiet_thread_errors(threading.excepthook)
+            threading.excepthook = quiet_thread_errors(threading.excepthook)
         STOPPING.clear()
         try:
             ENGINES_STARTED.set()
@@ -395,7 +205,7 @@ class PipelineSession:
         self._progress_dir = str(run_progress_dir())
         os.environ[envs.STAGE_PROGRESS_DIR.name] = self._progress_dir
         self._watch = StageWatch(os.getpid(), binds, stall_seconds(), self._progress_dir)
-        self._alarm = _StallAlarm(self._watch)
+        self._alarm = StallAlarm(self._watch)
         self._alarm.start()
         started.callback(self._alarm.stop)
         register_config()
@@ -550,7 +360,7 @@ def run_pipeline(
     utterances = [Utterance(index, path) for index, path in enumerate(out_paths)]
     folders = outputs.folders
 
-    interrupts = _Interrupts()
+    interrupts = Interrupts()
 
     def write_chunk(index: int, audio: Any, seconds: float) -> None:
         interrupts.check()
@@ -597,37 +407,3 @@ def run_pipeline(
         raise
     finally:
         interrupts.restore()
-
-
-class _Interrupts:
-    """Ctrl-C and `kill` during a run: raised at once, and remembered.
-
-    The engines start inside vLLM-Omni's code; an interrupt that lands there can
-    be caught and dropped on the way (seen once in CI: a SIGINT during start-up
-    and the run went on to write its WAV). The flag lets `check` raise it again
-    at the next point that is ours, so the run still stops and writes nothing.
-    """
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        self.signum = signum
-        STOPPING.set()
-        raise KeyboardInterrupt
-
-    def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # only the main thread may set handlers (tests call run in threads)
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._previous[signum] = signal.signal(signum, self._handler)
-
-    def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-
-    def check(self) -> None:
-        if self.signum is not None:
-            raise KeyboardInterrupt

@@ -2,25 +2,20 @@
 
 The talker (vLLM's layers, hooked at load through `dispatch_cpu_unquantized_gemm`)
 and the code predictor (plain `nn.Linear`s, swapped after load) both take their
-kernel from `choose` below, by weight format and ISA, fastest measured first
-(benchmarks/gemv_kernels.py, 2-core Zen 4 with avx512_bf16, one thread, GB/s of
-weights streamed at batch 1):
-
-| weights | kernel | GB/s |
-|---|---|---|
-| bf16, AVX-512 BF16 + VNNI | omni-cpu GEMV (omni_cpu.kernels.gemv) | 25 |
-| bf16/float32 elsewhere | vLLM's oneDNN `onednn_mm` (bf16 16-18) | 14-18 |
-| int8, AVX-512 VNNI | omni-cpu W8A8 GEMV | 23 (half the bytes) |
-| int8 elsewhere (x86) | FBGEMM dynamic (omni_cpu.models.int8) | 18-20 |
-| int4, AVX-512 VNNI | omni-cpu W4A8 GEMV (groups of 32) | see RESULTS.md |
+kernel from `choose` below, by weight format (omni_cpu.weight_formats: the GEMV call
+and the library kernel each format names) and ISA, fastest measured first: omni-cpu's
+GEMV (omni_cpu.kernels.gemv) for bf16 on AVX-512 BF16 + VNNI, int8 (W8A8) and int4
+(W4A8, groups of 32); vLLM's oneDNN `onednn_mm` for bf16/float32 elsewhere; FBGEMM's
+dynamic int8 (omni_cpu.models.int8) for int8 elsewhere on x86. Their speeds, against each
+other and the libraries: benchmarks/RESULTS.md, "the kernels at one and two threads,
+against the libraries" and "the GEMV modules after the kernels' re-layout".
 
 Without avx512_bf16/VNNI (or with `OMNI_CPU_GEMV=avx2`) the GEMV's AVX2 build takes
 bf16 weights (float32 arithmetic), int8 weights (W8A8, AVX-VNNI where present) and
 int4 weights before oneDNN and FBGEMM; without AVX2 int4 is refused.
 
-The GEMV is also about as fast as oneDNN / FBGEMM for prefill-sized M (32 rows;
-benchmarks/RESULTS.md, "the kernels at one and two threads, against the libraries"),
-so one packing serves decode, batched streams and prefill.
+The GEMV is also about as fast as oneDNN / FBGEMM for prefill-sized M (32 rows; same
+sections), so one packing serves decode, batched streams and prefill.
 
 Layers that keep their float weight (embeddings doubling as heads), weights of
 other dtypes (float64 in tests) and shapes the kernels do not take stay on
@@ -50,8 +45,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from omni_cpu import weight_formats
 from omni_cpu.kernels import fbgemm, gemv
-from omni_cpu.kernels.packing import BF16_GROUP, INT4_GROUP, INT8_GROUP, fits
+from omni_cpu.kernels.packing import fits
 from omni_cpu.kernels.weight_cache import WeightCache
 from omni_cpu.models import int8
 
@@ -180,17 +176,16 @@ def _gemv_choice(
     if gemv_module is None:
         return None
     prefix = "gemv" if module is not None else "gemv-avx2"
-    if weights == "int4":
-        if int8.worth_quantizing(weight) and fits(weight, INT4_GROUP):
-            return f"{prefix}-w4a8", gemv.PackedInt4Weights, gemv_module
+    chosen = weight_formats.get(weights)
+    packer = gemv.PACKED_BY_CALL[chosen.gemv_call]
+    if chosen.quantized:
+        if not int8.worth_quantizing(weight):
+            return None
+    elif weight.dtype != torch.bfloat16:
         return None
-    if weights == "int8":
-        if int8.worth_quantizing(weight) and fits(weight, INT8_GROUP):
-            return f"{prefix}-w8a8", gemv.PackedInt8Weights, gemv_module
+    if not fits(weight, packer.k_group):
         return None
-    if weight.dtype == torch.bfloat16 and fits(weight, BF16_GROUP):
-        return f"{prefix}-bf16", gemv.PackedBf16Weights, gemv_module
-    return None
+    return f"{prefix}-{chosen.gemv_call}", packer, gemv_module
 
 
 def choose(
@@ -198,9 +193,10 @@ def choose(
 ) -> tuple[str, Product] | None:
     """(kernel name, product) for a [N, K] weight under `weights` (envs.WEIGHTS), or None.
 
-    None leaves the layer to its default path. int4 has only omni-cpu's kernels (AVX-512
-    VNNI or AVX2; the runner refuses `int4` elsewhere before loading, see `int4_available`).
-    A GEMV layer's packing goes through `packing` (its cache) under `name` when given.
+    None leaves the layer to its default path. A format without a library kernel (int4)
+    has only omni-cpu's GEMV (AVX-512 VNNI or AVX2; the runner refuses it elsewhere before
+    loading, see `kernel_available`). A GEMV layer's packing goes through `packing` (its
+    cache) under `name` when given.
     """
     if weight.ndim != 2 or weight.is_meta or not weight.is_floating_point():
         return None
@@ -210,13 +206,12 @@ def choose(
         if packing is None:
             return kernel, packer(weight, module)
         return kernel, packing.make(packer, kernel, weight, module, name)
-    if weights == "int4":
-        return None
-    if weights == "int8":
+    library = weight_formats.get(weights).library_kernel
+    if library == weight_formats.FBGEMM:
         if int8.worth_quantizing(weight) and fbgemm.int8_supported():
             return "fbgemm-int8", fbgemm.Int8Weights(weight)
         return None
-    if weight.dtype in (torch.bfloat16, torch.float32):
+    if library == weight_formats.ONEDNN and weight.dtype in (torch.bfloat16, torch.float32):
         from vllm import _custom_ops as ops
 
         if getattr(ops, "_supports_onednn", False):
@@ -225,13 +220,19 @@ def choose(
     return None
 
 
-def int4_available() -> bool:
-    """Whether `int4` weights have a kernel here: omni-cpu's W4A8 GEMV, AVX-512 VNNI or AVX2.
+def kernel_available(weights: str) -> bool:
+    """Whether the weight format `weights` has a kernel here: omni-cpu's GEMV (AVX-512 VNNI
+    or AVX2), else its library kernel (FBGEMM's x86 engine for int8; oneDNN always).
 
-    Elsewhere (no AVX2, not x86, OMNI_CPU_GEMV=off) int4 is refused rather than
-    emulated: dequantized to int8 it would read int8's bytes with int4's error.
+    A format without one is refused rather than emulated: int4 dequantized to int8 would
+    read int8's bytes with int4's error.
     """
-    return gemv.kernel() is not None or gemv.avx2_kernel() is not None
+    if gemv.kernel() is not None or gemv.avx2_kernel() is not None:
+        return True
+    library = weight_formats.get(weights).library_kernel
+    if library == weight_formats.FBGEMM:
+        return fbgemm.int8_supported()
+    return library is not None
 
 
 class RoutedLinear(nn.Module):

@@ -4,50 +4,24 @@ Written against vllm-omni 0.30.0 (`models/common/qwen3_code_predictor.py`: the
 wrapper's layers, lm heads, codec embeddings, projection, `_setup_compile`'s lists and
 `_sample_codes_gumbel`) and torch 2.13 (the extension, kernels/csrc/predictor_step.cpp).
 
-Why: FusedRunner (omni_cpu.models.fused_predictor) runs a position through the 5
-layers as ~15 torch calls per layer (fused norms, RoPE, SiLU, the GEMV, the
-attention, slicing and copies), and predict_codes samples each of the 15 codes with
-~12 more (lm head, scale, top-k, mask, Gumbel noise, argmax, embedding, projection):
-~1,900 small calls a frame, each paying the dispatcher and Python. On a quantized
-code predictor the calls cost more than streaming the weights' bytes.
+Why a C++ step, what one call does, its rounding against FusedRunner
+(omni_cpu.models.fused_predictor) and its threads: kernels/csrc/predictor_step.cpp's
+header, the one place they are written. What it saves, per format and GEMV build:
+benchmarks/RESULTS.md, "the kernels at one and two threads, against the libraries"; the
+pipeline's talker step with it: RESULTS.md, "Speed (bench, talker core 0, code2wav core 1)".
 
-How: `StepRunner` builds one `PredictorStep` (a C++ class in the GEMV module) from the
-wrapper's own modules once, at install: the norms' weights, the RoPE table, and each
-linear's packed weights as omni-cpu's GEMV packed them (gemv.PackedBf16Weights,
-PackedInt8Weights, PackedInt4Weights; the same tensors, no copy). Its `run` is
-FusedRunner's `__call__` in one call; its `frame` runs a whole frame: the first two
-positions, then per code the lm head, per-call sampling (greedy, or temperature,
-top-k and Gumbel-max on the draws predict_codes would make), the code's embedding
-and projection, and the next position. The random numbers are drawn in Python in
-the stock order before the frame (`gumbel_noise`), so a seeded request gives the codes
-it gives on the Python loop. "stored" sampling (top-p; Qwen3-Omni) and anything else
-the frame does not cover run predict_codes' loop over `run`. Both GEMV modules carry
-the class: the AVX-512 one and the AVX2 one (`OMNI_CPU_GEMV=avx2`, or a CPU without
-avx512_bf16/VNNI), each on the weights it packed.
-
-Measured by benchmarks/stage_micro.py --only code-predictor-step (FusedRunner and the
-step alternating in one process, each weight format, both GEMV builds, one and two
-threads): benchmarks/RESULTS.md, "the kernels at one and two threads, against the
-libraries". The step saves about the same time a frame in every format, since what it
-removes is the calls, not the bytes.
-
-Trade-off: the same rounding points as FusedRunner (every tensor it stores in the
-model's dtype is rounded here where it is); float32 summation order inside a norm,
-SiLU's exp and the first call's attention (SDPA there, the decode kernel here) can
-differ by an ulp, so hidden states agree with FusedRunner to bf16 rounding, and a
-code can flip where two logits tie within it, as FusedRunner's can against the eager
-path (tests/models/test_predictor_step.py states the bounds). Sampling in C++ is
-exact: the frame's codes equal predict_codes' loop over the same `run`.
+This side: `StepRunner` builds one `PredictorStep` from the wrapper's own modules once, at
+install (the norms' weights, the RoPE table, each linear's packed weights as the GEMV packed
+them: the same tensors, no copy). Its `run` is FusedRunner's `__call__`; its `frame` runs a
+whole frame with per-call sampling on random numbers drawn here in the stock order
+(`gumbel_noise`), so a seeded request gives the codes the Python loop gives. "stored"
+sampling (top-p; Qwen3-Omni) and anything else the frame does not cover run predict_codes'
+loop over `run`; tests/models/test_predictor_step.py states the bounds of agreement.
 
 Only where every layer's four linears went to one GEMV module (bf16, int8 or int4
 weights): elsewhere (OMNI_CPU_GEMV=off, float32 weights on oneDNN, FBGEMM's int8, no
 AVX2) `build` returns None and the dispatcher (omni_cpu.models.predictor) installs
 FusedRunner, unchanged.
-
-What is left: nearly all of a frame is the GEMV's tiles streaming the packed weights
-(15 passes over the 5 layers, plus each lm head once); attention, norms, sampling and
-Python are a few per cent. The pipeline's talker step with and without it, per format:
-benchmarks/RESULTS.md, "Speed (bench, talker core 0, code2wav core 1)".
 """
 
 from __future__ import annotations

@@ -21,8 +21,7 @@ import os
 from dataclasses import dataclass
 
 from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
-from omni_cpu.hardware.facts import Facts
-from omni_cpu.hardware.preload import INTEL_OPENMP, TCMALLOC
+from omni_cpu.hardware.facts import INTEL_OPENMP, TCMALLOC, Facts
 from omni_cpu.plan.topology import NodeCores, PhysicalCore, nodes_with_cores
 from omni_cpu.profile.model import Profile, Replica, StagePlan
 
@@ -31,7 +30,12 @@ PRELOAD_FILES = {"intel-openmp": INTEL_OPENMP, "tcmalloc": TCMALLOC}
 
 
 def preload_names(paths: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """The names of the libraries at `paths` (the facts' preload libraries), in their order."""
+    """The names of the libraries at `paths` (the facts' preload libraries), in their order.
+
+    Why preload them (and how little is known of the gain): RESULTS.md, "Intel OpenMP and
+    tcmalloc preloaded". Intel OpenMP goes only with tcmalloc, never beside libgomp: with both
+    preloaded vLLM trips an assert, and vLLM preloads torch's libgomp itself when none is set.
+    """
     names = []
     for path in paths:
         base = os.path.basename(path)

@@ -145,24 +145,6 @@ def source_of(speed: SpeedInputs) -> str:
     return CALIBRATED if speed.calibration is not None else BUILT_IN
 
 
-def isa_class(architecture: str, isa: Iterable[str]) -> str:
-    """The ISA class the built-in constants are read for, in words."""
-    flags = set(isa)
-    if architecture in ("x86_64", "i686"):
-        for flag, name in (
-            ("amx_bf16", "AMX"),
-            ("avx512_bf16", "AVX-512 with bf16"),
-            ("avx512f", "AVX-512"),
-            ("avx2", "AVX2"),
-        ):
-            if flag in flags:
-                return name
-        return "x86 without AVX2"
-    if architecture == "aarch64":
-        return "Arm with bf16" if "bf16" in flags else "Arm"
-    return architecture
-
-
 def machine_capacity(
     replicas: Iterable[Replica], speed: SpeedInputs, isa: str, talker_cores: int = 1
 ) -> Capacity:
@@ -248,7 +230,7 @@ def profile_speed_inputs(
         weights=weights or replica.stage(0).choice(envs.WEIGHTS),
         calibration=None if calibration is None else Calibration.from_dict(calibration),
         code2wav_decode=code2wav_decode or replica.stage(1).choice(envs.CODE2WAV),
-        cpu_class=isa_class(profile.machine.architecture, profile.machine.isa),
+        cpu_class=costs.isa_class(profile.machine.architecture, profile.machine.isa),
     )
 
 
@@ -288,7 +270,7 @@ def prediction_dict(profile: Profile, replica_index: int, speed: SpeedInputs) ->
         "assumptions": list(
             assumptions(
                 speed,
-                isa_class(profile.machine.architecture, profile.machine.isa),
+                costs.isa_class(profile.machine.architecture, profile.machine.isa),
                 cores.talker_cores,
             )
         ),

@@ -11,7 +11,11 @@ calibrated.json (and RESULTS.md), and the constant here follows. `omni-cpu probe
 change the built-ins here, never per machine. How the planner uses them: docs/planning.md.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
+
+from omni_cpu.weight_formats import INT4, INT8, MODEL, X86
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -38,29 +42,45 @@ GEMV_GB_S_PER_CORE = 13.0
 NODE_READ_GB_S = 100.0
 
 
-@dataclass(frozen=True)
-class WeightFormat:
-    """A talker weight format (`--weights`): what a weight costs to stream, and the step's rest."""
-
-    # Bytes per linear-layer weight; None: the stage dtype's own (the checkpoint's weights).
-    bytes_per_weight: float | None
-    # ms of each talker step that is not weight streaming, at one stream, on the machine
-    # the reference small-op time below was measured on.
-    step_overhead_ms: float
+# Each weight format's bytes per weight and the step's rest at one stream on this reference
+# machine (the Intel Xeon's `bench` runs with one talker core) are its entry in
+# omni_cpu.weight_formats, beside its kernels: adding a format is one entry there. Other
+# CPU classes leave a different overhead (CPU_CLASS_SPEEDS below), which is why a
+# machine's plan is best calibrated.
 
 
-# Fitted to the Intel Xeon's `bench` runs with one talker core (calibrated.json
-# `talker_step_ms:<format>`): each format's one-stream step less its weights' bytes a
-# frame at GEMV_GB_S_PER_CORE. Other CPU classes leave a different overhead
-# (CPU_CLASS_SPEEDS below), which is why a machine's plan is best calibrated.
-# Adding a format is one row.
-WEIGHT_FORMATS = {
-    "model": WeightFormat(bytes_per_weight=None, step_overhead_ms=126.0),
-    "int8": WeightFormat(bytes_per_weight=1.0, step_overhead_ms=62.0),
-    # Groups of 32 weights with a bf16 scale and minimum: 0.5 + 4 / 32 = 0.625 bytes
-    # (omni_cpu.kernels.packing.INT4_GROUP).
-    "int4": WeightFormat(bytes_per_weight=0.625, step_overhead_ms=41.0),
-}
+class IsaClass(StrEnum):
+    """The ISA classes the built-in speeds are read for (`isa_class`), in words."""
+
+    AMX = "AMX"
+    AVX512_BF16 = "AVX-512 with bf16"
+    AVX512 = "AVX-512"
+    AVX2 = "AVX2"
+    X86_WITHOUT_AVX2 = "x86 without AVX2"
+    ARM_BF16 = "Arm with bf16"
+    ARM = "Arm"
+
+
+# x86's classes by the flag that marks each, best first.
+_X86_CLASSES = (
+    ("amx_bf16", IsaClass.AMX),
+    ("avx512_bf16", IsaClass.AVX512_BF16),
+    ("avx512f", IsaClass.AVX512),
+    ("avx2", IsaClass.AVX2),
+)
+
+
+def isa_class(architecture: str, isa: Iterable[str]) -> str:
+    """The ISA class (an IsaClass) of a CPU; an architecture with none: its own name."""
+    flags = set(isa)
+    if architecture in X86:
+        for flag, name in _X86_CLASSES:
+            if flag in flags:
+                return name.value
+        return IsaClass.X86_WITHOUT_AVX2.value
+    if architecture == "aarch64":
+        return (IsaClass.ARM_BF16 if "bf16" in flags else IsaClass.ARM).value
+    return architecture
 
 
 @dataclass(frozen=True)
@@ -68,7 +88,9 @@ class CpuClassSpeed:
     """Built-in talker speeds of an ISA class measured apart from the reference above."""
 
     gemv_gb_s_per_core: float  # what one core's GEMV streams the talker's weights at
-    step_overhead_ms: dict[str, float]  # the step's rest at one stream, per --weights
+    # The step's rest at one stream, per --weights; a format not listed: its reference
+    # overhead (omni_cpu.weight_formats).
+    step_overhead_ms: dict[str, float]
     measured_on: str  # the machine, in words a buyer can check
     # One prompt's prefill and hand-offs before its first step, ms (None: the reference's
     # TALKER_PREFILL_STEPS steps).
@@ -78,8 +100,8 @@ class CpuClassSpeed:
     code2wav_core_ms_per_frame: dict[str, float] | None = None
 
 
-# By ISA class (omni_cpu.plan.capacity.isa_class); a class not listed plans on the
-# reference numbers above (GEMV_GB_S_PER_CORE, WEIGHT_FORMATS), the Intel Xeon's, which
+# By ISA class (isa_class above); a class not listed plans on the reference numbers
+# (GEMV_GB_S_PER_CORE, each format's omni_cpu.weight_formats entry), the Intel Xeon's, which
 # for an unmeasured class are the cautious side. AVX-512 with bf16 and no AMX (AMD Zen 4
 # / Zen 5): the 2-core AMD EPYC Zen 4 KVM guest with the one-call code predictor step.
 # The measurements each number stands for are benchmarks/calibrated.json's `class_*`
@@ -90,9 +112,9 @@ class CpuClassSpeed:
 # stage's ms a frame at 10-frame chunks less CODE2WAV_STAGE_MS_PER_FRAME and a tenth of
 # CODE2WAV_CORE_MS_PER_CALL + CODEC_ENGINE_CALL_MS.
 CPU_CLASS_SPEEDS = {
-    "AVX-512 with bf16": CpuClassSpeed(
+    IsaClass.AVX512_BF16.value: CpuClassSpeed(
         gemv_gb_s_per_core=19.0,
-        step_overhead_ms={"model": 17.0, "int8": 30.0, "int4": 22.0},
+        step_overhead_ms={MODEL.name: 17.0, INT8.name: 30.0, INT4.name: 22.0},
         measured_on="the 2-core AMD EPYC Zen 4's",
         prefill_ms=221.0,
         code2wav_core_ms_per_frame={"bfloat16": 34.5},

@@ -10,10 +10,10 @@ from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan.bind import PRELOAD_FILES, Binding, preload_paths
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.policy import (
-    INT4_ISA,
     choose_dtype,
     node_memory_bytes,
     replica_fixed_memory_bytes,
+    unrunnable,
 )
 from omni_cpu.profile import choices
 from omni_cpu.profile.model import Profile, StagePlan
@@ -279,18 +279,12 @@ PRELOAD_INSTALL = {
 
 def _isa_problems(profile: Profile, facts: Facts) -> list[Problem]:
     """A talker weight format whose kernels need instructions this CPU lacks."""
-    weights = profile.choice(envs.WEIGHTS)
-    missing = [flag for flag in INT4_ISA if flag not in facts.isa]
-    if weights == "int4" and missing and facts.isa_source is not None:
-        return [
-            Problem(
-                "isa",
-                f"stages[0].additional_config.omni_cpu.weights int4 needs "
-                f"{' and '.join(flag.upper() for flag in INT4_ISA)} (omni-cpu's int4 GEMV); "
-                f"this CPU lacks {' '.join(missing)}: use int8",
-            )
-        ]
-    return []
+    reason = unrunnable(profile.choice(envs.WEIGHTS), facts)
+    if reason is None or facts.isa_source is None:
+        return []
+    problem, instead = reason
+    fix = f"use {instead}" if instead else "no weight format runs here"
+    return [Problem("isa", f"stages[0].additional_config.omni_cpu.weights {problem}: {fix}")]
 
 
 def _sizes_home(position: int) -> str:

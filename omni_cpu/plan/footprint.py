@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_cpu.errors import ModelError
-from omni_cpu.plan.costs import WEIGHT_FORMATS
+from omni_cpu.weight_formats import get as weight_format
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1}
 KNOWN_SIZES = ("0.6b", "1.7b", "tiny")
@@ -35,8 +35,8 @@ KIND_OF_MODEL_TYPE = {
 
 
 def linear_weight_bytes(dtype: str, weights: str = "model") -> float:
-    """Bytes of one talker linear-layer weight in a weight format (costs.WEIGHT_FORMATS)."""
-    packed = WEIGHT_FORMATS[weights].bytes_per_weight
+    """Bytes of one talker linear-layer weight in a weight format (omni_cpu.weight_formats)."""
+    packed = weight_format(weights).bytes_per_weight
     return DTYPE_BYTES[dtype] if packed is None else packed
 
 

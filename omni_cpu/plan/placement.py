@@ -18,21 +18,12 @@ import dataclasses
 import math
 
 from omni_cpu import envs
-from omni_cpu.errors import OmniCpuError
+from omni_cpu.errors import MachineTooSmallError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import ModelFootprint, footprint_for_model
 from omni_cpu.plan.topology import NodeCores, home_distance, merge_homes, nodes_with_cores
-
-
-class PlanError(OmniCpuError):
-    """The machine cannot hold the pipeline as asked (too little memory or CPUs)."""
-
-
-class MachineTooSmallError(PlanError):
-    """Not even one replica fits the machine's memory: `probe` exits with its own code."""
-
-    exit_code = 5
+from omni_cpu.weight_formats import INT8, MODEL
 
 
 def replica_fixed_memory_bytes(
@@ -318,12 +309,13 @@ def _smaller_choices(
     facts: Facts, footprint: ModelFootprint, weights: str
 ) -> list[tuple[str, ModelFootprint, str]]:
     """(flags, footprint, weights) of each smaller way to run: int8 weights, the 0.6B model."""
-    # int4 is already smaller than int8: suggest int8 only over the checkpoint's dtype.
-    int8 = weights == "model" and facts.architecture in ("x86_64", "i686")
-    choices = [("--weights int8", footprint, "int8")] if int8 else []
+    # int4 is already smaller than int8, and moves the audio more: suggest int8 only over
+    # the checkpoint's dtype, and only where its kernels run.
+    int8 = weights == MODEL.name and INT8.runs_on(facts.architecture, facts.isa)
+    choices = [(f"--weights {INT8.name}", footprint, INT8.name)] if int8 else []
     smaller = footprint_for_model("0.6b")
     if footprint.talker_params > smaller.talker_params:
         choices.append(("--model 0.6b", smaller, weights))
         if int8:
-            choices.append(("--model 0.6b --weights int8", smaller, "int8"))
+            choices.append((f"--model 0.6b --weights {INT8.name}", smaller, INT8.name))
     return choices

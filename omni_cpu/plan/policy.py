@@ -11,19 +11,18 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from omni_cpu import __version__, envs
+from omni_cpu import __version__, envs, weight_formats
 from omni_cpu.cpulist import format_cpu_list
+from omni_cpu.errors import MachineTooSmallError, PlanError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
 from omni_cpu.plan.bind import preload_names
-from omni_cpu.plan.capacity import isa_class, machine_capacity, replica_capacity, stage_cores
+from omni_cpu.plan.capacity import machine_capacity, replica_capacity, stage_cores
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.kernel_choice import describe as describe_kernels
 from omni_cpu.plan.kernel_choice import kernel_choices
 from omni_cpu.plan.listening import choose_schedule, describe_schedule
 from omni_cpu.plan.placement import (
-    MachineTooSmallError,
-    PlanError,
     memory_budget,
     node_memory_bytes,
     per_seq_kv_bytes,
@@ -45,11 +44,9 @@ from omni_cpu.plan.support import facts_refusal
 from omni_cpu.plan.topology import NodeCores, PhysicalCore
 from omni_cpu.profile import choices
 from omni_cpu.profile.deploy import default_stage_settings
-from omni_cpu.profile.model import MachineStamp, Profile, Replica, StagePlan, Streaming
+from omni_cpu.profile.model import DTYPES, MachineStamp, Profile, Replica, StagePlan, Streaming
 
 BF16_ISA = {"x86_64": ("avx512_bf16", "amx_bf16"), "aarch64": ("bf16",)}
-# `--weights int4` runs only on omni-cpu's GEMV: AVX-512 or its AVX2 build (AVX2 + FMA).
-INT4_ISA = ("avx2", "fma")
 
 
 @dataclass(frozen=True)
@@ -70,7 +67,7 @@ class PlanOptions:
     # Size for the memory free right now (`--deploy-profile auto` starting engines on a
     # busy machine) rather than for the machine's capacity (a checked-in profile).
     fit_available_memory: bool = False
-    # The talker's weight format (omni_cpu.models.int8): "model", "int8" or "int4".
+    # The talker's weight format (`--weights`, one of omni_cpu.weight_formats).
     weights: str = "model"
 
 
@@ -347,22 +344,44 @@ def _checked_options(options: PlanOptions, facts: Facts) -> PlanOptions:
     if options.stages not in (None, 1, 2):
         raise PlanError(f"--stages must be 1 or 2, not {options.stages}")
     for flag, value in (("--dtype", options.dtype), ("--code2wav-dtype", options.code2wav_dtype)):
-        if value is not None and value not in ("bfloat16", "float32"):
-            raise PlanError(f"{flag} must be bfloat16 or float32, not {value}")
+        if value is not None and value not in DTYPES:
+            raise PlanError(f"{flag} must be {' or '.join(DTYPES)}, not {value}")
     if options.chunk_frames is not None and options.chunk_frames < 1:
         raise PlanError(f"a codec chunk must be at least 1 frame, not {options.chunk_frames}")
     options = dataclasses.replace(options, weights=envs.WEIGHTS.read(options.weights, "--weights"))
-    if options.weights == "int4" and not all(flag in facts.isa for flag in INT4_ISA):
-        raise PlanError(
-            "--weights int4 needs AVX2 and FMA (omni-cpu's int4 GEMV); this CPU lacks them",
-            "use --weights int8",
-        )
+    _refuse_unrunnable(options.weights, facts)
     if not facts.usable_cpus():
         raise PlanError(
             "no usable CPU: the online CPUs, the cgroup cpuset and the affinity mask do not meet",
             "check the container's cpuset",
         )
     return options
+
+
+def unrunnable(weights: str, facts: Facts) -> tuple[str, str] | None:
+    """Why this CPU has none of the kernels of the weight format `weights`, and the smallest
+    format that does run here; None where it has them."""
+    chosen = weight_formats.get(weights)
+    if chosen.runs_on(facts.architecture, facts.isa):
+        return None
+    here = sorted(
+        map(weight_formats.get, weight_formats.runnable(facts.architecture, facts.isa)),
+        key=lambda f: f.bytes_per_weight or float("inf"),
+    )
+    return (
+        f"{weights} needs {chosen.needs()} ({chosen.kernels}); "
+        f"this {facts.architecture} CPU lacks them",
+        here[0].name if here else "",
+    )
+
+
+def _refuse_unrunnable(weights: str, facts: Facts) -> None:
+    """The PlanError a weight format is where this CPU has none of its kernels."""
+    reason = unrunnable(weights, facts)
+    if reason is not None:
+        problem, instead = reason
+        fix = f"use --weights {instead}" if instead else "use another machine"
+        raise PlanError(f"--weights {problem}", fix)
 
 
 def _profile_env(facts: Facts) -> dict[str, str]:
@@ -419,7 +438,7 @@ def plan_profile(
         code2wav_dtype=options.code2wav_dtype or options.dtype or choose_dtype(facts),
         weights=options.weights,
         calibration=options.calibration,
-        cpu_class=isa_class(facts.architecture, facts.isa),
+        cpu_class=costs.isa_class(facts.architecture, facts.isa),
     )
     for index, node in enumerate(nodes):
         replica, chunk = _replica(index, node, facts, footprint, options, speed, len(nodes), notes)
@@ -443,7 +462,7 @@ def plan_profile(
     capacity = machine_capacity(
         replicas,
         speed,
-        isa_class(facts.architecture, facts.isa),
+        costs.isa_class(facts.architecture, facts.isa),
         stage_cores(replicas[0]).talker_cores,
     )
     env = _profile_env(facts)

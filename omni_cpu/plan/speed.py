@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from omni_cpu import weight_formats
 from omni_cpu.plan import costs
 from omni_cpu.plan.costs import CpuClassSpeed
 from omni_cpu.plan.footprint import ModelFootprint
@@ -32,7 +33,7 @@ class SpeedInputs:
     weights: str = "model"
     calibration: Calibration | None = None
     code2wav_decode: str = "stream"  # OMNI_CPU_CODE2WAV: stream or recompute
-    # The ISA class (omni_cpu.plan.capacity.isa_class) whose built-in speeds apply
+    # The ISA class (costs.isa_class) whose built-in speeds apply
     # (costs.CPU_CLASS_SPEEDS); "" or an unlisted class: the reference constants.
     cpu_class: str = ""
     # The share of its local bandwidth the talker's memory gives it: below 1 where the
@@ -47,7 +48,7 @@ class SpeedInputs:
     @property
     def weight_format(self) -> str:
         """The talker's weights as a user names them: int8, or the stage dtype."""
-        return self.talker_dtype if self.weights == "model" else self.weights
+        return self.weights if weight_formats.get(self.weights).quantized else self.talker_dtype
 
 
 @dataclass(frozen=True)
@@ -89,11 +90,9 @@ def talker_bandwidth_gb_s(cores: int, inputs: SpeedInputs) -> float:
 def talker_overhead_ms(inputs: SpeedInputs, cores: int = 1) -> float:
     """The step's time that is not weight streaming, at one stream, on `cores` cores."""
     own = inputs.class_speed
-    overhead = (
-        own.step_overhead_ms[inputs.weights]
-        if own
-        else costs.WEIGHT_FORMATS[inputs.weights].step_overhead_ms
-    )
+    overhead = weight_formats.get(inputs.weights).step_overhead_ms
+    if own is not None:
+        overhead = own.step_overhead_ms.get(inputs.weights, overhead)
     measured = inputs.calibration.small_op_us if inputs.calibration else 0.0
     if measured:
         overhead *= measured / costs.REFERENCE_SMALL_OP_US

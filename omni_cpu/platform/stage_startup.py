@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from omni_cpu import envs
+from omni_cpu import envs, weight_formats
 
 # What each stage-side phase is (seconds unless it says otherwise).
 STAGE_PHASES = {
@@ -31,7 +31,7 @@ STAGE_PHASES = {
     "pack_s": "quantizing and packing the linears' weights for the GEMV, or mapping them "
     "from the packed-weight cache (near 0 on a hit)",
     "cache_write_s": "writing the packed-weight cache entry (a miss only)",
-    "weights": "the talker's weight format (model, int8, int4)",
+    "weights": f"the talker's weight format ({', '.join(weight_formats.NAMES)})",
     "weight_cache": "the packed-weight cache: hit, miss, partial, corrupt (an entry was "
     "ignored and rewritten), off, none (no layer on the GEMV)",
     "packed_layers": "linear layers packed in this start",

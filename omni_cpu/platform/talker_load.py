@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
-from omni_cpu import envs
-from omni_cpu.kernels import fbgemm, gemv, weight_cache
+from omni_cpu import envs, weight_formats
+from omni_cpu.kernels import gemv, weight_cache
 from omni_cpu.models import int8, linears, norms, talker_reference
 from omni_cpu.models.predictor import install_forward
 from omni_cpu.platform import lean_load
@@ -91,15 +91,12 @@ def float32_reference_encoder(
 
 def refuse_unavailable(weights: str) -> None:
     """Raise before loading when `weights` has no kernel on this CPU and torch build."""
-    if weights == "int8" and gemv.kernel() is None and not fbgemm.int8_supported():
+    if not linears.kernel_available(weights):
+        chosen = weight_formats.get(weights)
         raise RuntimeError(
-            f"{envs.WEIGHTS.name}=int8 needs AVX-512 VNNI or PyTorch's x86 (FBGEMM) "
-            "quantized engine, and this CPU or torch build has neither; unset it"
-        )
-    if weights == "int4" and not linears.int4_available():
-        raise RuntimeError(
-            f"{envs.WEIGHTS.name}=int4 needs omni-cpu's GEMV (AVX-512 VNNI or AVX2): this CPU "
-            f"lacks both, the build failed, or {envs.GEMV.name}=off; use int8"
+            f"{envs.WEIGHTS.name}={weights} needs {chosen.kernels} ({chosen.needs()}): this "
+            f"CPU or torch build has none, the GEMV's build failed, or {envs.GEMV.name}=off; "
+            "unset it"
         )
 
 
@@ -219,7 +216,7 @@ def load_talker(
     code_predictor = getattr(loaded, "code_predictor", None)
     if code_predictor is not None:
         mode = choices.value(envs.CODE_PREDICTOR)
-        if weights in ("int8", "int4") or mode == "fused":
+        if weight_formats.get(weights).quantized or mode == "fused":
             report.predictor_kernels = linears.route_linears(
                 code_predictor, weights, report.packing, "code_predictor"
             )

@@ -108,7 +108,7 @@ def test_choose_picks_int4_for_large_layers_only() -> None:
     assert relative(product(x), x @ w.t()) < INT4_BOUND
     assert linears.choose(weight(64, 64), "int4") is None  # below MIN_QUANTIZED_DIM
     assert linears.choose(weight(384, 200), "int4") is None  # K not a multiple of 32
-    assert linears.int4_available()
+    assert linears.kernel_available("int4")
 
 
 @pytest.mark.skipif(not gemv.avx2_cpu_supports(), reason="this CPU lacks AVX2")
@@ -118,7 +118,7 @@ def test_the_avx2_int4_gemv_matches_the_dequantized_product(
     shape: tuple[int, int], rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(envs.GEMV.name, "avx2")  # as on an AVX2-only CPU
-    assert linears.int4_available()
+    assert linears.kernel_available("int4")
     w, bias = weight(*shape), torch.randn(shape[0]) * 0.1
     kernel, product = linears.choose(w, "int4")
     assert kernel == "gemv-avx2-w4a8"
@@ -131,5 +131,5 @@ def test_the_avx2_int4_gemv_matches_the_dequantized_product(
 
 def test_int4_is_refused_where_its_kernel_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(envs.GEMV.name, "off")  # as on a CPU without AVX2
-    assert not linears.int4_available()
+    assert not linears.kernel_available("int4")
     assert linears.choose(weight(384, 256), "int4") is None

@@ -7,13 +7,13 @@ import signal
 
 import pytest
 
-from omni_cpu.launch.pipeline import _Interrupts
+from omni_cpu.launch.interrupts import Interrupts
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_swallowed_interrupt_is_raised_again_at_the_next_check(signum: int) -> None:
     before = signal.getsignal(signum)
-    interrupts = _Interrupts()
+    interrupts = Interrupts()
     interrupts.install()
     try:
         interrupts.check()  # nothing yet
@@ -30,7 +30,7 @@ def test_a_swallowed_interrupt_is_raised_again_at_the_next_check(signum: int) ->
 
 
 def test_a_stage_error_names_the_dead_process_and_hints_memory_only_for_memory() -> None:
-    from omni_cpu.launch.pipeline import stage_error
+    from omni_cpu.launch.stage_errors import stage_error
     from omni_cpu.process.stage_processes import StageProcess
     from omni_cpu.process.watch import StageWatch
 
@@ -48,25 +48,25 @@ def test_a_thread_failing_while_the_stages_stop_prints_nothing(
 ) -> None:
     import threading
 
-    from omni_cpu.launch import pipeline
+    from omni_cpu.launch import interrupts
 
     def fail() -> None:
         raise RuntimeError("Stage-0 is dead")  # what vLLM-Omni's orchestrator thread raises
 
     shown: list[str] = []  # what the previous hook (Python's: a traceback) was given
     previous = threading.excepthook
-    threading.excepthook = pipeline._quiet_thread_errors(lambda a: shown.append(str(a.exc_value)))
+    threading.excepthook = interrupts.quiet_thread_errors(lambda a: shown.append(str(a.exc_value)))
     try:
-        pipeline.STOPPING.set()  # an interrupt arrived: the stages are being stopped
+        interrupts.STOPPING.set()  # an interrupt arrived: the stages are being stopped
         thread = threading.Thread(target=fail, name="orchestrator")
         thread.start()
         thread.join(5)
         assert shown == [] and capfd.readouterr().err == ""
-        pipeline.STOPPING.clear()  # not stopping: a thread's failure is still shown
+        interrupts.STOPPING.clear()  # not stopping: a thread's failure is still shown
         thread = threading.Thread(target=fail, name="orchestrator")
         thread.start()
         thread.join(5)
         assert shown == ["Stage-0 is dead"]
     finally:
         threading.excepthook = previous
-        pipeline.STOPPING.clear()
+        interrupts.STOPPING.clear()

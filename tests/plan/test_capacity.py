@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from omni_cpu import weight_formats
 from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.hardware.probe import read_facts
 from omni_cpu.plan import (
     MachineTooSmallError,
+    PlanError,
     PlanOptions,
     costs,
     footprint_for_model,
@@ -171,8 +173,11 @@ def test_every_dump_states_capacity_and_int8_is_never_slower(dump, dump_root):
         facts = with_memory(facts, 64 * 2**30)
         model = plan_profile(facts, FOOTPRINT)
     assert model.capacity is not None and model.capacity.source == "built-in"
-    if facts.architecture not in ("x86_64", "i686"):
-        return  # int8 is an x86 weight format here
+    if not weight_formats.INT8.runs_on(facts.architecture, facts.isa):
+        # No int8 kernel here (not x86, or no AVX2): the plan refuses it.
+        with pytest.raises(PlanError, match="--weights int8 needs"):
+            plan_profile(facts, FOOTPRINT, PlanOptions(weights="int8"))
+        return
     int8 = plan_profile(facts, FOOTPRINT, PlanOptions(weights="int8"))
     assert int8.capacity.realtime_streams >= model.capacity.realtime_streams
     for plain, packed in zip(model.replicas, int8.replicas, strict=True):
@@ -183,8 +188,11 @@ def test_every_dump_states_capacity_and_int8_is_never_slower(dump, dump_root):
 
 def test_a_dump_given_more_of_its_cpus_never_predicts_fewer_streams(dump, dump_root):
     facts = read_facts(dump_root)
+    # int8 where its kernels run (the faster plan, so more streams to lose), else the dtype's.
+    runs = weight_formats.INT8.runs_on(facts.architecture, facts.isa)
+    options = PlanOptions(weights="int8" if runs else "model")
     try:
-        plan_profile(facts, FOOTPRINT, PlanOptions(weights="int8"))
+        plan_profile(facts, FOOTPRINT, options)
     except MachineTooSmallError:  # streams depend on the CPUs given here, not its memory
         facts = with_memory(facts, 64 * 2**30)
     usable = facts.usable_cpus()
@@ -192,8 +200,6 @@ def test_a_dump_given_more_of_its_cpus_never_predicts_fewer_streams(dump, dump_r
     streams = []
     for count in counts:
         limits = dataclasses.replace(facts.limits, affinity_cpus=format_cpu_list(usable[:count]))
-        profile = plan_profile(
-            dataclasses.replace(facts, limits=limits), FOOTPRINT, PlanOptions(weights="int8")
-        )
+        profile = plan_profile(dataclasses.replace(facts, limits=limits), FOOTPRINT, options)
         streams.append(profile.capacity.realtime_streams)
     assert streams == sorted(streams), dict(zip(counts, streams, strict=True))

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from omni_cpu import weight_formats
 from omni_cpu.plan import capacity, costs, speed
 from omni_cpu.plan.capacity import StageCores
 from omni_cpu.plan.footprint import footprint_for_model
@@ -114,7 +115,14 @@ def test_each_measurement_names_its_results_entry(measurement: dict[str, Any]) -
     assert entry is not None, f"RESULTS.md has no entry '## {measurement['entry']}'"
     if "section" in measurement:
         assert f"\n### {measurement['section']}\n" in entry
-    assert all(hasattr(costs, name) for name in measurement["constants"])
+    assert all(constant_exists(name) for name in measurement["constants"])
+
+
+def constant_exists(name: str) -> bool:
+    """A constant of costs (`GEMV_GB_S_PER_CORE`), or of the weight-format registry
+    (`weight_formats.FORMATS`: each format's reference step overhead)."""
+    module, _, attribute = name.rpartition(".")
+    return hasattr({"": costs, "weight_formats": weight_formats}[module], attribute)
 
 
 def test_every_constant_the_cost_model_reads_stands_for_a_measurement_or_says_why_not() -> None:
@@ -146,5 +154,6 @@ def test_a_constant_that_drifts_past_the_margin_is_caught(monkeypatch: pytest.Mo
     step = next(m for m in CALIBRATED["measurements"] if m["model"] == "talker_step_ms:int8")
     assert abs(disagreement(step)) <= CALIBRATED["margin"]
     # The constant as it was before the Xeon's runs of 2026-12-01 22:05-22:11.
-    monkeypatch.setitem(costs.WEIGHT_FORMATS, "int8", costs.WeightFormat(1.0, 13.0))
+    slow = dataclasses.replace(weight_formats.INT8, step_overhead_ms=13.0)
+    monkeypatch.setitem(weight_formats.FORMATS, weight_formats.INT8.name, slow)
     assert disagreement(step) < -CALIBRATED["margin"]

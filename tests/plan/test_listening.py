@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from omni_cpu.plan import costs, footprint_for_model
+from omni_cpu import weight_formats
+from omni_cpu.plan import footprint_for_model
 from omni_cpu.plan.listening import (
     SAFE_START_MARGIN_MS,
     Schedule,
@@ -25,7 +26,7 @@ SPLIT = StageCores(1, 2)
 def speed(step_ms: float, code2wav_ms_per_frame: float = 10.0, per_call_ms: float = 5.0):
     """A machine whose one-stream talker step is about `step_ms` (int4, one core)."""
     streamed = FOOTPRINT.streamed_bytes_per_frame("bfloat16", "int4")
-    overhead = costs.WEIGHT_FORMATS["int4"].step_overhead_ms
+    overhead = weight_formats.INT4.step_overhead_ms
     bandwidth = streamed / 1e6 / (step_ms - overhead)
     calibration = Calibration(
         bandwidth_gb_s={1: bandwidth},

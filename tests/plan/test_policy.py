@@ -56,10 +56,21 @@ def test_int4_weights_need_the_gemv_isa():
     avx2 = machine({0: [0, 1]}, isa=("avx2", "fma"))
     profile = plan_profile(avx2, FOOTPRINT, PlanOptions(weights="int4"))
     assert profile.choice(envs.WEIGHTS) == "int4"
-    old = machine({0: [0, 1]}, isa=("sse4_2", "avx"))
-    with pytest.raises(PlanError, match="int4 needs AVX2 and FMA") as raised:
-        plan_profile(old, FOOTPRINT, PlanOptions(weights="int4"))
-    assert "--weights int8" in str(raised.value.fix)
+    no_fma = machine({0: [0, 1]}, isa=("avx2",))
+    with pytest.raises(PlanError, match="int4 needs AVX2 and FMA on x86") as raised:
+        plan_profile(no_fma, FOOTPRINT, PlanOptions(weights="int4"))
+    assert "--weights int8" in str(raised.value.fix)  # the smallest format that runs there
+
+
+def test_int8_and_int4_are_refused_on_arm_naming_the_format_that_runs():
+    # Neither has an Arm kernel: the W8A8/W4A8 GEMV are x86 builds, FBGEMM is x86's engine.
+    arm = machine({0: [0, 1]}, isa=("bf16", "asimd"), architecture="aarch64")
+    assert plan_profile(arm, FOOTPRINT).choice(envs.WEIGHTS) == "model"
+    for weights in ("int8", "int4"):
+        with pytest.raises(PlanError, match=f"--weights {weights} needs .* on x86") as raised:
+            plan_profile(arm, FOOTPRINT, PlanOptions(weights=weights))
+        assert raised.value.fix == "use --weights model"
+        assert raised.value.exit_code == 2
 
 
 def test_smt_siblings_are_left_out_of_thread_binding():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from omni_cpu import envs
-from omni_cpu.launch.pipeline import STARTUP_PHASES, startup_dict
+from omni_cpu.launch.results import STARTUP_PHASES, startup_dict
 from omni_cpu.platform import stage_startup
 
 TALKER = {"load_model_s": 1.5, "pack_s": 0.01, "weight_cache": "hit", "weights": "int8"}

@@ -74,9 +74,9 @@ def test_a_stall_time_of_zero_never_reports(spinning: int):
 
 
 def test_runs_alarm_interrupts_the_generating_main_thread_on_a_stall(spinning: int):
-    from omni_cpu.launch.pipeline import _StallAlarm
+    from omni_cpu.launch.interrupts import StallAlarm
 
-    alarm = _StallAlarm(StageWatch(os.getpid(), {}, stall_s=0.6))
+    alarm = StallAlarm(StageWatch(os.getpid(), {}, stall_s=0.6))
     alarm.watch.seen = {spinning: StageProcess(spinning, "engine core", 0, "talker")}
     alarm.working(True)  # this (main) thread is generating
     os.kill(spinning, signal.SIGSTOP)

@@ -5,10 +5,9 @@
 // g = h / (H / G) (grouped-query attention). K and V are one layer of omni-cpu's
 // FrameCache, [B, G, S, D] contiguous with S >= end; q is [B, H * D].
 //
-// Why: torch's SDPA costs ~70 us per call here whatever the size (dispatch, a
-// flash-attention tiling meant for long sequences); this call is ~16 heads x 17
-// keys x 128, microseconds of arithmetic, and the predictor calls it 70 times a
-// frame. Scores and the weighted sum are accumulated in float32 (SDPA's CPU path
+// Why: torch's SDPA pays a fixed cost per call whatever the size (dispatch, a
+// flash-attention tiling meant for long sequences), many times this call's arithmetic
+// (~16 heads x 17 keys x 128), and the predictor calls it 70 times a frame. Scores and the weighted sum are accumulated in float32 (SDPA's CPU path
 // accumulates bf16 inputs in float32 too), and the result is rounded once.
 // Built into every GEMV module, on vec.h's vectors: 16 float32 lanes with the AVX-512 flags,
 // 8 with the AVX2 ones.

@@ -34,8 +34,9 @@ void bind_predictor_step(pybind11::module& m);
 // or xq (int8) is read in whole tiles of 16 rows (M itself without AMX).
 int64_t product_rows(int64_t M);
 
-// W4A8 (gemv_avx512_int4.cpp, gemv_avx2_int4.cpp): x per row to signed 8 bits, each row's
-// scale and each group's code sum; the product on the packed nibbles.
+// W4A8: x per row to signed 8 bits, each row's scale and each group's code sum (gemv_w4a8.cpp,
+// on vec.h's vectors: one definition for every module); the product on the packed nibbles
+// (gemv_avx512_int4.cpp, gemv_avx2_int4.cpp).
 template <typename In>
 void quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales, int32_t* sums);
 template <typename Out>
@@ -43,10 +44,8 @@ void w4a8_product(const int8_t* xq, const float* xscale, const int32_t* xsum, co
                   const c10::BFloat16* scales, int64_t M, int64_t K, int64_t N,
                   const float* bias, Out* out);
 
-// Both int4 files instantiate these for float32 and bf16 activations and outputs.
+// Both int4 files instantiate the product for float32 and bf16 outputs.
 #define OMNI_CPU_W4A8_INSTANCES(T)                                                           \
-  template void omni_cpu::quantize_s8<T>(const T*, int64_t, int64_t, int8_t*, float*,         \
-                                         int32_t*);                                           \
   template void omni_cpu::w4a8_product<T>(const int8_t*, const float*, const int32_t*,        \
                                           const uint8_t*, const c10::BFloat16*, int64_t,      \
                                           int64_t, int64_t, const float*, T*);

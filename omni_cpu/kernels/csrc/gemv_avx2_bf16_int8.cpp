@@ -25,9 +25,9 @@
 // Register tile (16 ymm registers): one row x the whole block (8 vectors), the block's
 // weights from memory for the first row and from L2 for the others. Tiles of 2 rows x
 // half or a quarter of a block share each load between rows but walk the block in
-// strides; measured (one thread, 48 matrices of the 0.6B, same process, alternating) they
-// were slower at M = 2 and 4 (bf16 M = 4: 76 against 61 ms; int8 34 against 27), so one row
-// a tile here (gemv_avx2_int4.cpp keeps them where int4 gains).
+// strides; they were slower at M = 2 and 4 in bf16 and int8 (benchmarks/RESULTS.md, "The
+// kernels, one thread", under "int4 weights and the AVX2 GEMV"), so one row a tile here
+// (gemv_avx2_int4.cpp keeps them where int4 gains).
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>

@@ -8,9 +8,9 @@
 // (kernels/build.py's third module), 2 vpdpbusd sum into 32 bits directly: the same integers.
 //
 // Tiles: one row x the whole block (8 vectors) below kPairRows rows; from it 2 rows x 16
-// columns, which share each load's unpacking between the rows: measured (one thread, 48
-// matrices of the 0.6B, same process, alternating) slower at M = 2 and 4 (26 against 24 ms)
-// but faster at M = 32 (95 against 134 ms).
+// columns, which share each load's unpacking between the rows: slower at M = 2 and 4, faster
+// at M = 32 (benchmarks/RESULTS.md, "The kernels, one thread", under "int4 weights and the
+// AVX2 GEMV").
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -32,14 +32,14 @@ using omni_cpu::vec::Store;
 
 constexpr int64_t kLanes = 8;                      // float32/int32 outputs per ymm vector
 constexpr int64_t kPairRows = 5;                   // from this M on, tiles of 2 rows x 16 columns
-constexpr int64_t kGroup4 = omni_cpu::kInt4Group;  // K elements per (scale, minimum)
+using omni_cpu::kInt4Group;                         // K elements per (scale, minimum)
 
 // A group's 32-bit sums of u * xq into the tile's float32 sums: acc += dot * scale + xsum *
 // minimum, with the group's (scale, minimum) bf16 pairs of the tile's columns at `pairs`.
 template <int M, int V>
 inline void w4a8_group(__m256 (&acc)[M][V], const __m256i (&dot)[M][V], const Int4Rows& rows,
                        const uint16_t* pairs, int64_t g, int64_t m0) {
-  const int64_t groups = rows.K / kGroup4;
+  const int64_t groups = rows.K / kInt4Group;
   for (int v = 0; v < V; ++v) {
     const __m256i both = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pairs + v * 16));
     const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(both, 16));
@@ -68,7 +68,7 @@ inline void w4a8_store(const __m256 (&acc)[M][V], const Int4Rows& rows, int64_t 
 template <int M, int V, typename Out>
 void w4a8_tile(const Int4Rows& rows, const uint8_t* block, const uint16_t* scales, int64_t nb,
                int64_t c, int64_t n0, int64_t m0, const Store<Out>& store) {
-  const int64_t K = rows.K, Q = K / 4, groups = K / kGroup4;
+  const int64_t K = rows.K, Q = K / 4, groups = K / kInt4Group;
   const auto* quads = reinterpret_cast<const int32_t*>(rows.xq);
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   __m256 acc[M][V];
@@ -79,8 +79,8 @@ void w4a8_tile(const Int4Rows& rows, const uint8_t* block, const uint16_t* scale
     for (int m = 0; m < M; ++m)
       for (int v = 0; v < V; ++v) dot[m][v] = _mm256_setzero_si256();
 #pragma GCC unroll 4
-    for (int64_t s = 0; s < kGroup4 / 8; ++s) {
-      const int64_t p = g * (kGroup4 / 8) + s;
+    for (int64_t s = 0; s < kInt4Group / 8; ++s) {
+      const int64_t p = g * (kInt4Group / 8) + s;
       const uint8_t* step = block + (p * nb + c) * 4;
       __m256i low_x[M], high_x[M];
       for (int m = 0; m < M; ++m) {
@@ -121,7 +121,7 @@ void w4a8_all(const Int4Rows& rows, int64_t M, const uint8_t* w, const uint16_t*
   const int64_t K = rows.K;
   omni_cpu::for_each_block(N, [&](int64_t n0, int64_t nb) {
     const uint8_t* block = w + n0 * K / 2;
-    const uint16_t* block_scales = scales + n0 * (K / kGroup4) * 2;
+    const uint16_t* block_scales = scales + n0 * (K / kInt4Group) * 2;
     if (M < kPairRows) {
       for (int64_t m0 = 0; m0 < M; ++m0) {
         switch (nb / kLanes) {
@@ -146,28 +146,8 @@ void w4a8_all(const Int4Rows& rows, int64_t M, const uint8_t* w, const uint16_t*
 
 }  // namespace
 
-// The module's W4A8 (gemv.h): gemv_w4a8.cpp's tensor call and predictor_step.cpp chain them.
-// x per row to signed 8 bits, and each group's sum of the codes.
-template <typename In>
-void omni_cpu::quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales,
-                           int32_t* sums) {
-  const int64_t groups = K / kGroup4;
-  for (int64_t m = 0; m < M; ++m) {
-    const In* row = x + m * K;
-    const float scale = row_scale(row, K), inv = 1.f / scale;
-    for (int64_t g = 0; g < groups; ++g) {
-      int32_t sum = 0;
-      for (int64_t k = g * kGroup4; k < (g + 1) * kGroup4; ++k) {
-        const auto code = static_cast<int8_t>(std::nearbyint(static_cast<float>(row[k]) * inv));
-        q[m * K + k] = code;
-        sum += code;
-      }
-      sums[m * groups + g] = sum;
-    }
-    scales[m] = scale;
-  }
-}
-
+// The module's W4A8 product (gemv.h): gemv_w4a8.cpp's tensor call and predictor_step.cpp chain
+// it after quantize_s8 (gemv_w4a8.cpp, the same in every module).
 template <typename Out>
 void omni_cpu::w4a8_product(const int8_t* xq, const float* xscale, const int32_t* xsum,
                             const uint8_t* w, const c10::BFloat16* scales, int64_t M, int64_t K,

@@ -2,7 +2,7 @@
 // half its weight bytes.
 //
 // y[M, N] = x[M, K] @ W[N, K]^T with W group-wise asymmetric 4-bit along K: each run of
-// kGroup = 32 K elements of an output row has a bf16 scale s and a bf16 minimum lo, and
+// kInt4Group = 32 K elements of an output row has a bf16 scale s and a bf16 minimum lo, and
 // w = s * u + lo with u in 0..15 (omni_cpu/kernels/packing.py quantizes and packs; 32
 // is the largest group that keeps random layers under 8 % error, see PackedInt4Weights).
 //
@@ -42,14 +42,14 @@ using Rows = omni_cpu::Int4Rows;
 
 constexpr int64_t kLanes = 16;                    // int32/float32 outputs per vector
 constexpr int kTileRows = 3;                      // 3 x 4 x 2 accumulators
-constexpr int64_t kGroup = omni_cpu::kInt4Group;  // K elements per (scale, minimum)
+using omni_cpu::kInt4Group;                      // K elements per (scale, minimum)
 constexpr int64_t kStep = 8;                      // K elements per 64-byte load of 16 columns
-constexpr int64_t kStepsPerGroup = kGroup / kStep;
+constexpr int64_t kStepsPerGroup = kInt4Group / kStep;
 
 template <int M, int NB, typename Out>
 void w4a8_tile(const Rows& rows, int64_t m0, const uint8_t* block, const uint16_t* scales,
                int64_t n0, const Store<Out>& store) {
-  const int64_t K = rows.K, Q = K / 4, groups = K / kGroup;
+  const int64_t K = rows.K, Q = K / 4, groups = K / kInt4Group;
   const auto* quads = reinterpret_cast<const int32_t*>(rows.xq + m0 * K);
   const int32_t* xsum = rows.xsum + m0 * groups;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
@@ -120,7 +120,7 @@ void w4a8_all(const Rows& rows, int64_t M, const uint8_t* w, const uint16_t* sca
   omni_cpu::for_each_block(N, [&](int64_t n0, int64_t nb) {
     const int vectors = static_cast<int>(nb / kLanes);
     const uint8_t* block = w + n0 * K / 2;
-    const uint16_t* block_scales = scales + n0 * (K / kGroup) * 2;
+    const uint16_t* block_scales = scales + n0 * (K / kInt4Group) * 2;
     for (int64_t m0 = 0; m0 < M; m0 += kTileRows) {
       switch (std::min<int64_t>(kTileRows, M - m0)) {
         case 1: by_vectors<Out, 1>(vectors, rows, m0, block, block_scales, n0, store); break;
@@ -133,36 +133,8 @@ void w4a8_all(const Rows& rows, int64_t M, const uint8_t* w, const uint16_t* sca
 
 }  // namespace
 
-// The module's W4A8 (gemv.h): gemv_w4a8.cpp's tensor call and predictor_step.cpp chain them.
-// x per row to signed 8 bits, and each group's sum of the codes.
-// 16 values a vector (K is whole groups). The scalar loop it replaced (amax, amax / 127,
-// nearbyint(x * (1 / scale))) gives the same bits: max is exact in any order, vcvtps2dq
-// rounds to nearest even as nearbyint does; it was ~1 % of an int4 code-predictor frame.
-template <typename In>
-void omni_cpu::quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales,
-                           int32_t* sums) {
-  const int64_t groups = K / kGroup;
-  for (int64_t m = 0; m < M; ++m) {
-    const In* row = x + m * K;
-    __m512 top = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += kLanes)
-      top = _mm512_max_ps(_mm512_abs_ps(load(row + k)), top);  // a NaN loses, as in std::max
-    const float amax = _mm512_reduce_max_ps(top);
-    const float scale = amax > 0.f ? amax / 127.f : 1.f;
-    const __m512 inv = _mm512_set1_ps(1.f / scale);
-    for (int64_t g = 0; g < groups; ++g) {
-      __m512i sum = _mm512_setzero_si512();
-      for (int64_t k = g * kGroup; k < (g + 1) * kGroup; k += kLanes) {
-        const __m512i codes = _mm512_cvtps_epi32(_mm512_mul_ps(load(row + k), inv));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + m * K + k), _mm512_cvtepi32_epi8(codes));
-        sum = _mm512_add_epi32(sum, codes);
-      }
-      sums[m * groups + g] = _mm512_reduce_add_epi32(sum);
-    }
-    scales[m] = scale;
-  }
-}
-
+// The module's W4A8 product (gemv.h): gemv_w4a8.cpp's tensor call and predictor_step.cpp chain
+// it after quantize_s8 (gemv_w4a8.cpp, the same in every module).
 template <typename Out>
 void omni_cpu::w4a8_product(const int8_t* xq, const float* xscale, const int32_t* xsum,
                             const uint8_t* w, const c10::BFloat16* scales, int64_t M, int64_t K,

@@ -1,6 +1,7 @@
-// The W4A8 tensor call, the same in every GEMV module: checks x [M, K], w [N, K / 2] nibbles
-// and scales [N, K / 32 * 2] bf16 (scale, minimum), quantizes x by the module's quantize_s8
-// and multiplies by its w4a8_product (gemv_avx512_int4.cpp or gemv_avx2_int4.cpp; gemv.h).
+// The W4A8 tensor call and its activation quantizer, the same in every GEMV module: checks
+// x [M, K], w [N, K / 2] nibbles and scales [N, K / 32 * 2] bf16 (scale, minimum), quantizes
+// x by quantize_s8 below (on vec.h's vectors, so each module's ISA) and multiplies by the
+// module's w4a8_product (gemv_avx512_int4.cpp or gemv_avx2_int4.cpp; gemv.h).
 
 #include <c10/util/BFloat16.h>
 #include <torch/extension.h>
@@ -10,6 +11,38 @@
 #include "gemv.h"
 #include "kernel_common.h"
 #include "vec.h"
+
+// x per row to signed 8 bits (scale amax / 127), and each group's sum of the codes, a vector
+// of kLanes values at a time (K is whole groups, a group whole vectors). The scalar loop it
+// replaced (amax, amax / 127, nearbyint(x * (1 / scale))) gives the same bits: max is exact in
+// any order (a NaN loses, as in std::max), vcvtps2dq rounds to nearest even as nearbyint does.
+template <typename In>
+void omni_cpu::quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* scales,
+                           int32_t* sums) {
+  using namespace vec;
+  static_assert(kInt4Group % kLanes == 0, "a group is whole vectors");
+  const int64_t groups = K / kInt4Group;
+  for (int64_t m = 0; m < M; ++m) {
+    const In* row = x + m * K;
+    V top = zero();
+    for (int64_t k = 0; k < K; k += kLanes) top = vec::max(vec::abs(load(row + k)), top);
+    const float amax = max_of(top);
+    const float scale = amax > 0.f ? amax / 127.f : 1.f;
+    const V inv = set1(1.f / scale);
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t sum = 0;
+      for (int64_t k = g * kInt4Group; k < (g + 1) * kInt4Group; k += kLanes)
+        sum += store_s8(q + m * K + k, mul(load(row + k), inv));
+      sums[m * groups + g] = sum;
+    }
+    scales[m] = scale;
+  }
+}
+
+template void omni_cpu::quantize_s8<float>(const float*, int64_t, int64_t, int8_t*, float*,
+                                           int32_t*);
+template void omni_cpu::quantize_s8<c10::BFloat16>(const c10::BFloat16*, int64_t, int64_t,
+                                                   int8_t*, float*, int32_t*);
 
 torch::Tensor omni_cpu::gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
                                   c10::optional<torch::Tensor> bias) {

@@ -1,10 +1,15 @@
 // The code predictor's step in one call: new positions through all of its layers, and
 // optionally a whole frame of 15 residual codes (lm heads, top-k, Gumbel-max, embeddings).
 //
-// Why, how, the trade-off and the measured numbers: omni_cpu/models/predictor_step.py.
-// In short: FusedRunner (omni_cpu/models/fused_predictor.py) makes ~15 torch calls per
-// layer and ~12 more per sampled code, ~1,900 a frame, each paying the dispatcher and
-// Python; on int4 weights those calls cost about what streaming the weights does. Here
+// Why: FusedRunner (omni_cpu/models/fused_predictor.py) makes ~15 torch calls per layer
+// (fused norms, RoPE, SiLU, the GEMV, the attention, slicing and copies) and ~12 more per
+// sampled code (lm head, scale, top-k, mask, Gumbel noise, argmax, embedding, projection),
+// ~1,900 a frame, each paying the dispatcher and Python; on a quantized code predictor those
+// calls cost about what streaming the weights does, and what the step removes is the calls,
+// not the bytes (so it saves about the same time a frame in every format; the figures:
+// benchmarks/RESULTS.md, "the kernels at one and two threads, against the libraries"). The
+// Python side (building it, sampling's random numbers, when it is used):
+// omni_cpu/models/predictor_step.py. Here
 // one call runs a position through the 5 layers on the GEMV's own tiles and packed
 // weights (gemv_avx512_bf16_int8.cpp bf16 / W8A8, gemv_avx512_int4.cpp W4A8) and
 // attention_decode.cpp's attention, declared in gemv.h, with every buffer kept by the
@@ -23,7 +28,10 @@
 // residual, SiLU-and-mul), arithmetic in float32 between (vLLM's CPU ops' formulas:
 // x * rsqrt(mean(x^2) + eps) * w from the rounded residual; x cos - y sin). What can
 // differ is float32 summation order inside a norm (vLLM's vector width vs 16 or 8 partial
-// sums here), SiLU's exp, and the first call's attention (SDPA there, this kernel here).
+// sums here), SiLU's exp, and the first call's attention (SDPA there, this kernel here): by
+// an ulp, so hidden states agree with FusedRunner to bf16 rounding, and a code can flip where
+// two logits tie within it, as FusedRunner's can against the eager path. Sampling is exact:
+// a frame's codes equal predict_codes' loop over the same `run`.
 //
 // Threads: each product splits its column blocks over the stage's OpenMP team, as the
 // GEMV calls do, and the attention its heads; every output element is computed by one
@@ -58,7 +66,7 @@ namespace {
 using BF16 = c10::BFloat16;
 
 enum Format : int64_t { kBf16 = 0, kW8a8 = 1, kW4a8 = 2 };  // models/predictor_step.py's STEP_FORMATS
-constexpr int64_t kGroup = omni_cpu::kInt4Group;  // K elements per (scale, minimum) of int4
+using omni_cpu::kInt4Group;  // K elements per (scale, minimum) of int4
 constexpr int64_t kMaxHead = 512;
 
 // (format, packed, scales, sums, bias, amx_rows), as omni_cpu/models/predictor_step.py
@@ -69,7 +77,7 @@ using LinearSpec = std::tuple<int64_t, torch::Tensor, c10::optional<torch::Tenso
 struct Linear {
   int64_t format = kBf16, n = 0, k = 0, amx_rows = 0;
   torch::Tensor packed, scales, sums, bias;  // bias: float32 or undefined
-  // Their data, read once here: a data_ptr() call per product was 0.5 % of a frame.
+  // Their data, read once here: a data_ptr() call per product showed in a frame's profile.
   const void* packed_p = nullptr;
   const void* scales_p = nullptr;
   const int32_t* sums_p = nullptr;
@@ -104,8 +112,8 @@ Linear make_linear(const LinearSpec& spec) {
                 "predictor step: W4A8 is uint8 nibbles and bf16 (scale, minimum) pairs");
     lin.k = packed.size(1) * 2;
     lin.scales = scales->contiguous();
-    TORCH_CHECK(lin.k % kGroup == 0 && lin.scales.scalar_type() == torch::kBFloat16 &&
-                    lin.scales.numel() == lin.n * (lin.k / kGroup) * 2,
+    TORCH_CHECK(lin.k % kInt4Group == 0 && lin.scales.scalar_type() == torch::kBFloat16 &&
+                    lin.scales.numel() == lin.n * (lin.k / kInt4Group) * 2,
                 "predictor step: W4A8 scales bf16 [N, K / 32 * 2], K % 32 == 0");
   }
   if (bias) {
@@ -151,57 +159,8 @@ struct Head {  // code group g = index + 1
 inline float to_float(float v) { return v; }
 inline float to_float(BF16 v) { return static_cast<float>(v); }
 
-// The row ops' vectors: 16 float32 lanes on AVX-512, 8 on AVX2 (the module's flags; vec.h),
-// and what only this file needs of them.
-namespace vec {
-using namespace omni_cpu::vec;
-#if defined(__AVX512F__)
-inline V nearest(V x) {
-  return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
-inline V times_two_to(V p, V n) { return _mm512_scalef_ps(p, n); }  // p * 2^n
-#else
-inline V nearest(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-// p * 2^n through the exponent bits: n must stay in [-126, 127] (exp clamps its input).
-inline V times_two_to(V p, V n) {
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
-                                                          _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-}
-#endif
-
-// v as FusedRunner holds it between two ops: rounded to T.
-template <typename T>
-inline V rounded(V v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    alignas(64) BF16 lanes[kLanes];
-    store(lanes, v);
-    return load(lanes);
-  }
-}
-
-// e^x: x = n ln 2 + r (|r| <= ln 2 / 2, ln 2 in two parts), e^r by its Taylor polynomial
-// to r^7, times 2^n. Within 7.9e-8 relative of exp over [-87, 88] (AVX-512, 7.6 M points
-// against double exp: under one float ulp); inputs are clamped to [-87, 88] (AVX2's 2^n
-// from exponent bits) or [-104, 89] (vscalefps: overflow to inf, underflow to 0). vLLM's
-// silu_and_mul uses a vector approximation of its own too.
-inline V exp(V x) {
-#if defined(__AVX512F__)
-  x = clamp(x, -104.f, 89.f);
-#else
-  x = clamp(x, -87.f, 88.f);
-#endif
-  const V n = nearest(mul(x, set1(1.44269504f)));
-  V r = fnmadd(n, set1(0.693359375f), x);
-  r = fnmadd(n, set1(-2.12194440e-4f), r);
-  V p = set1(1.f / 5040.f);
-  for (const float c : {1.f / 720.f, 1.f / 120.f, 1.f / 24.f, 1.f / 6.f, 0.5f, 1.f, 1.f})
-    p = fmadd(p, r, set1(c));
-  return times_two_to(p, n);
-}
-}  // namespace vec
+// The row ops' vectors: 16 float32 lanes on AVX-512, 8 on AVX2 (the module's flags; vec.h).
+namespace vec = omni_cpu::vec;
 
 using vec::kLanes;
 
@@ -266,7 +225,7 @@ void norm_rope(const T* x, const T* w, const T* cos_sin, T* out, int64_t D, floa
 }
 
 // out = silu(gate) * up = gate / (1 + e^-gate) * up, gate_up = [gate | up] (vLLM's
-// silu_and_mul), rounded once. libm's scalar expf here was ~2.5 % of an int4 frame.
+// silu_and_mul), rounded once. libm's scalar expf here showed in an int4 frame's profile.
 template <typename T>
 void silu_and_mul(const T* gate_up, T* out, int64_t width) {
   using namespace vec;
@@ -503,7 +462,7 @@ class PredictorStep {
     embed_.hold(rows_of(width, dtype_));
     xq_.hold(rows_of(widest_k_, torch::kUInt8));
     xscale_.hold(rows_of(1, torch::kFloat32));
-    xsum_.hold(rows_of(widest_k_ / kGroup + 1, torch::kInt32));
+    xsum_.hold(rows_of(widest_k_ / kInt4Group + 1, torch::kInt32));
 #if !defined(__AVX512F__)
     xf_.hold(rows_of(widest_k_, torch::kFloat32));
 #endif

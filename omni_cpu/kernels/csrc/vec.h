@@ -1,7 +1,7 @@
 // The float32 vectors of the build's ISA, chosen by its flags: 16 lanes (__m512) in the
 // AVX-512 module, 8 (__m256) in the AVX2 ones. Row work written once on them (the attention,
-// the predictor step's norms, a tile's rounded stores) compiles to each ISA's own
-// instructions; the GEMV tiles keep theirs. Bf16 is rounded to nearest even on both
+// the predictor step's norms, SiLU and sampling, W4A8's activation quantizer, a tile's
+// rounded stores) compiles to each ISA's own instructions; the GEMV tiles keep theirs. Bf16 is rounded to nearest even on both
 // (vcvtneps2bf16 on AVX-512, the same rounding by integer ops on AVX2; no NaN here).
 
 #pragma once
@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace omni_cpu::vec {
 
@@ -28,6 +29,7 @@ using BF16 = c10::BFloat16;
   inline V clamp(V x, float lo, float hi) {                               \
     return mm##_min_ps(mm##_max_ps(x, set1(lo)), set1(hi));               \
   }                                                                       \
+  inline V max(V a, V b) { return mm##_max_ps(a, b); }                    \
   inline V load(const float* p) { return mm##_loadu_ps(p); }              \
   inline void store(float* p, V v) { mm##_storeu_ps(p, v); }
 
@@ -42,6 +44,19 @@ inline V load(const BF16* p) {
 }
 inline void store(BF16* p, V v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
+}
+inline V abs(V x) { return _mm512_abs_ps(x); }
+inline float max_of(V v) { return _mm512_reduce_max_ps(v); }
+inline V nearest(V x) {
+  return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+inline V times_two_to(V p, V n) { return _mm512_scalef_ps(p, n); }  // p * 2^n
+// v's lanes rounded to the nearest integer (ties to even, as nearbyint) into q as signed 8
+// bits (the caller keeps them in [-127, 127]); their sum.
+inline int32_t store_s8(int8_t* q, V v) {
+  const __m512i codes = _mm512_cvtps_epi32(v);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(codes));
+  return _mm512_reduce_add_epi32(codes);
 }
 #else
 using V = __m256;
@@ -65,6 +80,30 @@ inline void store(BF16* p, V v) {
                    _mm_packus_epi32(_mm256_castsi256_si128(high),
                                     _mm256_extracti128_si256(high, 1)));
 }
+inline V abs(V x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.f), x); }
+inline float max_of(V v) {
+  const __m128 half = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 pair = _mm_max_ps(half, _mm_movehl_ps(half, half));
+  return _mm_cvtss_f32(_mm_max_ss(pair, _mm_shuffle_ps(pair, pair, 1)));
+}
+inline V nearest(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+// p * 2^n through the exponent bits: n must stay in [-126, 127] (exp clamps its input).
+inline V times_two_to(V p, V n) {
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+                                                          _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+// v's lanes rounded to the nearest integer (ties to even, as nearbyint) into q as signed 8
+// bits (the caller keeps them in [-127, 127]); their sum.
+inline int32_t store_s8(int8_t* q, V v) {
+  const __m256i codes = _mm256_cvtps_epi32(v);
+  const __m128i lo = _mm256_castsi256_si128(codes), hi = _mm256_extracti128_si256(codes, 1);
+  const __m128i words = _mm_packs_epi32(lo, hi);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(q), _mm_packs_epi16(words, words));
+  const __m128i half = _mm_add_epi32(lo, hi);
+  const __m128i pair = _mm_add_epi32(half, _mm_unpackhi_epi64(half, half));
+  return _mm_cvtsi128_si32(_mm_add_epi32(pair, _mm_shuffle_epi32(pair, 1)));
+}
 // u8 x s8 quads summed into acc's 32-bit lanes: one vpdpbusd where the module is built with
 // AVX-VNNI, else vpmaddubsw and vpmaddwd by ones. The same integers where no pair sum of
 // vpmaddubsw saturates 16 bits (the callers' operands keep every pair under 32767).
@@ -78,6 +117,38 @@ inline __m256i dot_quads(__m256i acc, __m256i u, __m256i s) {
 }
 #endif
 #undef OMNI_VEC_OPS
+
+// v as a tensor of T holds it between two ops: rounded to T.
+template <typename T>
+inline V rounded(V v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    alignas(64) BF16 lanes[kLanes];
+    store(lanes, v);
+    return load(lanes);
+  }
+}
+
+// e^x: x = n ln 2 + r (|r| <= ln 2 / 2, ln 2 in two parts), e^r by its Taylor polynomial
+// to r^7, times 2^n. Within 7.9e-8 relative of exp over [-87, 88] (AVX-512, 7.6 M points
+// against double exp: under one float ulp); inputs are clamped to [-87, 88] (AVX2's 2^n
+// from exponent bits) or [-104, 89] (vscalefps: overflow to inf, underflow to 0). vLLM's
+// silu_and_mul uses a vector approximation of its own too.
+inline V exp(V x) {
+#if defined(__AVX512F__)
+  x = clamp(x, -104.f, 89.f);
+#else
+  x = clamp(x, -87.f, 88.f);
+#endif
+  const V n = nearest(mul(x, set1(1.44269504f)));
+  V r = fnmadd(n, set1(0.693359375f), x);
+  r = fnmadd(n, set1(-2.12194440e-4f), r);
+  V p = set1(1.f / 5040.f);
+  for (const float c : {1.f / 720.f, 1.f / 120.f, 1.f / 24.f, 1.f / 6.f, 0.5f, 1.f, 1.f})
+    p = fmadd(p, r, set1(c));
+  return times_two_to(p, n);
+}
 
 // Where a GEMV tile's results go: y[m, j:j+kLanes] = value + bias[j:j+kLanes], rounded once
 // to the output dtype.
