@@ -26,16 +26,13 @@ import argparse
 import json
 from pathlib import Path
 
-from omni_cpu.errors import OmniCpuError
-from omni_cpu.launch.plan import make_launch_plan
-from omni_cpu.speech.ref_audio import read_reference_audio
-from omni_cpu.speech.request import TASK_TYPES, build_requests, read_model_info
+from omni_cpu import api
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="checkpoint directory or hub id")
-    parser.add_argument("--query-type", choices=TASK_TYPES, default=None)
+    parser.add_argument("--query-type", choices=api.TASK_TYPES, default=None)
     parser.add_argument("--deploy-profile", default="auto", help="auto or a profile YAML")
     parser.add_argument("--text", default="Hello from a CPU. This is Qwen3-TTS on vLLM-Omni.")
     parser.add_argument("--speaker", default=None, help="CustomVoice: a preset speaker")
@@ -51,9 +48,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    info = read_model_info(args.model)
-    reference = read_reference_audio(args.ref_audio) if args.ref_audio else None
-    requests = build_requests(
+    info = api.read_model_info(args.model)
+    reference = api.read_reference_audio(args.ref_audio) if args.ref_audio else None
+    requests = api.build_requests(
         info,
         [args.text],
         args.speaker,
@@ -64,22 +61,18 @@ def main() -> None:
         ref_text=args.ref_text,
         x_vector_only=args.x_vector_only,
     )
-    plan = make_launch_plan(args.model, args.deploy_profile)
+    plan = api.make_launch_plan(args.model, args.deploy_profile)
     if args.dry_run:
         description = plan.describe()
         description["task_type"] = requests[0].task_type
         print(json.dumps(description, indent=2))
         return
 
-    from omni_cpu.launch.relaunch import relaunch_if_needed
-
     # Once, before torch loads: this script re-executes itself with the stages' LD_PRELOAD
     # so they can be forked from it, not started as fresh interpreters that import torch,
     # vLLM and vLLM-Omni again (what `omni-cpu run` does; it returns where that cannot be).
-    relaunch_if_needed(plan)
-    from omni_cpu.launch.pipeline import run_pipeline
-
-    result = run_pipeline(plan, requests, [args.out], progress=print)
+    api.prepare_process(plan)
+    result = api.synthesize(plan, requests, [args.out], progress=print)
     print(
         f"{requests[0].task_type}: wrote {args.out} ({result.audio_s:.2f} s of audio, "
         f"RTF {result.rtf:.2f}, engines up in {result.load_s:.1f} s)"
@@ -89,5 +82,5 @@ def main() -> None:
 if __name__ == "__main__":  # engines may start in spawned processes: keep this guard
     try:
         main()
-    except OmniCpuError as error:
+    except api.OmniCpuError as error:
         raise SystemExit(f"error: {error.one_line()}") from None

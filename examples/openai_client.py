@@ -1,15 +1,19 @@
 """The official `openai` client against `omni-cpu serve`: preset voice, voice design, voice clone.
 
-Start a server first (one per model; it serves the model's own task type):
+Start a server first (one per model; it serves the model's own task type). A random-weight
+checkpoint never ends a sentence by itself, so bound it (`--max-frames`; a Base one also
+`--accept-frame-limit`, else a request that reaches the bound is a 500):
 
-  omni-cpu serve --model checkpoints/0.6b-base --port 8000
+  omni-cpu serve --model checkpoints/0.6b-base --port 8000 --max-frames 124 --accept-frame-limit
 
 then stream a cloned voice into a WAV (reference audio travels as base64):
 
   python examples/openai_client.py --ref-audio voice.wav --ref-text "What it says." --out clone.wav
 
-or, for a CustomVoice / VoiceDesign server, `--voice vivian` / `--instructions "..."`.
-`--dry-run` prints the request body it would send (the audio shortened) and exits.
+For a CustomVoice server, `--voice vivian` (and `--instructions "..."` on the 1.7B); for a
+VoiceDesign server, `--instructions "..."` alone. The task type follows from them (`--task-type`
+says it outright). Needs `openai` (pip install 'omni-cpu[examples]'). `--dry-run` prints the
+request body it would send (the audio shortened) and exits.
 """
 
 from __future__ import annotations
@@ -30,8 +34,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
     parser.add_argument("--model", default=None, help="default: the server's first model")
     parser.add_argument("--text", default="Hello from omni-cpu, streamed over HTTP.")
-    parser.add_argument("--voice", default="ryan", help="CustomVoice: a preset speaker")
-    parser.add_argument("--instructions", default=None, help="VoiceDesign: the voice in words")
+    parser.add_argument("--voice", default=None, help="CustomVoice: a preset speaker (ryan)")
+    parser.add_argument(
+        "--instructions", default=None, help="VoiceDesign: the voice; CustomVoice: the style"
+    )
+    parser.add_argument(
+        "--task-type",
+        choices=("CustomVoice", "VoiceDesign", "Base"),
+        default=None,
+        help="default: Base with --ref-audio, VoiceDesign with --instructions and no --voice, "
+        "else CustomVoice",
+    )
     parser.add_argument("--ref-audio", type=Path, default=None, help="Base: the voice to clone")
     parser.add_argument("--ref-text", default=None, help="Base: what the reference says")
     parser.add_argument("--x-vector-only", action="store_true")
@@ -41,21 +54,35 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def task_type(args: argparse.Namespace) -> str:
+    """The server's task type as these options imply it (vLLM-Omni assumes CustomVoice)."""
+    if args.task_type is not None:
+        return args.task_type
+    if args.ref_audio is not None:
+        return "Base"
+    if args.instructions is not None and args.voice is None:
+        return "VoiceDesign"  # a voice described in words, no preset speaker
+    return "CustomVoice"
+
+
 def extra_body(args: argparse.Namespace) -> dict[str, Any]:
     """vLLM-Omni's speech fields beyond OpenAI's: task type, cloning, streaming."""
-    body: dict[str, Any] = {"stream": True, "stream_format": "audio"}
+    body: dict[str, Any] = {"stream": True, "stream_format": "audio", "task_type": task_type(args)}
     if args.ref_audio is not None:
         encoded = base64.b64encode(args.ref_audio.read_bytes()).decode()
-        body.update(task_type="Base", ref_audio=f"data:audio/wav;base64,{encoded}")
+        body["ref_audio"] = f"data:audio/wav;base64,{encoded}"
         if args.x_vector_only:
             body["x_vector_only_mode"] = True
         else:
             body["ref_text"] = args.ref_text
-    elif args.instructions is not None:
-        body.update(task_type="VoiceDesign")
     if args.max_new_tokens is not None:
         body["max_new_tokens"] = args.max_new_tokens
     return body
+
+
+def voice(args: argparse.Namespace) -> str:
+    """OpenAI's API requires a voice; only CustomVoice reads it (a preset speaker)."""
+    return args.voice or "ryan"
 
 
 def main() -> None:
@@ -67,7 +94,7 @@ def main() -> None:
         shown = {**body}
         if "ref_audio" in shown:
             shown["ref_audio"] = shown["ref_audio"][:48] + "..."
-        print(json.dumps({"input": args.text, "voice": args.voice, **shown}, indent=2))
+        print(json.dumps({"input": args.text, "voice": voice(args), **shown}, indent=2))
         return
 
     import openai
@@ -80,7 +107,7 @@ def main() -> None:
     with client.audio.speech.with_streaming_response.create(
         model=model,
         input=args.text,
-        voice=args.voice,
+        voice=voice(args),
         instructions=args.instructions or openai.NOT_GIVEN,
         response_format="pcm",
         extra_body=body,

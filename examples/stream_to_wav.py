@@ -17,11 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omni_cpu.errors import OmniCpuError
-from omni_cpu.launch.plan import make_launch_plan
-from omni_cpu.speech.codec import SAMPLE_RATE
-from omni_cpu.speech.ref_audio import read_reference_audio
-from omni_cpu.speech.request import build_requests, read_model_info
+from omni_cpu import api
 
 
 def parse_args() -> argparse.Namespace:
@@ -41,9 +37,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    info = read_model_info(args.model)
-    reference = read_reference_audio(args.ref_audio) if args.ref_audio else None
-    (request,) = build_requests(
+    info = api.read_model_info(args.model)
+    reference = api.read_reference_audio(args.ref_audio) if args.ref_audio else None
+    (request,) = api.build_requests(
         info,
         [args.text],
         args.speaker,
@@ -52,15 +48,12 @@ def main() -> None:
         ref_audio=reference,
         ref_text=args.ref_text,
     )
-    plan = make_launch_plan(args.model, args.deploy_profile)
+    plan = api.make_launch_plan(args.model, args.deploy_profile)
     if args.dry_run:
         print(json.dumps({"task_type": request.task_type, "plan": plan.describe()}, indent=2))
         return
 
-    from omni_cpu.launch.pipeline import PipelineSession
-    from omni_cpu.speech.wav import AtomicWavWriter
-
-    writer = AtomicWavWriter(args.out)
+    writer = api.AtomicWavWriter(args.out)
     written = 0
 
     def on_chunk(index: int, audio: Any, seconds: float) -> None:
@@ -69,22 +62,22 @@ def main() -> None:
             print(f"first audio after {seconds:.2f} s (TTFA)")
         writer.append(audio)
         written += audio.size
-        print(f"  +{audio.size / SAMPLE_RATE:.2f} s of audio at {seconds:.2f} s")
+        print(f"  +{audio.size / api.SAMPLE_RATE:.2f} s of audio at {seconds:.2f} s")
 
     try:
-        with PipelineSession(plan) as session:
+        with api.PipelineSession(plan) as session:
             print(f"engines up in {session.load_s:.1f} s")
             wall = session.generate([request], stream=True, on_chunk=on_chunk)
         writer.commit()
     except BaseException:
         writer.abort()
         raise
-    audio_s = written / SAMPLE_RATE
+    audio_s = written / api.SAMPLE_RATE
     print(f"wrote {args.out}: {audio_s:.2f} s of audio in {wall:.2f} s (RTF {wall / audio_s:.2f})")
 
 
 if __name__ == "__main__":
     try:
         main()
-    except OmniCpuError as error:
+    except api.OmniCpuError as error:
         raise SystemExit(f"error: {error.one_line()}") from None

@@ -132,11 +132,12 @@ KNOBS: dict[str, Knob] = {}
 
 
 # Who sets a knob. docs/configuration.md lists the user's; the profile writes the stage's
-# into each stage's environment; omni-cpu, its tests and its set-up scripts set the rest.
+# into each stage's environment; omni-cpu and its tests set the rest. The set-up scripts'
+# knobs are a user's: the README tells them to set them on `make setup`'s command line.
 AUDIENCES = {
     "user": "set by hand, to change what omni-cpu does",
     "stage": "set per stage by the profile (or the command that plans it), not by hand",
-    "internal": "plumbing between omni-cpu's own processes, debugging, or the set-up scripts",
+    "internal": "plumbing between omni-cpu's own processes, or debugging",
 }
 
 
@@ -517,7 +518,7 @@ TORCH_INDEX = _declare(
         "",
         "install-runtime.sh: a PyTorch CPU package index (or mirror) to take torch +cpu from",
         "setup",
-        audience="internal",
+        audience="user",
     )
 )
 PROBE_ONLY = _declare(
@@ -527,7 +528,7 @@ PROBE_ONLY = _declare(
         "setup.sh: 1 installs only the light probe/plan/validate part (no torch, no vLLM)",
         "setup",
         _flag,
-        audience="internal",
+        audience="user",
     )
 )
 

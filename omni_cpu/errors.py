@@ -95,3 +95,9 @@ class StageError(OmniCpuError):
 
 class OutputError(OmniCpuError):
     """An output path that cannot be written: a directory, a device, a read-only or full disk."""
+
+
+class UnsupportedMachineError(OmniCpuError):
+    """A machine the inference runtime cannot serve (architecture or ISA): `probe` exits 5."""
+
+    exit_code = 5

@@ -22,7 +22,7 @@ ROOT = Path(omni_cpu.__file__).parent
 # Bottom to top. A module may import its own package and anything on a lower floor.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("omni_cpu", "omni_cpu.errors", "omni_cpu.weight_formats"),
-    ("omni_cpu.cpulist", "omni_cpu.envs", "omni_cpu.pins"),
+    ("omni_cpu.cpulist", "omni_cpu.envs", "omni_cpu.output", "omni_cpu.pins"),
     ("omni_cpu.hardware", "omni_cpu.checkpoint", "omni_cpu.profile"),
     ("omni_cpu.plan", "omni_cpu.speech"),
     ("omni_cpu.process",),
@@ -30,7 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("omni_cpu.models",),
     ("omni_cpu.platform",),
     ("omni_cpu.launch", "omni_cpu.quality", "omni_cpu.runtime", "omni_cpu.export"),
-    ("omni_cpu.serve", "omni_cpu.bench"),
+    ("omni_cpu.api", "omni_cpu.serve", "omni_cpu.bench"),
     ("omni_cpu.cli",),
     ("omni_cpu.__main__",),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,28 @@ def test_every_example_line_renders_whole_at_80_columns(command: list[str]) -> N
     shown = [line.strip() for line in rendered_help(*command)]
     for example in examples:
         assert example in shown, f"{example!r} is wrapped or missing"
+
+
+def _click_command(command: list[str]):
+    from typer.main import get_command
+
+    from omni_cpu.cli import app
+
+    click_command = get_command(app)
+    for name in command:
+        click_command = click_command.commands[name]  # type: ignore[attr-defined]
+    return click_command
+
+
+@pytest.mark.parametrize("command", COMMANDS[1:], ids=lambda c: " ".join(c))
+def test_every_command_teaches_with_examples_that_parse(command: list[str]) -> None:
+    from tests.test_docs import omni_cpu_commands, parse
+
+    help_text = _click_command(command).help or ""
+    assert re.search(r"^Examples?:$", help_text, re.MULTILINE), "no Examples: paragraph"
+    block = "\n".join(line for line in help_text.splitlines() if line.startswith("  "))
+    shown = [args for args in omni_cpu_commands(f"```sh\n{block}\n```\n") if args]
+    assert shown, "no omni-cpu example line"
+    for args in shown:
+        assert args[: len(command)] == command, args
+        parse(args)  # the CLI's own parser takes it: the options exist, the values fit

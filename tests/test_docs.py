@@ -298,3 +298,82 @@ def test_every_cited_results_heading_exists() -> None:
 def test_a_citation_wrapped_over_comment_lines_is_read_whole() -> None:
     text = '# see RESULTS.md, "Limits with the\n# arithmetic" and RESULTS.md, "Gone"\n'
     assert uncited(text, [words("### Limits with the arithmetic")]) == ["Gone"]
+
+
+# --- What the README claims about the CLI and the machine ------------------------------------
+
+README = REPO / "README.md"
+
+
+def _click(command: list[str]):
+    click_command = typer.main.get_command(app)
+    for name in command:
+        click_command = click_command.commands[name]  # type: ignore[attr-defined]
+    return click_command
+
+
+def _leaf_commands(group=None, prefix=()) -> list[list[str]]:
+    group = group or typer.main.get_command(app)
+    found = []
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        if hasattr(command, "commands"):
+            found.extend(_leaf_commands(command, (*prefix, name)))
+        else:
+            found.append([*prefix, name])
+    return found
+
+
+def test_every_command_without_json_is_the_one_the_readme_excuses() -> None:
+    text = README.read_text()
+    claim = text[text.index("Every command has `--help` with examples") :].split("\n\n")[0]
+    for command in _leaf_commands():
+        options = {opt for param in _click(command).params for opt in param.opts}
+        if "--json" not in options:
+            assert f"`{' '.join(command)}` prints YAML" in claim, command
+
+
+def test_the_memory_table_is_the_planners() -> None:
+    from omni_cpu.plan import costs
+    from omni_cpu.plan.footprint import footprint_for_model
+    from omni_cpu.plan.placement import replica_need_bytes, safety_margin
+
+    columns = [("float32", "model"), ("bfloat16", "model"), ("bfloat16", "int8"),
+               ("bfloat16", "int4")]  # fmt: skip
+    rows = {
+        cells[0]: cells[1:]
+        for line in README.read_text().splitlines()
+        if (cells := [cell.strip() for cell in line.strip("|").split("|")])[0] in ("0.6B", "1.7B")
+    }
+    assert set(rows) == {"0.6B", "1.7B"}
+    for size, cells in rows.items():
+        footprint = footprint_for_model(size.lower())
+        for (dtype, weights), cell in zip(columns, cells, strict=True):
+            need = replica_need_bytes(footprint, dtype, weights)
+            assert cell == f"{(need + safety_margin(need)) / costs.GIB:.1f} GiB", (size, dtype)
+
+
+def test_the_knobs_the_readme_names_are_user_knobs() -> None:
+    from omni_cpu import envs
+
+    named = set(re.findall(r"\bOMNI_CPU_[A-Z_]+\b", README.read_text()))
+    assert named
+    for name in named:
+        assert envs.KNOBS[name].audience == "user", name
+
+
+def test_the_docs_name_the_server_vllm_omni_s_cli_starts() -> None:
+    """`serve` runs vLLM-Omni's CLI main (`vllm-omni serve`), not vLLM's own `vllm serve`."""
+    from omni_cpu.cli.serve_cmd import SERVE_HELP
+
+    assert "vllm-omni serve" in SERVE_HELP
+    for page in PAGES:
+        assert not re.search(r"(?<![\w-])vllm serve\b", page.read_text()), page.name
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_commands_on_random_checkpoints_are_bounded(page: Path) -> None:
+    """A random checkpoint never stops by itself: each run/serve on one names a frame count."""
+    for args in omni_cpu_commands(page.read_text()):
+        model = args[args.index("--model") + 1] if "--model" in args else ""
+        if args[0] in ("run", "serve") and model.startswith("checkpoints/"):
+            assert "--max-frames" in args or "--dry-run" in args, args

@@ -38,6 +38,14 @@ Every request says the same sentence in the voice the options give (as for
 --find-capacity raises the number of concurrent streams (1, 2, 4, ... then
 between the last two) until the p95 safe start passes --safe-start-limit, and
 reports the most streams that stayed under it (capacity.stall_free_streams).
+
+Examples:
+
+  omni-cpu bench --model checkpoints/0.6b --concurrency 1,2,4 --frames 50
+
+  omni-cpu bench --model checkpoints/0.6b --frames 124 --find-capacity --json
+
+  omni-cpu bench --model DIR --weights int4 --concurrency 1 --plot bench.png
 """
 
 
@@ -101,7 +109,10 @@ def bench_command(
 
     levels = parse_concurrency(concurrency)
     if plot is not None:
+        from omni_cpu.output import check_output_path
+
         require_matplotlib()
+        check_output_path(plot, option="--plot")
     # Checks everything once, before the engines start.
     first = bench_request(read_model_info(model), frames, voice)
     kind = first.task_type

@@ -46,6 +46,8 @@ a format perturbs a random network; the command says so. Default texts: one
 sentence; formats: every quantized one ({", ".join(QUANTIZED)}); `model` checks
 the reference against itself (KL 0, agreement 1).
 
+Examples:
+
   omni-cpu check-weights --model DIR
   omni-cpu check-weights --model DIR --weights int8 --text-file lines.txt
   omni-cpu check-weights --model DIR --json --plot divergence.png
@@ -117,8 +119,8 @@ def check_weights_command(
     from omni_cpu.bench.report import require_matplotlib
     from omni_cpu.bench.sweep import check_query_type
     from omni_cpu.launch import logs
+    from omni_cpu.output import check_output_path
     from omni_cpu.speech.request import read_model_info, read_texts
-    from omni_cpu.speech.wav import check_output_path
 
     formats = parse_formats(weights)
     dtype = _talker_dtype(dtype)
@@ -132,7 +134,7 @@ def check_weights_command(
     requests = voice.requests(info, texts, language, frames)
     if plot is not None:
         require_matplotlib()
-        check_output_path(plot)
+        check_output_path(plot, option="--plot")
 
     logs.apply_to_this_process(logs.verbose_requested(verbose))
     try:

@@ -23,6 +23,8 @@ described in words; --instruct; 1.7b only) and base (voice cloning from referenc
 audio; --ref-audio, with the speaker encoder's weights). Sizes: tiny (about 55 MB,
 seconds to load; for tests; every kind), 0.6b (2.5 GB), 1.7b (4.5 GB).
 
+Examples:
+
   omni-cpu make-checkpoint --kind base --size tiny --out ckpt/tiny-base
   omni-cpu make-checkpoint --kind voice-design --size 1.7b --out ckpt/1.7b-vd
 """
@@ -53,7 +55,8 @@ def make_checkpoint_command(
     # Imported here: numpy and tokenizers are not needed by the other commands.
     from omni_cpu.checkpoint import configs
     from omni_cpu.checkpoint.writer import make_checkpoint, plan_checkpoint, summarize
-    from omni_cpu.errors import ModelError
+    from omni_cpu.errors import ModelError, OutputError
+    from omni_cpu.output import check_output_folder, why, write_fix
 
     size, kind = size.lower(), kind.lower()
     if size not in configs.SIZES:
@@ -69,10 +72,14 @@ def make_checkpoint_command(
     except ValueError as error:
         raise ModelError(str(error), fix="pick a size Qwen publishes for it, or tiny") from None
     plan = plan_checkpoint(size, kind)
-    if as_json or size == "tiny":
-        directory = make_checkpoint(size, out, seed, force=force, kind=kind)
-    else:
-        directory = _with_progress(plan.tensor_bytes, size, kind, out, seed, force)
+    check_output_folder(out)
+    try:
+        if as_json or size == "tiny":
+            directory = make_checkpoint(size, out, seed, force=force, kind=kind)
+        else:
+            directory = _with_progress(plan.tensor_bytes, size, kind, out, seed, force)
+    except OSError as error:  # a full disk part-way: each file is replaced only when whole
+        raise OutputError(f"cannot write --out {out}: {why(error)}", write_fix(error)) from None
     summary = summarize(plan, directory)
     if as_json:
         print_json(summary)

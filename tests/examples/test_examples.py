@@ -4,10 +4,14 @@ one offline voice clone with real engines (the others need a server or minutes m
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
+import time
+import tomllib
 import wave
 from pathlib import Path
 
@@ -92,6 +96,67 @@ def test_stream_to_wav_dry_run(checkpoints):
     assert json.loads(done.stdout)["task_type"] == "CustomVoice"
 
 
+def test_no_example_imports_a_private_module():
+    """Examples import omni-cpu's public face (omni_cpu.api), never the rooms behind it."""
+    for path in EXAMPLES.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("omni_cpu"):
+                names = {alias.name for alias in node.names}
+                assert (node.module, names) in (("omni_cpu", {"api"}), ("omni_cpu.api", names))
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert alias.name in ("omni_cpu.api",) or not alias.name.startswith("omni_cpu")
+
+
+def test_every_library_an_example_needs_is_declared():
+    """Beyond the standard library and omni-cpu's own dependencies, the `examples` extra."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {
+        re.split(r"[<>=!~\[ ]", requirement)[0].lower().replace("-", "_")
+        for requirement in [*project["dependencies"], *project["optional-dependencies"]["examples"]]
+    }
+    for path in EXAMPLES.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            for module in modules:
+                top = module.split(".")[0]
+                if top in sys.stdlib_module_names or top in ("omni_cpu", "__future__"):
+                    continue
+                assert top in declared, f"{path.name} imports {top}, not declared"
+    assert "openai" in declared
+
+
+def test_the_api_loads_no_runtime():
+    code = (
+        "import sys\nfrom omni_cpu import api\n"
+        "print([m for m in ('torch', 'vllm', 'vllm_omni') if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV)
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "task"),
+    [
+        ((), "CustomVoice"),
+        (("--voice", "vivian", "--instructions", "Cheerfully."), "CustomVoice"),
+        (("--instructions", "A deep, calm voice."), "VoiceDesign"),
+        (("--voice", "vivian", "--instructions", "Calm.", "--task-type", "VoiceDesign"),
+         "VoiceDesign"),
+    ],
+)  # fmt: skip
+def test_openai_client_sends_the_task_type_its_options_mean(args, task):
+    done = example("openai_client.py", *args, "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["task_type"] == task
+
+
 def test_openai_client_dry_run_sends_the_clone_as_base64(voice_wav):
     done = example(
         "openai_client.py", "--ref-audio", str(voice_wav), "--ref-text", "Hi.", "--dry-run"
@@ -133,3 +198,47 @@ def test_offline_example_clones_a_voice_with_real_engines(checkpoints, voice_wav
     with wave.open(str(out)) as handle:
         assert handle.getframerate() == 24000 and handle.getnframes() % 1920 == 0
         assert handle.getnframes() > 0
+
+
+def test_stream_latency_waits_for_retry_after_on_429(tmp_path):
+    """Below the server: a stub that refuses the first speech request with 429, Retry-After 1."""
+    import http.server
+    import threading
+
+    calls: list[float] = []
+
+    class Stub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # /v1/models
+            body = json.dumps({"data": [{"id": "stub"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):  # /v1/audio/speech
+            self.rfile.read(int(self.headers["Content-Length"]))
+            calls.append(time.monotonic())
+            if len(calls) == 1:
+                self.send_response(429)
+                self.send_header("Retry-After", "1")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", "4800")
+            self.end_headers()
+            self.wfile.write(b"\0" * 4800)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        done = example("stream_latency.py", "--url", url, "--concurrency", "1", timeout_s=60)
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert "1 waited for a 429's Retry-After" in done.stdout
+    assert len(calls) == 2 and calls[1] - calls[0] >= 1.0

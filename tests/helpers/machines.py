@@ -90,8 +90,9 @@ class FakeMachine:
         present: list[int] | None = None,
         threads_per_core: int = 1,
         cores_per_socket: int | None = None,
+        flags: str = "fpu lm avx avx2 avx512f avx512_bf16 amx_tile amx_bf16",
     ) -> FakeMachine:
-        """CPU masks plus x86-style topology (SMT siblings at +cores)."""
+        """CPU masks plus x86-style topology (SMT siblings at +cores), with these ISA flags."""
         present = present if present is not None else online
         self.write("/sys/devices/system/cpu/possible", format_cpu_list(present))
         self.write("/sys/devices/system/cpu/present", format_cpu_list(present))
@@ -115,7 +116,7 @@ class FakeMachine:
             self.write(f"{base}/core_siblings_list", format_cpu_list(package))
         blocks = [
             f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\nmodel name\t: Test CPU\n"
-            "flags\t\t: fpu lm avx avx2 avx512f avx512_bf16 amx_tile amx_bf16\n"
+            f"flags\t\t: {flags}\n"
             for cpu in online
         ]
         return self.write("/proc/cpuinfo", "\n".join(blocks))

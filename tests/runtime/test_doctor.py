@@ -94,3 +94,49 @@ def test_voices_in_vllm_omnis_hidden_folder_are_listed_by_name(tmp_path):
     check = check_voices(tmp_path)
     assert check.status == WARN and "1 voices" in check.detail and "alice" in check.detail
     assert check.fix is not None and "--voices" in check.fix
+
+
+def test_kernels_built_for_this_cpu_pass():
+    report = {**GOOD_REPORT, "kernel_module": "omni_cpu_gemv", "kernel_built": True,
+              "kernel_folder": "/cache/torch-x"}  # fmt: skip
+    (check,) = [c for c in runtime_checks(report) if c.name == "kernels"]
+    assert check.status == OK and "omni_cpu_gemv built in /cache/torch-x" in check.detail
+
+
+def test_kernels_not_built_yet_warn_with_the_build_command():
+    from omni_cpu.runtime.doctor import WARN, check_kernels
+
+    report = {"kernel_module": "omni_cpu_gemv_avx2", "kernel_built": False}
+    check = check_kernels(report, compiler="/usr/bin/c++")
+    assert check.status == WARN and "first run compiles it" in check.detail
+    assert "omni_cpu.kernels.build" in check.fix
+
+
+def test_kernels_without_a_compiler_say_to_install_one():
+    from omni_cpu.runtime.doctor import WARN, check_kernels
+
+    check = check_kernels({"kernel_module": "omni_cpu_gemv", "kernel_built": False}, compiler="")
+    assert check.status == WARN and "no C++ compiler" in check.detail
+    assert check.fix.startswith("apt-get install g++")
+
+
+def test_the_runtime_probe_reports_this_cpus_kernel_module():
+    """The child doctor starts looks the module up where `chosen()` and the cache say."""
+    import json
+    import subprocess
+
+    script = "import json; from omni_cpu.runtime.doctor import kernel_report as r; "
+    script += "print(json.dumps(r()))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    from omni_cpu.kernels import build
+
+    module = build.chosen()
+    if module is None:
+        assert report == {}
+        return
+    assert report["kernel_module"] == module.name
+    folder = Path(report["kernel_folder"])
+    assert report["kernel_built"] == (folder / f"{module.name}.so").is_file()
