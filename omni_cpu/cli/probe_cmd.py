@@ -14,7 +14,8 @@ PROBE_HELP = """Read this machine (or a sysfs/procfs dump of one) and plan a dep
 The profile gives each pipeline stage its cores (VLLM_CPU_OMP_THREADS_BIND), KV cache
 bytes, batch limits, dtype and streaming chunk sizes: one pipeline replica per NUMA node.
 It ends with the plan's predicted capacity: streams in real time, one stream's RTF and
-first audio, what stops more streams, and what the prediction assumes.
+first audio, what stops more streams, and what the prediction assumes; then what each
+weight format this CPU runs would give, and a hint where another plays better.
 
 Examples:
 
@@ -48,7 +49,9 @@ def probe(
         None, "--output", "-o", help="Write the deploy profile (YAML) to this file."
     ),
     as_json: bool = typer.Option(
-        False, "--json", help='Print {"facts": ..., "profile": ...} as JSON.'
+        False,
+        "--json",
+        help='Print {"facts": ..., "profile": ..., "formats": [...], "formats_hint": ...} as JSON.',
     ),
     model: str = typer.Option(
         "0.6b", "--model", help="Size the plan for: 0.6b, 1.7b, tiny, a checkpoint dir or hub id."

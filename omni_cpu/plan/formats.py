@@ -89,8 +89,9 @@ def format_hint(rows: tuple[FormatCapacity, ...]) -> str | None:
         if chosen.safe_start_s is not None
         else "predicted"
     )
-    gives = f"{best.stall_free_streams} (safe start {best.safe_start_s:.2f} s, RTF "
-    gives += f"{best.rtf_one_stream:.2f})"
+    streams = best.stall_free_streams
+    gives = f"{streams} stream{'s' if streams != 1 else ''} without one (safe start "
+    gives += f"{best.safe_start_s:.2f} s, RTF {best.rtf_one_stream:.2f})"
     line = (
         f"--weights {chosen.weights} plays no stream without a gap here ({where}); "
         f"--weights {best.weights} would play {gives}"
