@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from omni_cpu import envs, weight_formats
-from omni_cpu.errors import MachineTooSmallError
+from omni_cpu.errors import PlanError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import ModelFootprint
@@ -66,7 +66,7 @@ def compare_formats(
     for name in weight_formats.runnable(facts.architecture, facts.isa):
         try:
             profile = plan_profile(facts, footprint, dataclasses.replace(options, weights=name))
-        except MachineTooSmallError as error:
+        except PlanError as error:  # this format's own: too big for the memory here
             rows.append(FormatCapacity(name, name, "", refused=error.one_line(), chosen=False))
             continue
         rows.append(_of(name, profile, name == chosen))
