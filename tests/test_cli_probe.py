@@ -129,6 +129,37 @@ def test_probe_of_another_machine_prints_its_capacity_and_assumptions(unpacked_d
     assert text.count("assumes:") == len(capacity["assumptions"])
 
 
+@pytest.mark.skipif(not sysroots.available(), reason=sysroots.MISSING_REASON)
+def test_probe_shows_what_each_weight_format_gives_and_which_plays(unpacked_dumps):
+    from omni_cpu import weight_formats
+
+    dump = next(d for d in sysroots.load_dumps() if d.id == "ul-x86_64-epyc_7451")
+    args = ("probe", "--sysroot", str(unpacked_dumps.root(dump)), "--model", "0.6b")
+    data = json.loads(omni_cpu(*args, "--json").stdout)
+    rows = {row["weights"]: row for row in data["formats"]}
+    assert list(rows) == weight_formats.runnable("x86_64", data["facts"]["isa"])
+    own = data["profile"]["replicas"][0]["capacity"]
+    chosen = rows["model"]
+    assert chosen["chosen"] and not rows["int4"]["chosen"]
+    assert (chosen["rtf_one_stream"], chosen["safe_start_s"]) == (
+        own["rtf_one_stream"],
+        own["safe_start_s"],
+    )
+    assert chosen["stall_free_streams"] == 0 < rows["int4"]["stall_free_streams"]
+    assert data["formats_hint"].startswith("--weights model plays no stream without a gap")
+    assert "check-weights --model DIR --weights int4" in data["formats_hint"]
+    text = omni_cpu(*args, env_columns=200).stdout
+    assert "Each weight format here (predicted, built-in; chosen: model)" in text
+    for name, row in rows.items():
+        line = next(x for x in text.splitlines() if x.startswith(f"│ {name} "))
+        assert f"{row['rtf_one_stream']:.2f}" in line and f"{row['safe_start_s']:.2f} s" in line
+    assert f"hint: {data['formats_hint']}" in " ".join(text.split())
+    # int4 chosen plays: the table stays, the hint goes.
+    int4 = json.loads(omni_cpu(*args, "--weights", "int4", "--json").stdout)
+    assert [row["chosen"] for row in int4["formats"]] == [False, False, True]
+    assert int4["formats_hint"] is None
+
+
 def test_help_teaches_with_examples():
     for command in ("probe", "validate", "diff", "doctor"):
         done = omni_cpu(command, "--help")

@@ -7,14 +7,15 @@ from pathlib import Path
 import typer
 
 from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json
-from omni_cpu.cli.render import capacity_table, facts_table, profile_table
+from omni_cpu.cli.render import capacity_table, facts_table, formats_table, profile_table
 
 PROBE_HELP = """Read this machine (or a sysfs/procfs dump of one) and plan a deploy profile.
 
 The profile gives each pipeline stage its cores (VLLM_CPU_OMP_THREADS_BIND), KV cache
 bytes, batch limits, dtype and streaming chunk sizes: one pipeline replica per NUMA node.
 It ends with the plan's predicted capacity: streams in real time, one stream's RTF and
-first audio, what stops more streams, and what the prediction assumes.
+first audio, what stops more streams, and what the prediction assumes; then what each
+weight format this CPU runs would give, and a hint where another plays better.
 
 Examples:
 
@@ -48,7 +49,9 @@ def probe(
         None, "--output", "-o", help="Write the deploy profile (YAML) to this file."
     ),
     as_json: bool = typer.Option(
-        False, "--json", help='Print {"facts": ..., "profile": ...} as JSON.'
+        False,
+        "--json",
+        help='Print {"facts": ..., "profile": ..., "formats": [...], "formats_hint": ...} as JSON.',
     ),
     model: str = typer.Option(
         "0.6b", "--model", help="Size the plan for: 0.6b, 1.7b, tiny, a checkpoint dir or hub id."
@@ -97,7 +100,8 @@ def probe(
     from omni_cpu.hardware.probe import read_facts
     from omni_cpu.output import check_output_path, write_text_output
     from omni_cpu.plan import PlanError
-    from omni_cpu.plan.machine import plan_for_facts
+    from omni_cpu.plan.formats import format_hint
+    from omni_cpu.plan.machine import compare_formats_for_facts, plan_for_facts
     from omni_cpu.plan.support import facts_refusal
     from omni_cpu.profile import dump_profile
 
@@ -107,18 +111,17 @@ def probe(
     calibration = None
     if calibrate:
         calibration = _calibrate(facts, dtype, quiet=as_json)
+    options = {
+        "stages": stages,
+        "reserve": reserve,
+        "max_seqs": max_seqs,
+        "dtype": dtype,
+        "code2wav_dtype": code2wav_dtype,
+        "weights": weights,
+        "calibration": calibration,
+    }
     try:
-        profile = plan_for_facts(
-            facts,
-            model,
-            stages=stages,
-            reserve=reserve,
-            max_seqs=max_seqs,
-            dtype=dtype,
-            code2wav_dtype=code2wav_dtype,
-            weights=weights,
-            calibration=calibration,
-        )
+        profile = plan_for_facts(facts, model, **options)
     except PlanError as error:
         # The facts are still worth showing: they say why the plan failed.
         if as_json:
@@ -146,14 +149,23 @@ def probe(
             for note in profile.notes:
                 console.print(f"[yellow]note:[/] {note}")
         raise unsupported
+    formats = compare_formats_for_facts(facts, model, **options)
     if output is not None:
         write_text_output(output, dump_profile(profile))
     if as_json:
-        print_json({"facts": facts.to_dict(), "profile": profile.to_dict()})
+        print_json(
+            {
+                "facts": facts.to_dict(),
+                "profile": profile.to_dict(),
+                "formats": [row.to_dict() for row in formats],
+                "formats_hint": format_hint(formats),
+            }
+        )
         return
     console.print(facts_table(facts))
     console.print(profile_table(profile))
     print_capacity(profile)
+    print_formats(formats)
     for note in profile.notes:
         console.print(f"[yellow]note:[/] {note}")
     if output is not None:
@@ -179,6 +191,17 @@ def print_capacity(profile) -> None:
         console.print(f"[dim]{which} {format_cpu_list(indexes)} limit:[/] {limit}", highlight=False)
     for line in profile.capacity.assumptions:
         console.print(f"[dim]assumes:[/] {line}", highlight=False)
+
+
+def print_formats(formats) -> None:
+    """Each weight format's predicted capacity here, and the hint where another plays better."""
+    from omni_cpu.plan.formats import format_hint
+
+    if len(formats) > 1:
+        console.print(formats_table(formats))
+    hint = format_hint(formats)
+    if hint is not None:
+        console.print(f"[yellow]hint:[/] {hint}", highlight=False)
 
 
 def _calibrate(facts, dtype: str | None, quiet: bool):

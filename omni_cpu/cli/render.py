@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 
+from omni_cpu import weight_formats
 from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.profile.model import Profile, StagePlan
+
+if TYPE_CHECKING:
+    from omni_cpu.plan.formats import FormatCapacity
 
 
 def gib(value: int | None) -> str:
@@ -162,5 +168,31 @@ def capacity_table(profile: Profile) -> Table | None:
             f"{own.code2wav_ms_per_frame:.0f} ms",
             str(own.realtime_streams),
             "n/a" if own.stall_free_streams is None else str(own.stall_free_streams),
+        )
+    return table
+
+
+def formats_table(formats: tuple[FormatCapacity, ...]) -> Table:
+    """Each weight format this CPU runs, planned as the chosen one but for its weights."""
+    source = next((row.source for row in formats if row.source), "built-in")
+    chosen = next((row.weights for row in formats if row.chosen), "")
+    table = Table(
+        title=f"Each weight format here (predicted, {source}; chosen: {chosen})",
+        title_justify="left",
+    )
+    for column in ("weights", "RTF 1", "safe start", "no gap", "real time", "needs"):
+        table.add_column(column, justify="left" if column in ("weights", "needs") else "right")
+    for row in formats:
+        name = row.weights if row.talker == row.weights else f"{row.weights} ({row.talker})"
+        if row.refused:
+            table.add_row(name, "-", "-", "-", "-", row.refused)
+            continue
+        table.add_row(
+            name,
+            "n/a" if row.rtf_one_stream is None else f"{row.rtf_one_stream:.2f}",
+            "n/a" if row.safe_start_s is None else f"{row.safe_start_s:.2f} s",
+            "n/a" if row.stall_free_streams is None else str(row.stall_free_streams),
+            "n/a" if row.realtime_streams is None else str(row.realtime_streams),
+            weight_formats.get(row.weights).needs(),
         )
     return table

@@ -10,6 +10,8 @@ import typer
 from omni_cpu.cli.common import VERBOSE_HELP, WEIGHTS_HELP, console, err_console, print_json
 
 if TYPE_CHECKING:
+    from omni_cpu.plan.resolve import Resolved
+    from omni_cpu.profile.model import Profile
     from omni_cpu.serve.command import ServePlan
 
 SERVE_HELP = """Serve speech over HTTP with vLLM-Omni's own OpenAI-compatible server on CPU.
@@ -184,7 +186,10 @@ def serve(
     resolved = resolve(deploy_profile, model, weights, fatal=FORCED if force else FATAL_TO_START)
     for problem in resolved.problems:
         err_console.print(f"[yellow]warning:[/] {problem.message}", highlight=False)
-    plan = build_serve_plan(model, with_weights(resolved.profile, weights), options)
+    profile = with_weights(resolved.profile, weights)
+    if (hint := _formats_hint(resolved, profile)) is not None:
+        err_console.print(f"[yellow]hint:[/] {hint}", highlight=False)
+    plan = build_serve_plan(model, profile, options)
     if dry_run:
         _print_dry_run(plan, as_json)
         return
@@ -195,6 +200,21 @@ def serve(
     code = run_plan(plan)
     if code:
         raise typer.Exit(code)
+
+
+def _formats_hint(resolved: Resolved, profile: Profile) -> str | None:
+    """Where the served format plays no stream without a gap and another would: which
+    (omni_cpu.plan.formats, as `probe` says it), planned from this machine's facts."""
+    import dataclasses
+
+    from omni_cpu import envs
+    from omni_cpu.plan.footprint import footprint_for_model
+    from omni_cpu.plan.formats import compare_formats, format_hint, profile_options
+
+    options = resolved.options or profile_options(profile)
+    options = dataclasses.replace(options, weights=profile.choice(envs.WEIGHTS))
+    footprint = resolved.footprint or footprint_for_model(None)
+    return format_hint(compare_formats(resolved.facts, footprint, options))
 
 
 def _print_dry_run(plan: ServePlan, as_json: bool) -> None:

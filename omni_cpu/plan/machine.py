@@ -11,6 +11,7 @@ from typing import Any
 
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan.footprint import footprint_for_model
+from omni_cpu.plan.formats import FormatCapacity, compare_formats
 from omni_cpu.plan.policy import PlanOptions, plan_profile
 from omni_cpu.profile.model import Profile
 
@@ -28,3 +29,11 @@ def plan_for_machine(
 
     facts = read_facts(root)
     return facts, plan_for_facts(facts, model, **options)
+
+
+def compare_formats_for_facts(
+    facts: Facts, model: str | None = None, **options: Any
+) -> tuple[FormatCapacity, ...]:
+    """Each weight format's predicted capacity for `model` on the facts' machine, planned
+    with `options` (PlanOptions') but its weights: omni_cpu.plan.formats."""
+    return compare_formats(facts, footprint_for_model(model), PlanOptions(**options))

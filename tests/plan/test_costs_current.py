@@ -118,6 +118,15 @@ def test_each_measurement_names_its_results_entry(measurement: dict[str, Any]) -
     assert all(constant_exists(name) for name in measurement["constants"])
 
 
+@pytest.mark.parametrize("miss", CALIBRATED["misses"], ids=lambda miss: miss["what"][:40])
+def test_each_known_miss_names_its_results_entry(miss: dict[str, Any]) -> None:
+    entry = results_entry(miss["entry"])
+    assert entry is not None, f"RESULTS.md has no entry '## {miss['entry']}'"
+    if "section" in miss:
+        assert f"\n### {miss['section']}\n" in entry
+    assert miss["why"]
+
+
 def constant_exists(name: str) -> bool:
     """A constant of costs (`GEMV_GB_S_PER_CORE`), or of the weight-format registry
     (`weight_formats.FORMATS`: each format's reference step overhead)."""
