@@ -129,7 +129,6 @@ def test_probe_of_another_machine_prints_its_capacity_and_assumptions(unpacked_d
     assert text.count("assumes:") == len(capacity["assumptions"])
 
 
-@pytest.mark.skipif(not sysroots.available(), reason=sysroots.MISSING_REASON)
 def test_probe_shows_what_each_weight_format_gives_and_which_plays(unpacked_dumps):
     from omni_cpu import weight_formats
 
