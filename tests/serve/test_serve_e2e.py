@@ -247,9 +247,49 @@ def _served_metric(server: Server, name: str) -> float:
     return _metric(get(server.url("/metrics"))[1], name)
 
 
+def _engine_metric(server: Server, name: str, labels: str = "") -> float:
+    """A vLLM-Omni metric summed over its label sets that hold `labels` (its orchestrator's)."""
+    text = get(server.url("/metrics"))[1]
+    found = re.findall(rf"^{re.escape(name)}\{{([^}}]*)\}} ([0-9.e+-]+)$", text, re.M)
+    return sum(float(value) for held, value in found if labels in held)
+
+
+def _engine_running(server: Server) -> float:
+    return _engine_metric(server, "vllm_omni:num_requests_running")
+
+
+def _engine_aborted(server: Server) -> tuple[float, float]:
+    """(requests vLLM-Omni counts failed, speech streams whose generator it saw closed)."""
+    return (
+        _engine_metric(server, "vllm_omni:requests_success_total", 'finished_reason="abort"'),
+        _engine_metric(server, "vllm_omni:speech_stream_aborted_total"),
+    )
+
+
+def assert_engine_let_go(server: Server, aborted_before: tuple[float, float]) -> None:
+    """The cut stream's generator was closed and the engine no longer counts its request.
+
+    Closing vLLM-Omni's stream generator is what tells its engine to abort. Its
+    orchestrator counts a request running from its dispatch to a stage until it
+    finishes or the stages are told to abort it: a cut request the engine was never
+    told about stays counted while it generates. (vLLM's per-stage
+    `vllm:num_requests_running` cannot tell: the talker's stays at 1 after every request.)
+    """
+    # The abort ends before the reply does and the place comes back: a moment's grace.
+    deadline = time.monotonic() + 2
+    while _engine_running(server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _engine_running(server) == 0, server.log_tail()
+    failed, closed = aborted_before
+    assert _engine_aborted(server) == (failed + 1, closed + 1)
+    speech_pcm(server)  # the next request is served alone
+    assert _engine_running(server) == 0
+
+
 def test_a_client_that_stops_reading_is_cut_and_its_place_returned(server: Server):
     cut = 'omni_cpu_speech_requests_rejected_total{reason="slow_reader"}'
     before = _served_metric(server, cut)
+    aborted = _engine_aborted(server)
     body = json.dumps(
         {"model": server.model, "input": "Hello there.", "voice": "ryan", "stream": True,
          "response_format": "pcm", "stream_format": "audio", "max_new_tokens": 1500}
@@ -272,8 +312,21 @@ def test_a_client_that_stops_reading_is_cut_and_its_place_returned(server: Serve
         time.sleep(0.5)
     assert _served_metric(server, "omni_cpu_speech_requests_in_flight") == 0
     assert get_status(server.url("/health")) == 200
-    hello = {"model": server.model, "input": "Hello.", "voice": "ryan", "max_new_tokens": 12}
-    assert post_json(server.url("/v1/audio/speech"), hello)[0] == 200
+    assert_engine_let_go(server, aborted)
+
+
+def test_a_stream_cut_at_its_deadline_is_aborted_in_the_engine(server: Server):
+    cut = 'omni_cpu_speech_requests_rejected_total{reason="timeout"}'
+    before = _served_metric(server, cut)
+    aborted = _engine_aborted(server)
+    body = {"model": server.model, "input": "Hello there.", "voice": "ryan", "stream": True,
+            "response_format": "pcm", "stream_format": "audio", "max_new_tokens": 1500,
+            "timeout": 3}  # fmt: skip
+    status, _ = post_json(server.url("/v1/audio/speech"), body)
+    # 200: the audio so far, ended cleanly; 504: none had come yet (a busy machine)
+    assert status in (200, 504)
+    assert _served_metric(server, cut) == before + 1
+    assert_engine_let_go(server, aborted)
 
 
 def test_sigterm_drains_in_flight_requests_and_leaves_no_stage_process(server: Server):
