@@ -90,6 +90,15 @@ def test_wav_speech_decodes_as_24khz_whole_frames(server: Server):
     assert int(np.abs(audio.astype(np.int32)).max()) > 0  # not silent
 
 
+def test_a_request_without_max_new_tokens_gets_max_frames_frames_as_run_does(server: Server):
+    # Greedy, so the same codes every time; random talker weights do not stop before the cap.
+    body = {"model": server.model, "input": "Hello there.", "voice": "ryan",
+            "response_format": "pcm", "extra_params": {"temperature": 0}}  # fmt: skip
+    status, reply = post_json(server.url("/v1/audio/speech"), body)
+    assert status == 200, reply[:300]
+    assert pcm_samples(reply) == MAX_FRAMES * FRAME_SAMPLES  # run --max-frames gives as many
+
+
 def test_pcm_speech_is_whole_frames_of_int16(server: Server):
     reply = server.client().audio.speech.create(
         model=server.model,
