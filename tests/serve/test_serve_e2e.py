@@ -14,13 +14,16 @@ import signal
 import socket
 import threading
 import time
+import wave
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from omni_cpu.process import proctree
+from tests.helpers.engines import run_omni_cpu
 from tests.helpers.serving import (
     FRAME_SAMPLES,
     REQUEST_TIMEOUT_S,
@@ -219,6 +222,23 @@ def test_a_seeded_request_gives_the_same_audio_twice_and_another_seed_other_audi
     own = {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.2}
     tuned = speech_pcm(server, seed=7, extra_params=own)
     assert speech_pcm(server, seed=7, extra_params=own) == tuned != first
+
+
+def test_a_seeded_request_gives_the_audio_run_gives_with_that_seed(server: Server, tmp_path: Path):
+    # The fixture planned the profile beside the checkpoint; run takes the same one.
+    model = Path(server.model)
+    out = tmp_path / "run.wav"
+    run = run_omni_cpu(
+        "run", "--model", str(model), "--deploy-profile", str(model.parent / "deploy.yaml"),
+        "--text", "Hello there.", "--speaker", "ryan", "--seed", "7", "--max-frames", "12",
+        "--out", str(out),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    with wave.open(str(out), "rb") as written:
+        ran = written.readframes(written.getnframes())
+    # max_new_tokens is the talker's token budget: N frames take N + 1 (docs/sampling.md).
+    assert speech_pcm(server, seed=7, max_new_tokens=13) == ran
+    assert len(ran) == 12 * FRAME_SAMPLES * 2
 
 
 def test_a_requests_temperature_0_makes_both_samplers_greedy(server: Server):
