@@ -58,6 +58,7 @@ from compare_qwen_tts import (
 )
 
 from omni_cpu.errors import InputError, OmniCpuError, RuntimeMissingError, StageError
+from omni_cpu.speech.wav import to_pcm16
 
 CODES_SCRIPT = Path("benchmarks/qwen_tts_codes.py")
 DEFAULT_TEXT = "Hello there. This is a test of speech synthesis."
@@ -106,8 +107,9 @@ def snr_db(want: np.ndarray, got: np.ndarray) -> float:
 
 
 def as_pcm16(wave: np.ndarray) -> np.ndarray:
-    """What a 16-bit WAV of `wave` reads back as (omni-cpu's output is one)."""
-    return np.round(np.clip(wave, -1, 1) * 32767).astype(np.int16).astype(np.float32) / 32767
+    """What a 16-bit WAV of `wave` reads back as (omni-cpu's output is one, written as
+    omni_cpu.speech.wav.to_pcm16 writes it)."""
+    return np.frombuffer(to_pcm16(wave), dtype="<i2").astype(np.float32) / 32767
 
 
 def max_lsb(want: np.ndarray, got: np.ndarray) -> int:

@@ -227,10 +227,12 @@ def _deploy_config(profile: Profile, options: ServeOptions) -> dict[str, Any]:
         deploy_config_dict(profile, options.replica), options.verbose
     )
     if options.max_frames is not None:
-        # The talker's default max_tokens is the frame cap of a request that sets none.
+        # The frame cap of a request that sets none, as `run --max-frames` has it: the
+        # talker completes frame k while sampling token k+1, so N frames take N+1 tokens.
         for stage in deploy["stages"]:
             if stage["stage_id"] == TALKER_STAGE:
-                stage.setdefault("default_sampling_params", {})["max_tokens"] = options.max_frames
+                params = stage.setdefault("default_sampling_params", {})
+                params["max_tokens"] = options.max_frames + 1
     return deploy
 
 

@@ -30,9 +30,15 @@ _PARTIAL = re.compile(r"^\.(?P<name>.+)\.omni-cpu-(?P<pid>\d+)(?:-\d+)?\.partial
 
 
 def to_pcm16(samples: np.ndarray) -> bytes:
-    """float audio in [-1, 1] -> little-endian 16-bit PCM (clipped)."""
+    """float audio in [-1, 1] -> little-endian 16-bit PCM (clipped), as `serve` writes it.
+
+    vLLM-Omni's server encodes with libsndfile, whose float to 16-bit conversion is
+    floor(x * 32768) held to [-32768, 32767]: the same samples here make `run` and a
+    `serve` request give the same bytes (rounding x * 32767 put them 1 LSB apart).
+    """
     clipped = np.clip(np.asarray(samples, dtype=np.float32).reshape(-1), -1.0, 1.0)
-    return (clipped * 32767.0).round().astype("<i2").tobytes()
+    scaled = np.floor(clipped * np.float32(32768.0))
+    return np.clip(scaled, -32768, 32767).astype("<i2").tobytes()
 
 
 def sweep_partials(folder: Path) -> list[Path]:

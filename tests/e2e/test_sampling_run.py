@@ -61,12 +61,13 @@ def stock_wave(checkpoint: Path) -> np.ndarray:
     from omni_cpu.platform.inprocess import Code2Wav, load_talker
     from omni_cpu.quality.check_weights import free_run
     from omni_cpu.speech.request import SpeechRequest
+    from omni_cpu.speech.wav import to_pcm16
 
     talker = load_talker(checkpoint, "model", "float32", stock=True)
     info = SpeechRequest(TEXT, speaker="vivian", max_frames=FRAMES).additional_information()
     codes, _ = free_run(talker, info, FRAMES)
     wave = Code2Wav(checkpoint).decode(codes).numpy()
-    return np.round(wave * 32767).astype(np.int16).astype(np.float32) / 32767.0
+    return np.frombuffer(to_pcm16(wave), dtype="<i2").astype(np.float32) / 32767.0
 
 
 @pytest.mark.e2e

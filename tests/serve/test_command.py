@@ -90,10 +90,11 @@ def test_drain_flag_lives_in_the_per_port_workdir():
     assert plan.workdir.endswith(f"omni-cpu-serve-8077-{os.getpid()}")
 
 
-def test_max_frames_caps_the_talkers_default_max_tokens():
+def test_max_frames_caps_the_talkers_default_max_tokens_as_run_does():
+    # N frames take N+1 talker tokens (launch.pipeline asks the same for run --max-frames N).
     plan = build_serve_plan("m", load_profile(EIGHT_NODES), ServeOptions(max_frames=48))
     talker = next(s for s in plan.deploy_config["stages"] if s["stage_id"] == 0)
-    assert talker["default_sampling_params"]["max_tokens"] == 48
+    assert talker["default_sampling_params"]["max_tokens"] == 49
 
 
 def test_reserved_frontend_cpus_pin_the_api_server(two_node_profile):

@@ -14,13 +14,16 @@ import signal
 import socket
 import threading
 import time
+import wave
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from omni_cpu.process import proctree
+from tests.helpers.engines import run_omni_cpu
 from tests.helpers.serving import (
     FRAME_SAMPLES,
     REQUEST_TIMEOUT_S,
@@ -88,6 +91,15 @@ def test_wav_speech_decodes_as_24khz_whole_frames(server: Server):
     assert rate == SAMPLE_RATE
     assert len(audio) > 0 and len(audio) % FRAME_SAMPLES == 0
     assert int(np.abs(audio.astype(np.int32)).max()) > 0  # not silent
+
+
+def test_a_request_without_max_new_tokens_gets_max_frames_frames_as_run_does(server: Server):
+    # Greedy, so the same codes every time; random talker weights do not stop before the cap.
+    body = {"model": server.model, "input": "Hello there.", "voice": "ryan",
+            "response_format": "pcm", "extra_params": {"temperature": 0}}  # fmt: skip
+    status, reply = post_json(server.url("/v1/audio/speech"), body)
+    assert status == 200, reply[:300]
+    assert pcm_samples(reply) == MAX_FRAMES * FRAME_SAMPLES  # run --max-frames gives as many
 
 
 def test_pcm_speech_is_whole_frames_of_int16(server: Server):
@@ -212,6 +224,23 @@ def test_a_seeded_request_gives_the_same_audio_twice_and_another_seed_other_audi
     assert speech_pcm(server, seed=7, extra_params=own) == tuned != first
 
 
+def test_a_seeded_request_gives_the_audio_run_gives_with_that_seed(server: Server, tmp_path: Path):
+    # The fixture planned the profile beside the checkpoint; run takes the same one.
+    model = Path(server.model)
+    out = tmp_path / "run.wav"
+    run = run_omni_cpu(
+        "run", "--model", str(model), "--deploy-profile", str(model.parent / "deploy.yaml"),
+        "--text", "Hello there.", "--speaker", "ryan", "--seed", "7", "--max-frames", "12",
+        "--out", str(out),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    with wave.open(str(out), "rb") as written:
+        ran = written.readframes(written.getnframes())
+    # max_new_tokens is the talker's token budget: N frames take N + 1 (docs/sampling.md).
+    assert speech_pcm(server, seed=7, max_new_tokens=13) == ran
+    assert len(ran) == 12 * FRAME_SAMPLES * 2
+
+
 def test_a_requests_temperature_0_makes_both_samplers_greedy(server: Server):
     # No seed: two replies are the same only if the talker and the code predictor both take
     # the argmax (vLLM-Omni 0.30.0 alone gives the temperature to the talker only).
@@ -247,9 +276,46 @@ def _served_metric(server: Server, name: str) -> float:
     return _metric(get(server.url("/metrics"))[1], name)
 
 
+def _engine_metric(server: Server, name: str, labels: str = "") -> float:
+    """A vLLM-Omni metric summed over its label sets that hold `labels` (its orchestrator's)."""
+    text = get(server.url("/metrics"))[1]
+    found = re.findall(rf"^{re.escape(name)}\{{([^}}]*)\}} ([0-9.e+-]+)$", text, re.M)
+    return sum(float(value) for held, value in found if labels in held)
+
+
+def _engine_running(server: Server) -> float:
+    return _engine_metric(server, "vllm_omni:num_requests_running")
+
+
+def _engine_aborted(server: Server) -> tuple[float, float]:
+    """(requests vLLM-Omni counts failed, speech streams whose generator it saw closed)."""
+    return (
+        _engine_metric(server, "vllm_omni:requests_success_total", 'finished_reason="abort"'),
+        _engine_metric(server, "vllm_omni:speech_stream_aborted_total"),
+    )
+
+
+def assert_engine_let_go(server: Server, aborted_before: tuple[float, float]) -> None:
+    """The cut stream's generator was closed and the engine no longer counts its request.
+
+    Closing vLLM-Omni's stream generator is what tells its engine to abort. Its
+    orchestrator counts a request running from its dispatch to a stage until it
+    finishes or the stages are told to abort it: a cut request the engine was never
+    told about stays counted while it generates. (vLLM's per-stage
+    `vllm:num_requests_running` cannot tell: the talker's stays at 1 after every request.)
+    """
+    # vLLM-Omni's abort returns once its stages are told, before the place comes back.
+    assert _engine_running(server) == 0, server.log_tail()
+    failed, closed = aborted_before
+    assert _engine_aborted(server) == (failed + 1, closed + 1)
+    speech_pcm(server)  # the next request is served alone
+    assert _engine_running(server) == 0
+
+
 def test_a_client_that_stops_reading_is_cut_and_its_place_returned(server: Server):
     cut = 'omni_cpu_speech_requests_rejected_total{reason="slow_reader"}'
     before = _served_metric(server, cut)
+    aborted = _engine_aborted(server)
     body = json.dumps(
         {"model": server.model, "input": "Hello there.", "voice": "ryan", "stream": True,
          "response_format": "pcm", "stream_format": "audio", "max_new_tokens": 1500}
@@ -272,8 +338,43 @@ def test_a_client_that_stops_reading_is_cut_and_its_place_returned(server: Serve
         time.sleep(0.5)
     assert _served_metric(server, "omni_cpu_speech_requests_in_flight") == 0
     assert get_status(server.url("/health")) == 200
-    hello = {"model": server.model, "input": "Hello.", "voice": "ryan", "max_new_tokens": 12}
-    assert post_json(server.url("/v1/audio/speech"), hello)[0] == 200
+    assert_engine_let_go(server, aborted)
+
+
+def test_a_stream_cut_at_its_deadline_is_aborted_in_the_engine(server: Server):
+    cut = 'omni_cpu_speech_requests_rejected_total{reason="timeout"}'
+    before = _served_metric(server, cut)
+    aborted = _engine_aborted(server)
+    body = {"model": server.model, "input": "Hello there.", "voice": "ryan", "stream": True,
+            "response_format": "pcm", "stream_format": "audio", "max_new_tokens": 1500,
+            "timeout": 3}  # fmt: skip
+    status, _ = post_json(server.url("/v1/audio/speech"), body)
+    # 200: the audio so far, ended cleanly; 504: none had come yet (a busy machine)
+    assert status in (200, 504)
+    assert _served_metric(server, cut) == before + 1
+    assert_engine_let_go(server, aborted)
+
+
+def test_a_client_that_leaves_mid_stream_is_aborted_in_the_engine(server: Server):
+    aborted = _engine_aborted(server)
+    body = json.dumps(
+        {"model": server.model, "input": "Hello there.", "voice": "ryan", "stream": True,
+         "response_format": "pcm", "stream_format": "audio", "max_new_tokens": 1500}
+    ).encode()  # fmt: skip
+    with socket.socket() as client:
+        client.connect(("127.0.0.1", server.port))
+        client.sendall(
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        assert client.recv(4096).startswith(b"HTTP/1.1 200")  # the stream is under way
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S
+    while (
+        _served_metric(server, "omni_cpu_speech_requests_in_flight") and time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    assert_engine_let_go(server, aborted)
 
 
 def test_sigterm_drains_in_flight_requests_and_leaves_no_stage_process(server: Server):
