@@ -1,4 +1,5 @@
-"""The ASGI pieces admission is made of: types, the OpenAI error shape, a refusal, a replay."""
+"""The ASGI pieces admission is made of: types, the OpenAI error shape, a refusal, a replay,
+a reply held until its body is whole."""
 
 from __future__ import annotations
 
@@ -79,3 +80,29 @@ def replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return receive_again
+
+
+def held_reply(
+    status: int, send: Send, instead: Callable[[Message, bytes], Awaitable[bool]]
+) -> Send:
+    """A `send` that holds a reply of `status` until its body is whole, then offers it to
+    `instead` (its start message and body): True when `instead` sent a reply of its own,
+    False to send the held one as it was. Every other reply passes straight through."""
+    held: list[Message] = []
+
+    async def send_held(message: Message) -> None:
+        if message["type"] == "http.response.start" and message.get("status") == status:
+            held.append(message)
+            return
+        if not held:
+            await send(message)
+            return
+        held.append(message)
+        if message.get("more_body", False):
+            return
+        start, *parts = held
+        if not await instead(start, b"".join(part.get("body", b"") for part in parts)):
+            for kept in held:
+                await send(kept)
+
+    return send_held

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 
-from omni_cpu.serve.asgi import Message, Send
+from omni_cpu.serve.asgi import Message, Send, held_reply
 
 REWORDED = (
     (
@@ -52,28 +52,15 @@ def reworded(body: bytes) -> bytes | None:
 
 def rewording(send: Send) -> Send:
     """A `send` that rewords a 400's message (omni_cpu.serve.messages.REWORDED)."""
-    held: list[Message] = []
 
-    async def send_reworded(message: Message) -> None:
-        if message["type"] == "http.response.start" and message.get("status") == 400:
-            held.append(message)
-            return
-        if not held:
-            await send(message)
-            return
-        held.append(message)
-        if message.get("more_body", False):
-            return
-        start, *parts = held
-        body = b"".join(part.get("body", b"") for part in parts)
+    async def reword(start: Message, body: bytes) -> bool:
         new = reworded(body)
         if new is None:
-            for kept in held:
-                await send(kept)
-            return
+            return False
         headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(new)).encode()))
         await send({**start, "headers": headers})
         await send({"type": "http.response.body", "body": new, "more_body": False})
+        return True
 
-    return send_reworded
+    return held_reply(400, send, reword)

@@ -12,7 +12,16 @@ import contextlib
 import os
 from typing import Protocol
 
-from omni_cpu.serve.asgi import ASGIApp, Message, Receive, Scope, Send, error_body, send_json
+from omni_cpu.serve.asgi import (
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    error_body,
+    held_reply,
+    send_json,
+)
 from omni_cpu.serve.counting import count_rejected
 from omni_cpu.serve.knobs import AdmissionLimits
 
@@ -136,27 +145,15 @@ def stage_aware(gate: Watched, send: Send) -> Send:
     vLLM-Omni answers 500 ("no live replica") from the moment a stage dies until the
     supervisor has noticed (within a second) and written the down file.
     """
-    held: list[Message] = []
 
-    async def send_checked(message: Message) -> None:
-        if message["type"] == "http.response.start" and message.get("status") == 500:
-            held.append(message)
-            return
-        if not held:
-            await send(message)
-            return
-        held.append(message)
-        if message.get("more_body", False):
-            return
-        body = b"".join(m.get("body", b"") for m in held[1:])
+    async def when_down(_start: Message, body: bytes) -> bool:
         down = await down_soon(gate, body)
         if down is None:
-            for kept in held:
-                await send(kept)
-            return
+            return False
         await reply_stage_down(send, down)
+        return True
 
-    return send_checked
+    return held_reply(500, send, when_down)
 
 
 async def down_soon(gate: Watched, body: bytes) -> str | None:

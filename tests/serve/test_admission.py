@@ -655,12 +655,9 @@ def _form(fields: dict[str, str]) -> tuple[bytes, bytes]:
     return body, f"multipart/form-data; boundary={boundary}".encode()
 
 
-def test_a_voice_embedding_with_nan_is_400_before_the_server():
-    inner = SlowApp(released=True)
-    app = SpeechAdmission(inner, AdmissionLimits())
-    body, content_type = _form(
-        {"name": "ghost", "consent": "c", "speaker_embedding": json.dumps([0.1, float("nan")])}
-    )
+def upload_voice(app: Any, fields: dict[str, str]) -> list[dict]:
+    """One voice upload (a multipart form of `fields`) through `app`; every message it sent."""
+    body, content_type = _form(fields)
     sent: list[dict] = []
 
     async def receive() -> dict:
@@ -672,5 +669,14 @@ def test_a_voice_embedding_with_nan_is_400_before_the_server():
     headers = [(b"content-type", content_type)]
     scope = {"type": "http", "path": "/v1/audio/voices", "method": "POST", "headers": headers}
     run(app(scope, receive, send))
+    return sent
+
+
+def test_a_voice_embedding_with_nan_is_400_before_the_server():
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    sent = upload_voice(
+        app, {"name": "ghost", "consent": "c", "speaker_embedding": json.dumps([0.1, float("nan")])}
+    )
     assert sent[0]["status"] == 400 and inner.started == 0
     assert b"finite" in b"".join(m.get("body", b"") for m in sent[1:])

@@ -8,7 +8,6 @@ sees the request.
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -19,7 +18,7 @@ from omni_cpu.serve.strings import judge_strings
 
 pytest.importorskip("prometheus_client")
 from omni_cpu.serve.admission import SpeechAdmission
-from tests.serve.test_admission import SPEECH, SlowApp, _form, call, run
+from tests.serve.test_admission import SPEECH, SlowApp, call, run, upload_voice
 from tests.serve.test_stream_guard import Handler, session
 
 
@@ -85,18 +84,7 @@ def test_a_surrogate_in_a_websocket_message_is_an_error_event_and_a_close():
 def test_a_voice_name_with_a_line_break_is_refused_before_it_is_stored():
     inner = SlowApp(released=True)
     app = SpeechAdmission(inner, AdmissionLimits())
-    body, content_type = _form({"name": "evil\r\nname", "consent": "c"})
-    sent: list[dict] = []
-
-    async def receive() -> dict:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: dict) -> None:
-        sent.append(message)
-
-    headers = [(b"content-type", content_type)]
-    scope = {"type": "http", "path": "/v1/audio/voices", "method": "POST", "headers": headers}
-    asyncio.run(app(scope, receive, send))
+    sent = upload_voice(app, {"name": "evil\r\nname", "consent": "c"})
     assert sent[0]["status"] == 400 and inner.started == 0
     assert json.loads(sent[1]["body"])["error"]["param"] == "name"
 

@@ -21,7 +21,7 @@ from omni_cpu.serve.knobs import AdmissionLimits
 
 pytest.importorskip("prometheus_client")
 from omni_cpu.serve.admission import SpeechAdmission
-from tests.serve.test_admission import SlowApp, _form, call
+from tests.serve.test_admission import SlowApp, call, upload_voice
 from tests.serve.test_stream_guard import STREAM
 
 # Every field vLLM-Omni 0.30.0's speech, batch and session models read, and the aliases.
@@ -149,17 +149,6 @@ def test_any_voice_upload_form_is_answered_2xx_or_4xx(fields: dict[str, str]):
         k: v.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for k, v in fields.items()
     }
     safe = {k: v.replace("\r", "").replace("\n", "") for k, v in safe.items()}
-    body, content_type = _form(safe)
     app = SpeechAdmission(SlowApp(released=True), AdmissionLimits())
-    sent: list[dict] = []
-
-    async def receive() -> dict:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: dict) -> None:
-        sent.append(message)
-
-    headers = [(b"content-type", content_type)]
-    scope = {"type": "http", "path": "/v1/audio/voices", "method": "POST", "headers": headers}
-    asyncio.run(asyncio.wait_for(app(scope, receive, send), 10))
+    sent = upload_voice(app, safe)
     assert sent[0]["status"] < 500 and app.in_flight == 0

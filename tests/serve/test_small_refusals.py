@@ -12,7 +12,7 @@ from omni_cpu.serve.knobs import AdmissionLimits
 
 pytest.importorskip("prometheus_client")
 from omni_cpu.serve.admission import SpeechAdmission
-from tests.serve.test_admission import SPEECH, SlowApp, _form, call, run
+from tests.serve.test_admission import SPEECH, SlowApp, call, run, upload_voice
 
 
 def _answer(body: dict, limits: AdmissionLimits | None = None) -> tuple[int, dict, SlowApp]:
@@ -87,18 +87,7 @@ class FullDiskApp(SlowApp):
 
 def test_a_full_disk_is_a_400_without_the_os_text_or_the_servers_paths():
     app = SpeechAdmission(FullDiskApp(), AdmissionLimits())
-    body, content_type = _form({"name": "guest", "consent": "c"})
-    sent: list[dict] = []
-
-    async def receive() -> dict:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: dict) -> None:
-        sent.append(message)
-
-    headers = [(b"content-type", content_type)]
-    scope = {"type": "http", "path": "/v1/audio/voices", "method": "POST", "headers": headers}
-    run(app(scope, receive, send))
+    sent = upload_voice(app, {"name": "guest", "consent": "c"})
     message = json.loads(sent[1]["body"])["error"]["message"]
     assert sent[0]["status"] == 400 and "no room left" in message
     assert "Errno" not in message and "/srv" not in message
