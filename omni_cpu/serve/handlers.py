@@ -32,6 +32,7 @@ from omni_cpu.serve.checks import (
     judge_ref_audio,
 )
 from omni_cpu.serve.forms import form_file
+from omni_cpu.serve.knobs import AdmissionLimits
 from omni_cpu.serve.long_input import long_parts, speak_in_parts
 from omni_cpu.serve.messages import rewording
 from omni_cpu.serve.references import audio_values
@@ -50,6 +51,26 @@ class Admission(Gate, Protocol):
         self, scope: Scope, receive: Receive, send: Send, timeout_s: float
     ) -> None: ...
     def judge_context(self, fields: dict[str, Any]) -> None: ...
+
+
+async def turned_away(gate: Admission, send: Send, bad: BadBody) -> None:
+    """A request refused at the door: counted by its reason, answered with its error."""
+    gate.count_rejected(bad.reason)
+    await refuse(send, bad)
+
+
+class Outgoing:
+    """The body the server is sent: the request's own, or its fields rewritten once the
+    reference audio URLs in them are fetched into data: URLs (omni_cpu.serve.fetch)."""
+
+    def __init__(self, body: bytes, fields: dict[str, Any], limits: AdmissionLimits) -> None:
+        self.body = body
+        self.fields = fields
+        self.limits = limits
+
+    def fetch_references(self) -> None:
+        if fetch_references(self.fields, self.limits):
+            self.body = json.dumps(self.fields).encode()
 
 
 HEALTH_PATH = "/health"
@@ -88,8 +109,7 @@ async def free(gate: Admission, scope: Scope, receive: Receive, send: Send) -> N
     try:  # a body nobody bounds otherwise (POST /ping, DELETE a voice)
         body, _, gone = await gate.read(scope, receive)
     except BadBody as bad:
-        gate.count_rejected(bad.reason)
-        await refuse(send, bad)
+        await turned_away(gate, send, bad)
         return
     if not gone:
         await gate.app(scope, replay(body, receive), send)
@@ -121,8 +141,7 @@ def with_body(handle: BodyHandler) -> Handler:
             body, fields, gone = await gate.read(scope, receive)
             judge_strings(fields)
         except BadBody as bad:
-            gate.count_rejected(bad.reason)
-            await refuse(send, bad)
+            await turned_away(gate, send, bad)
             return
         if not gone:
             await handle(gate, scope, receive, send, body, fields)
@@ -146,8 +165,7 @@ async def admitted(gate: Admission, send: Send, places: int, judge: Any, answer:
         try:
             await asyncio.to_thread(judge)
         except BadBody as bad:
-            gate.count_rejected(bad.reason)
-            await refuse(send, bad)
+            await turned_away(gate, send, bad)
             return
         finally:
             gate.client_waits(-1)
@@ -174,19 +192,16 @@ async def speech(
             gate.judge_context({**fields, "input": part})
         timeout_s = timeout_of(gate, fields)
     except BadBody as bad:
-        gate.count_rejected(bad.reason)
-        await refuse(send, bad)
+        await turned_away(gate, send, bad)
         return
-
-    sent = [body]
+    outgoing = Outgoing(body, fields, limits)
 
     def judge() -> None:
-        if fetch_references(fields, limits):
-            sent[0] = json.dumps(fields).encode()
+        outgoing.fetch_references()
         judge_ref_audio(fields, limits)
 
     async def answer() -> None:
-        replayed = replay(sent[0], receive)
+        replayed = replay(outgoing.body, receive)
         if parts is None:
             # A streamed reply is timed as a listener hears it, for /metrics.
             timed = (
@@ -226,15 +241,12 @@ async def batch(
             )
         timeout_s = timeout_of(gate, fields)
     except BadBody as bad:
-        gate.count_rejected(bad.reason)
-        await refuse(send, bad)
+        await turned_away(gate, send, bad)
         return
-
-    sent = [body]
+    outgoing = Outgoing(body, fields, limits)
 
     def judge() -> None:
-        if fetch_references(fields, limits):
-            sent[0] = json.dumps(fields).encode()
+        outgoing.fetch_references()
         seen: set[str] = set()
         for index, item in enumerate(batch_items(fields)):
             key = str(audio_values(item))
@@ -247,7 +259,7 @@ async def batch(
         send,
         max(1, len(items)),
         judge,
-        lambda: gate.answer(scope, replay(sent[0], receive), send, timeout_s),
+        lambda: gate.answer(scope, replay(outgoing.body, receive), send, timeout_s),
     )
 
 
@@ -263,8 +275,7 @@ async def voice_upload(
     try:
         audio = await form_file(scope, body, "audio_sample")
     except BadBody as bad:
-        gate.count_rejected(bad.reason)
-        await refuse(send, bad)
+        await turned_away(gate, send, bad)
         return
 
     def judge() -> None:
