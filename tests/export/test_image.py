@@ -162,7 +162,11 @@ def test_make_image_tags_the_image_the_export_names(container):
     assert tag.stdout.strip() == container["image"]
     steps = {"image": ["build"], "image-test": ["build", "test"], "image-base": ["base"]}
     for target, wanted in steps.items():
-        planned = subprocess.run(["make", "-n", target], capture_output=True, text=True, cwd=REPO)
+        # --no-print-directory: under `make test` (CI) this make is a nested one, which
+        # would print the folder it enters.
+        planned = subprocess.run(
+            ["make", "--no-print-directory", "-n", target], capture_output=True, text=True, cwd=REPO
+        )
         assert planned.stdout.splitlines() == [f"bash scripts/image.sh {step}" for step in wanted]
 
 

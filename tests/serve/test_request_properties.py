@@ -50,8 +50,12 @@ HOSTILE = ["\ud800abc", "\udfff", "a\x00b", "ryan\r\nX: 1", "\x1b[31m", "\x85"]
 any_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=12) | st.sampled_from(
     HOSTILE
 )
+# No subnormal floats: a test before this one in the same process may have loaded torch or
+# the kernels, which set the CPU to flush them to zero, and hypothesis refuses to draw them
+# then. JSON numbers that small are judged by the same code as any other float.
 scalars = (
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | any_text
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_subnormal=False)
+    | any_text
     | st.sampled_from(REFERENCES)
 )  # fmt: skip
 json_values = st.recursive(
