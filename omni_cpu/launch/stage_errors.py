@@ -19,9 +19,10 @@ def stage_error(phase: str, error: BaseException, watch: StageWatch | None) -> S
         message = f"{phase} failed: {deaths}"
         message += f" ({reason})" if reason else ""
     memory = isinstance(error, MemoryError) or MEMORY_WORDS.search(reason) is not None
-    if watch is not None and watch.oom_killed():
+    oom = watch.oom_note() if watch is not None else ""
+    if oom:
         memory = True
-        message += "; the kernel's OOM killer ran"
+        message += oom
     if memory:
         fix = (
             "memory: lower kv_cache_memory_bytes in the profile or free memory "
