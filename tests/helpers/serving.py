@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -62,10 +64,35 @@ class Server:
 TinyServer = Callable[..., Server]
 
 
+# Ports the servers under test listen on: below the kernel's ephemeral range, PORTS_A_WORKER
+# for each pytest-xdist worker. A port from bind(0) is ephemeral: released, it may be handed to
+# the next outgoing or port-0 socket of any process (an engine's ZMQ socket, another worker's
+# server) before our server binds it, and CI once lost a module to EADDRINUSE that way. Below
+# the range only an explicit bind takes a port, and the workers' slices do not overlap.
+FIRST_TEST_PORT = 20000
+PORTS_A_WORKER = 400
+_next_offset = itertools.count(os.getpid() % PORTS_A_WORKER)
+
+
+def worker_index() -> int:
+    """This pytest-xdist worker's number (gw3 -> 3); 0 outside xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(name[2:]) if name[2:].isdigit() else 0
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port free now, in this worker's slice below the ephemeral range."""
+    base = FIRST_TEST_PORT + worker_index() * PORTS_A_WORKER
+    for _ in range(PORTS_A_WORKER):
+        port = base + next(_next_offset) % PORTS_A_WORKER
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {base}..{base + PORTS_A_WORKER - 1}")
 
 
 def planned_tiny_model(folder: Path, kind: str, max_seqs: int) -> tuple[Path, Path]:
