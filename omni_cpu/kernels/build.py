@@ -37,8 +37,8 @@ CSRC = Path(__file__).with_name("csrc")
 # OpenMP where it is preloaded).
 _AVX2_FLAGS = ("-O3", "-fopenmp", "-mavx2", "-mfma", "-mf16c")
 # Built into every module beside its GEMV files: the W4A8 tensor call and the predictor step on
-# the module's own products (gemv.h), the attention on vec.h's vectors.
-_SHARED = ("gemv_w4a8.cpp", "attention_decode.cpp", "predictor_step.cpp")
+# the module's own products (gemv.h), the attention and the codec's SnakeBeta on vec.h's vectors.
+_SHARED = ("gemv_w4a8.cpp", "attention_decode.cpp", "predictor_step.cpp", "snake.cpp")
 
 
 @dataclass(frozen=True)

@@ -273,3 +273,19 @@ def decode_attention(
     if module is None or q.dtype not in (torch.bfloat16, torch.float32) or keys.shape[-1] % 16:
         return None
     return module.decode_attention(q.contiguous(), keys, values, end, scale)
+
+
+def snake_beta(
+    x: torch.Tensor, alpha: torch.Tensor, inv_beta: torch.Tensor, tail: torch.Tensor | None
+) -> torch.Tensor | None:
+    """[tail | x + inv_beta * sin(alpha * x)^2] per channel in one pass, or None without the
+    kernel.
+
+    Time-major: x [B, L, C] (bf16 or float32); alpha and inv_beta [C] (SnakeBeta's exp(alpha)
+    and 1 / (exp(beta) + eps)); tail [B, keep, C] of x's dtype or None. The result is
+    [B, keep + L, C] (csrc/snake.cpp, in the AVX2 module where the AVX-512 one is not used).
+    """
+    module = kernel() or avx2_kernel()
+    if module is None or x.dtype not in (torch.bfloat16, torch.float32):
+        return None
+    return module.snake_beta(x.contiguous(), alpha, inv_beta, tail)

@@ -35,6 +35,13 @@ its own cache. The trade-off: the state it keeps
 is about 5 MB per request on the 0.6B codec in float32 (half in bf16), nearly all
 of it the 8 layers' keys and values.
 
+How it runs on a CPU core (benchmarks/RESULTS.md, "code2wav's decoder after ..."): the
+vocoder's activations stay time-major ([B, L, C], oneDNN's channels-last layout), so no
+convolution converts its input or output; each convolution's weights are packed for oneDNN
+once per input shape instead of reordered on every call; a transposed convolution whose
+kernel spans whole strides is one stride-1 convolution into stride x C_out channels; and
+SnakeBeta is one pass (csrc/snake.cpp) that writes after the next convolution's tail.
+
 The state lives in the per-request dict vLLM-Omni's `Qwen3TTSCode2Wav` already
 keeps (`_decoder_state_cache`) and frees when a request finishes or is aborted
 (`on_requests_finished`), so nothing here needs its own cleanup.
@@ -118,20 +125,15 @@ def decode_together(states: list[StreamState], codes: torch.Tensor) -> torch.Ten
     batch = StreamState(decoder)  # carries the stacked tails while the batch runs
     for key in states[0].tails:
         batch.tails[key] = torch.cat([state.tails[key] for state in states])
-    hidden = decoder.quantizer.decode(codes)
-    hidden = batch._causal_conv(decoder.pre_conv, hidden).transpose(1, 2)
+    hidden = batch._causal_conv(decoder.pre_conv, _quantized(decoder, codes))
     hidden = torch.cat(
         [state._transformer(hidden[index : index + 1]) for index, state in enumerate(states)]
-    ).permute(0, 2, 1)
-    for blocks in decoder.upsample:
-        for block in blocks:
-            hidden = batch._run(block, hidden)
-    for block in decoder.decoder:
-        hidden = batch._run(block, hidden)
+    )
+    audio = batch._vocoder(hidden)
     for index, state in enumerate(states):
         state.tails = {key: tail[index : index + 1] for key, tail in batch.tails.items()}
         state.position += int(codes.shape[-1])
-    return hidden.clamp(min=-1, max=1)
+    return audio
 
 
 class StreamState:
@@ -148,19 +150,23 @@ class StreamState:
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """Audio [B, 1, n * samples_per_frame] of the next n frames `codes` [B, Q, n]."""
-        decoder = self.decoder
-        hidden = decoder.quantizer.decode(codes)
-        hidden = self._causal_conv(decoder.pre_conv, hidden).transpose(1, 2)
-        hidden = self._transformer(hidden).permute(0, 2, 1)
-        for blocks in decoder.upsample:
+        hidden = self._causal_conv(self.decoder.pre_conv, _quantized(self.decoder, codes))
+        audio = self._vocoder(self._transformer(hidden))
+        self.position += int(codes.shape[-1])
+        return audio
+
+    def _vocoder(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Audio [B, 1, L] of the transformer's output [B, n, C], through the upsamplers and
+        the decoder blocks, time-major throughout."""
+        for blocks in self.decoder.upsample:
             for block in blocks:
                 hidden = self._run(block, hidden)
-        for block in decoder.decoder:
+        for block in self.decoder.decoder:
             hidden = self._run(block, hidden)
-        self.position += int(codes.shape[-1])
-        return hidden.clamp(min=-1, max=1)
+        bsz, length, channels = hidden.shape
+        return hidden.reshape(bsz, length * channels, 1).transpose(1, 2).clamp(min=-1, max=1)
 
-    # --- convolutions -------------------------------------------------------------
+    # --- convolutions, on time-major activations [B, L, C] --------------------------
 
     def _run(self, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         name = type(module).__name__
@@ -172,15 +178,29 @@ class StreamState:
             return self._convnext(module, x)
         if name == "Qwen3TTSTokenizerV2DecoderDecoderResidualUnit":
             residual = x
-            x = self._causal_conv(module.conv1, module.act1(x))
-            return self._causal_conv(module.conv2, module.act2(x)) + residual
+            x = self._snake_conv(module.act1, module.conv1, x)
+            return self._snake_conv(module.act2, module.conv2, x) + residual
         if name == "Qwen3TTSTokenizerV2DecoderDecoderBlock":
             for block in module.block:
                 x = self._run(block, x)
             return x
         if name == "SnakeBeta":  # pointwise in time
-            return module(x)
+            return _snake(module, x, None)
         raise TypeError(f"streaming code2wav does not know decoder layer {name}")
+
+    def _snake_conv(self, act: Any, module: Any, x: torch.Tensor) -> torch.Tensor:
+        """`module(act(x))` for a SnakeBeta then a causal convolution: the activation written
+        after the convolution's carried inputs in one pass where the kernel runs."""
+        if module.stride != 1:
+            raise TypeError(f"streaming code2wav needs stride-1 causal convs, got {module.stride}")
+        keep = module.padding
+        tail = self.tails.get(id(module)) if keep else None
+        if keep and tail is None:
+            tail = x.new_zeros((x.shape[0], keep, x.shape[2]))
+        full = _snake(act, x, tail)
+        if keep:
+            self.tails[id(module)] = full[:, -keep:].clone()
+        return _conv(module.conv, full)
 
     def _with_tail(self, module: torch.nn.Module, x: torch.Tensor, keep: int) -> torch.Tensor:
         """`x` after the module's carried last `keep` inputs (zeros at the start); carries anew."""
@@ -188,31 +208,35 @@ class StreamState:
             return x
         tail = self.tails.get(id(module))
         if tail is None:
-            tail = x.new_zeros((*x.shape[:-1], keep))
-        full = torch.cat((tail, x), dim=-1)
-        self.tails[id(module)] = full[..., -keep:]
+            tail = x.new_zeros((x.shape[0], keep, x.shape[2]))
+        full = torch.cat((tail, x), dim=1)
+        self.tails[id(module)] = full[:, -keep:].clone()  # not a view pinning `full`
         return full
 
     def _causal_conv(self, module: Any, x: torch.Tensor) -> torch.Tensor:
         if module.stride != 1:
             raise TypeError(f"streaming code2wav needs stride-1 causal convs, got {module.stride}")
         # The stock forward left-pads `padding` zeros and, at stride 1, nothing right.
-        return module.conv(self._with_tail(module, x, module.padding)).contiguous()
+        return _conv(module.conv, self._with_tail(module, x, module.padding))
 
     def _trans_conv(self, module: Any, x: torch.Tensor) -> torch.Tensor:
         conv = module.conv
         stride, kernel = int(conv.stride[0]), int(conv.kernel_size[0])
         keep = -(-(kernel - stride) // stride)  # inputs whose outputs reach past their stride
-        out = _transposed_conv(conv, self._with_tail(module, x, keep))
+        full = self._with_tail(module, x, keep)
+        if kernel % stride == 0 and keep == kernel // stride - 1 and conv.groups == 1:
+            # Only the new inputs' strides: a stride-1 convolution over [tail | x].
+            return _strided_outputs(conv, full)
+        out = _transposed_conv(conv, full.transpose(1, 2))
         # Outputs of the carried inputs' first strides went out with the last chunk;
         # the tail past the new inputs' strides waits for the next chunk's inputs.
-        return out[..., keep * stride : (keep + x.shape[-1]) * stride].contiguous()
+        return out[..., keep * stride : (keep + x.shape[1]) * stride].transpose(1, 2).contiguous()
 
     def _convnext(self, module: Any, x: torch.Tensor) -> torch.Tensor:
         residual = x
-        x = self._causal_conv(module.dwconv, x).permute(0, 2, 1)
+        x = self._causal_conv(module.dwconv, x)
         x = module.pwconv2(module.act(module.pwconv1(module.norm(x))))
-        return residual + (module.gamma * x).permute(0, 2, 1)
+        return residual + module.gamma * x
 
     # --- transformer --------------------------------------------------------------
 
@@ -264,6 +288,162 @@ class StreamState:
         hidden = hidden + layer.self_attn_layer_scale(out)
         x = layer.mlp(layer.post_attention_layernorm(hidden))
         return hidden + layer.mlp_layer_scale(x)
+
+
+# A convolution's weights are reordered for oneDNN on every call unless packed in advance,
+# and a layout packed for one input length can be many times slower for another, so a
+# packed layout is kept per input shape once it has come PACK_AFTER times, for the last
+# PACKED_SHAPES shapes a convolution ran packed (a stream's steady chunk and one other: each
+# costs a copy of the weights; packing costs about what an unpacked call does). Only
+# convolutions of at least PACKED_MIN_WEIGHTS weights are packed: the reorder is what a
+# call of the codec's first upsampler and the convolutions around it cost at a chunk's few
+# frames, and nothing beside the arithmetic of the long, narrow later ones.
+PACKED_SHAPES = 2
+PACK_AFTER = 4
+PACKED_MIN_WEIGHTS = 1 << 20
+_UNPACKED = object()
+
+
+def _quantized(decoder: Any, codes: torch.Tensor) -> torch.Tensor:
+    """The quantizer's embedding of codes [B, Q, n], time-major [B, n, C]."""
+    return decoder.quantizer.decode(codes).transpose(1, 2).contiguous()
+
+
+def _conv(conv: torch.nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+    """`conv` on time-major x [B, L, C_in]: [B, L', C_out], on weights packed once per input
+    shape where oneDNN runs (stride 1, no padding, no groups: the codec's convolutions but
+    the ConvNeXt's depthwise one, which runs as torch's)."""
+    if conv.padding != (0,) or conv.stride != (1,) or conv.groups != 1:
+        return conv(x.transpose(1, 2)).transpose(1, 2).contiguous()
+    return _packed_conv(conv, conv.weight, conv.bias, int(conv.dilation[0]), x)
+
+
+def _packed_conv(
+    owner: torch.nn.Module,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    dilation: int,
+    x: torch.Tensor,
+) -> torch.Tensor:
+    """conv1d(weight, bias, dilation) of time-major x [B, L, C_in] as [B, L', C_out]: through
+    oneDNN in its channels-last layout (no copy either way) with `weight` packed for x's shape
+    (kept on `owner`); the plain call where oneDNN does not run or the weights are of another
+    dtype."""
+    if (
+        not torch.backends.mkldnn.is_available()
+        or x.dtype not in (torch.bfloat16, torch.float32)
+        or weight.dtype != x.dtype
+        or x.shape[1] < dilation * (weight.shape[-1] - 1) + 1
+    ):
+        return _plain_conv(x, weight, bias, dilation)
+    if weight.numel() < PACKED_MIN_WEIGHTS:
+        return _channels_last_conv(owner, x, weight, bias, dilation)
+    key = (tuple(x.shape), x.dtype, weight.data_ptr())
+    packs: dict[tuple[Any, ...], Any] = owner.__dict__.setdefault("_omni_cpu_packs", {})
+    packed = packs.pop(key, _UNPACKED)
+    if packed is _UNPACKED:
+        # A shape's first PACK_AFTER calls run unpacked: a ragged last chunk comes once and
+        # each size of a ramp a few times, a steady chunk's shape all stream long.
+        seen: dict[tuple[Any, ...], int] = owner.__dict__.setdefault("_omni_cpu_seen", {})
+        calls = seen.pop(key, 0)
+        if calls < PACK_AFTER:
+            seen[key] = calls + 1  # most recent last
+            if len(seen) > 8 * PACKED_SHAPES:
+                seen.pop(next(iter(seen)))
+            return _channels_last_conv(owner, x, weight, bias, dilation)
+        try:
+            packed = torch._C._nn.mkldnn_reorder_conv2d_weight(
+                weight.unsqueeze(2).to_mkldnn(), [0, 0], [1, 1], [1, dilation], 1,
+                [x.shape[0], x.shape[2], 1, x.shape[1]],
+            )  # fmt: skip
+            out = _pointwise(x, packed, bias, dilation)
+        except RuntimeError:  # a shape oneDNN has no packed primitive for
+            packed, out = None, _channels_last_conv(owner, x, weight, bias, dilation)
+    else:
+        out = (
+            _channels_last_conv(owner, x, weight, bias, dilation)
+            if packed is None
+            else _pointwise(x, packed, bias, dilation)
+        )
+    if len(packs) >= PACKED_SHAPES:
+        packs.pop(next(iter(packs)))  # the longest unused
+    packs[key] = packed  # most recently used last; None: this shape runs unpacked
+    return out
+
+
+def _pointwise(
+    x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, dilation: int
+) -> torch.Tensor:
+    # [B, L, C] is [B, C, 1, L] in channels-last strides, oneDNN's layout in and out.
+    image = x.transpose(1, 2).unsqueeze(2)
+    out = torch.ops.mkldnn._convolution_pointwise(
+        image, packed, bias, [0, 0], [1, 1], [1, dilation], 1, "none", [], ""
+    )
+    return out.squeeze(2).transpose(1, 2).contiguous()  # a view where it came channels-last
+
+
+def _channels_last_conv(
+    owner: torch.nn.Module,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    dilation: int,
+) -> torch.Tensor:
+    """torch's convolution on time-major x as a channels-last image, its weights kept
+    channels-last on `owner` too: oneDNN's layout in and out, no copy, no packing."""
+    cached = owner.__dict__.get("_omni_cpu_channels_last")
+    if cached is None or cached[0] != (weight.data_ptr(), weight.dtype):
+        image_weight = weight.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+        cached = ((weight.data_ptr(), weight.dtype), image_weight)
+        owner.__dict__["_omni_cpu_channels_last"] = cached
+    out = F.conv2d(x.transpose(1, 2).unsqueeze(2), cached[1], bias, dilation=(1, dilation))
+    return out.squeeze(2).transpose(1, 2).contiguous()
+
+
+def _plain_conv(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int
+) -> torch.Tensor:
+    out = F.conv1d(x.transpose(1, 2), weight, bias, dilation=dilation)
+    return out.transpose(1, 2).contiguous()
+
+
+def _strided_outputs(conv: torch.nn.ConvTranspose1d, full: torch.Tensor) -> torch.Tensor:
+    """The transposed convolution's outputs [B, L * stride, C_out] of all but the first
+    `spans - 1` inputs of time-major `full` [B, spans - 1 + L, C_in], whose kernel spans whole
+    strides (K = spans * stride).
+
+    Output t * stride + r sums input t - j through kernel tap j * stride + r: a stride-1
+    convolution of `spans` taps into stride * C_out channels, ordered (r, c_out) so that
+    its time-major output [B, L, stride * C_out] is already [B, L * stride, C_out]."""
+    weight = conv.weight  # [C_in, C_out, K]
+    c_in, c_out, kernel = weight.shape
+    stride = int(conv.stride[0])
+    spans = kernel // stride
+    cached = conv.__dict__.get("_omni_cpu_as_conv")
+    if cached is None or cached[0] != (weight.data_ptr(), weight.dtype):
+        taps = weight.view(c_in, c_out, spans, stride).permute(3, 1, 0, 2).flip(-1)
+        bias = None if conv.bias is None else conv.bias.repeat(stride)
+        key = (weight.data_ptr(), weight.dtype)
+        cached = (key, taps.reshape(stride * c_out, c_in, spans).contiguous(), bias)
+        conv.__dict__["_omni_cpu_as_conv"] = cached
+    _, taps, bias = cached
+    out = _packed_conv(conv, taps, bias, 1, full)  # [B, L, stride * C_out]
+    return out.view(out.shape[0], -1, c_out)
+
+
+def _snake(act: Any, x: torch.Tensor, tail: torch.Tensor | None) -> torch.Tensor:
+    """[tail | act(x)] along time for vLLM-Omni's SnakeBeta `act`, time-major: csrc/snake.cpp's
+    one pass where the kernel module runs here, else the module's own forward and a
+    concatenation."""
+    from omni_cpu.kernels import gemv
+
+    if getattr(act, "_exp_alpha", None) is None:
+        act.precompute_exp_cache()
+    fused = gemv.snake_beta(x, act._exp_alpha, act._inv_beta, tail)
+    if fused is not None:
+        return fused
+    y = act(x.transpose(1, 2)).transpose(1, 2)
+    return y.contiguous() if tail is None else torch.cat((tail, y), dim=1)
 
 
 def _transposed_conv(conv: torch.nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor:

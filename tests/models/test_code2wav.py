@@ -8,7 +8,8 @@ the same operations on the same weights; only the lengths the GEMMs and
 convolutions see differ (a 25-frame chunk against the whole utterance), which
 changes how sums are blocked and so their rounding, by a few float32 ulps
 (1.2e-7 relative) per operation. Through the decoder's ~40 layers that stays
-near 1e-6 (measured 1.1e-6 here, 3.3e-6 on the 0.6B codec). A state carried
+near 1e-6 (measured 2.0e-6 here with the one-pass SnakeBeta's own sine,
+3.3e-6 on the 0.6B codec before it). A state carried
 wrongly (a lost convolution tail, a key at the wrong position) shows up at the
 first chunk boundary as errors of the signal's own size (~0.2), five orders
 above the bound. The stock async-chunk path, for comparison, is 2.3e-4 off.
@@ -272,3 +273,76 @@ def test_transposed_conv_as_a_product_equals_torchs(dtype, tolerance, c_in, c_ou
             )
         assert got.shape == want.shape and got.dtype == dtype
         assert float((got.float() - want).norm() / want.norm()) < tolerance
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 0.01)])
+@pytest.mark.parametrize(
+    "c_in,c_out,kernel,stride", [(48, 24, 16, 8), (24, 12, 10, 5), (32, 16, 6, 3)]
+)
+def test_transposed_conv_as_a_stride_one_conv_gives_the_new_inputs_outputs(
+    dtype, tolerance, c_in, c_out, kernel, stride
+):
+    # Time-major [tail | x] in, the outputs of x's inputs out, as the stream asks: torch's
+    # transposed convolution of the whole, from the tail's strides to the new inputs' last.
+    from omni_cpu.models.code2wav import _strided_outputs
+
+    torch.manual_seed(stride)
+    conv = torch.nn.ConvTranspose1d(c_in, c_out, kernel, stride=stride).to(dtype)
+    keep = kernel // stride - 1
+    for length in (1, 7, 40):
+        full = torch.randn(2, keep + length, c_in).to(dtype)
+        with torch.no_grad():
+            got = _strided_outputs(conv, full)
+            whole = torch.nn.functional.conv_transpose1d(
+                full.transpose(1, 2).float(), conv.weight.float(), conv.bias.float(), stride=stride
+            )
+        want = whole[..., keep * stride : (keep + length) * stride].transpose(1, 2)
+        assert got.shape == want.shape and got.dtype == dtype
+        assert float((got.float() - want).norm() / want.norm()) < tolerance
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 0.01)])
+@pytest.mark.parametrize("packed_from", [0, 1 << 40], ids=["packed", "channels-last"])
+def test_convolution_equals_conv1d_over_changing_shapes(
+    dtype, tolerance, packed_from, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every call, whether its shape runs unpacked, is packed on this call, was packed before,
+    # or was dropped from the packs, gives torch's convolution; at most PACKED_SHAPES are kept.
+    from omni_cpu.models import code2wav
+
+    monkeypatch.setattr(code2wav, "PACKED_MIN_WEIGHTS", packed_from)
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(24, 40, 7, dilation=3).to(dtype)
+    lengths = [19 + 3 * step for step in range(code2wav.PACKED_SHAPES + 2)]
+    for length in [*lengths, lengths[0]]:
+        for _ in range(code2wav.PACK_AFTER + 2):
+            x = torch.randn(2, length, 24).to(dtype)  # time-major
+            with torch.no_grad():
+                got = code2wav._conv(conv, x)
+                want = torch.nn.functional.conv1d(
+                    x.transpose(1, 2).float(), conv.weight.float(), conv.bias.float(), dilation=3
+                ).transpose(1, 2)
+            assert got.shape == want.shape and got.is_contiguous()
+            assert float((got.float() - want).norm() / want.norm()) < tolerance
+    packs = conv.__dict__.get("_omni_cpu_packs", {})
+    assert len(packs) == (code2wav.PACKED_SHAPES if packed_from == 0 else 0)
+    assert all(pack is not None for pack in packs.values())
+
+
+def test_snake_without_the_kernel_gives_the_kernels_result(
+    model: Qwen3TTSCode2Wav, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where no kernel module runs (OMNI_CPU_GEMV=off, a CPU without AVX2), the module's own
+    # forward and a concatenation stand in: the same values, the same layout.
+    from omni_cpu.kernels import gemv
+    from omni_cpu.models.code2wav import _snake
+
+    act = model.decoder.decoder[1].block[0]
+    channels = act.alpha.shape[0]
+    x = torch.randn(2, 33, channels)
+    tail = torch.randn(2, 6, channels)
+    fused = _snake(act, x, tail)
+    monkeypatch.setattr(gemv, "snake_beta", lambda *args: None)
+    plain = _snake(act, x, tail)
+    assert plain.shape == fused.shape == (2, 39, channels)
+    assert (plain - fused).abs().max().item() <= 1e-5

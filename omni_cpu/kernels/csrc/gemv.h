@@ -27,6 +27,9 @@ torch::Tensor gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
 // attention_decode.cpp: one query position per row over cache positions [0, end).
 torch::Tensor decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
                                int64_t end, double scale);
+// snake.cpp: SnakeBeta in one pass on time-major [B, L, C], after a convolution's carried input.
+torch::Tensor snake_beta(torch::Tensor x, torch::Tensor alpha, torch::Tensor inv_beta,
+                         c10::optional<torch::Tensor> tail);
 // predictor_step.cpp: the PredictorStep class.
 void bind_predictor_step(pybind11::module& m);
 

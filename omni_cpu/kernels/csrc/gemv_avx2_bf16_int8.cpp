@@ -285,6 +285,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "y = x @ dequant(w).T (+ bias), 4-bit weights in groups of 32");
   m.def("decode_attention", &omni_cpu::decode_attention,
         "one query position over a short KV cache");
+  m.def("snake_beta", &omni_cpu::snake_beta,
+        "x + inv_beta * sin(alpha * x)^2 per channel of time-major [B, L, C], after a tail");
   m.def("avx_vnni", &avx_vnni, "whether this build's int8 products use AVX-VNNI's vpdpbusd");
   omni_cpu::bind_predictor_step(m);
 }

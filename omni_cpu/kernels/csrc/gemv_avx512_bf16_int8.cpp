@@ -493,5 +493,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("parallel_threads", &parallel_threads, "threads one parallel region reaches");
   m.def("decode_attention", &omni_cpu::decode_attention,
         "one query position over a short KV cache");
+  m.def("snake_beta", &omni_cpu::snake_beta,
+        "x + inv_beta * sin(alpha * x)^2 per channel of time-major [B, L, C], after a tail");
   omni_cpu::bind_predictor_step(m);
 }

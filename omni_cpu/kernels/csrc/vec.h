@@ -51,6 +51,11 @@ inline V nearest(V x) {
   return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 inline V times_two_to(V p, V n) { return _mm512_scalef_ps(p, n); }  // p * 2^n
+// p with its sign flipped in the lanes where the integer n is odd.
+inline V negated_where_odd(V p, V n) {
+  const __m512i odd = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 31);
+  return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(p), odd));
+}
 // v's lanes rounded to the nearest integer (ties to even, as nearbyint) into q as signed 8
 // bits (the caller keeps them in [-127, 127]); their sum.
 inline int32_t store_s8(int8_t* q, V v) {
@@ -92,6 +97,11 @@ inline V times_two_to(V p, V n) {
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
                                                           _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+// p with its sign flipped in the lanes where the integer n is odd.
+inline V negated_where_odd(V p, V n) {
+  const __m256i odd = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 31);
+  return _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(p), odd));
 }
 // v's lanes rounded to the nearest integer (ties to even, as nearbyint) into q as signed 8
 // bits (the caller keeps them in [-127, 127]); their sum.
@@ -148,6 +158,22 @@ inline V exp(V x) {
   for (const float c : {1.f / 720.f, 1.f / 120.f, 1.f / 24.f, 1.f / 6.f, 0.5f, 1.f, 1.f})
     p = fmadd(p, r, set1(c));
   return times_two_to(p, n);
+}
+
+// sin x: x = n pi + r (|r| <= pi / 2, pi in three parts as Cephes' sinf splits it), sin r by
+// its odd Taylor polynomial to r^11, negated for odd n. Within 1.2e-7 absolute of sin for
+// |x| <= 1e4 (AVX-512 and AVX2, against double sin; tests/kernels/test_snake.py); farther out
+// the reduction loses bits as float32's own x does.
+inline V sin(V x) {
+  const V n = nearest(mul(x, set1(0.318309886183790671f)));
+  V r = fnmadd(n, set1(3.140625f), x);
+  r = fnmadd(n, set1(9.67502593994140625e-4f), r);
+  r = fnmadd(n, set1(1.509957990978376432e-7f), r);
+  const V r2 = mul(r, r);
+  V p = set1(-1.f / 39916800.f);
+  for (const float c : {1.f / 362880.f, -1.f / 5040.f, 1.f / 120.f, -1.f / 6.f})
+    p = fmadd(p, r2, set1(c));
+  return negated_where_odd(fmadd(mul(p, r2), r, r), n);
 }
 
 // Where a GEMV tile's results go: y[m, j:j+kLanes] = value + bias[j:j+kLanes], rounded once
