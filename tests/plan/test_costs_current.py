@@ -77,8 +77,8 @@ MODEL: dict[str, Callable[..., float]] = {
     "class_gemv_read_gb_s_one_core": lambda cpu_class: speed.talker_bandwidth_gb_s(
         1, dataclasses.replace(_inputs(), cpu_class=cpu_class)
     ),
-    "class_talker_step_ms": lambda cpu_class, weights: speed.talker_step_ms(
-        1, dataclasses.replace(_inputs(weights), cpu_class=cpu_class)
+    "class_talker_step_ms": lambda cpu_class, weights, streams="1": speed.talker_step_ms(
+        1, dataclasses.replace(_inputs(weights), cpu_class=cpu_class), streams=int(streams)
     ),
     "class_code2wav_stage_ms_per_frame": lambda cpu_class, chunk: speed.code2wav_core_ms(
         int(chunk), dataclasses.replace(_inputs(), cpu_class=cpu_class)
