@@ -142,6 +142,15 @@ REFERENCE_SMALL_OP_US = 3.0
 # format's ratio, per extra stream. The Zen 4's two-stream step holds it too
 # (`class_talker_step_ms:AVX-512 with bf16:int4:2`).
 TALKER_STEP_GROWTH_PER_STREAM = 0.085
+# The talker step's p95 over its median, on a host that runs other work beside the stages
+# (a cloud guest's neighbours, the OS): the chunk schedule and the predicted (p95) safe
+# start are planned on the step times this, so the safe start a plan states holds for
+# the slow steps too, not only on a quiet run. From the 2-core Zen 4 guest's two 7-minute
+# soaks (calibrated.json `talker_step_spread`, to be re-measured from bench's
+# talker_step_ms_p95 over talker_step_ms); `probe --calibrate` measures no spread (its
+# seconds cannot see a host's minutes). One figure for every class: the noise is the
+# host's, not the ISA's.
+TALKER_STEP_SPREAD = 1.2
 # The prompt's prefill, in one-stream steps: the Intel Xeon's first audio less one step
 # and code2wav's first 1-frame chunk, over the step (calibrated.json
 # `first_audio_ms:<format>`); the median format's. AMX runs the prefill there; a CPU
