@@ -72,6 +72,7 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
     resources = Table(title="per stage")
     resources.add_column("streams", justify="right")
     resources.add_column("talker step ms", justify="right")
+    resources.add_column("talker step p95 ms", justify="right")
     resources.add_column("code predictor ms", justify="right")
     resources.add_column("stream ms/frame", justify="right")
     resources.add_column("code2wav ms/frame", justify="right")
@@ -83,6 +84,7 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
         resources.add_row(
             str(level["concurrency"]),
             _num(level.get("talker_step_ms"), 1),
+            _num(level.get("talker_step_ms_p95"), 1),
             _num(level.get("code_predictor_ms"), 1),
             _num(level["talker_ms_per_frame"], 1),
             _num(level["code2wav_ms_per_frame"], 1),

@@ -44,6 +44,9 @@ DERIVATIONS = {
     "the first chunk: the talker's time per frame while code2wav keeps up",
     "talker_step_ms": "median wall time of one talker decode step inside the worker "
     "(OMNI_CPU_STEP_LOG): one frame for every running stream, code predictor included",
+    "talker_step_ms_p95": "95th percentile of the same steps; over talker_step_ms at one stream "
+    "it is the step's spread, which the plan's chunk schedule and predicted safe start are "
+    "planned on (TALKER_STEP_SPREAD in omni_cpu/plan/costs.py)",
     "code_predictor_ms": "median wall time of the code predictor's 15 steps within one talker step",
     "code2wav_ms_per_frame": "code2wav's busy wall time inside the worker (its steps with codes "
     "to decode, OMNI_CPU_STEP_LOG) / frames of the level; without the step log, its CPU time "
@@ -102,7 +105,8 @@ class Level:
     busy_fraction: dict[str, float]
     stage_cpu_s: dict[str, float]
     peak_rss_bytes: dict[str, int]
-    talker_step_ms: float | None = None
+    talker_step_ms: float | None = None  # the step log's p50
+    talker_step_ms_p95: float | None = None
     code_predictor_ms: float | None = None
     predicted_rtf: float | None = None
     predicted_ttfa_s: float | None = None
@@ -117,6 +121,7 @@ class Level:
             "predicted_ttfa_s": self.predicted_ttfa_s,
             "predicted_safe_start_s": self.predicted_safe_start_s,
             "talker_step_ms": self.talker_step_ms,
+            "talker_step_ms_p95": self.talker_step_ms_p95,
             "code_predictor_ms": self.code_predictor_ms,
             "code2wav_ms_per_frame": self.code2wav_ms_per_frame,
             "busy_fraction": self.busy_fraction,
@@ -124,6 +129,15 @@ class Level:
             "peak_rss_bytes": self.peak_rss_bytes,
             "streams": self.streams,
         }
+
+    def take_step_log(self, window: steplog.StepWindow, frames: float) -> None:
+        """The stage times the workers logged over this level (`frames`: its audio frames)."""
+        self.talker_step_ms = window.talker_step_ms_p50()
+        self.talker_step_ms_p95 = window.talker_step_ms_p95()
+        self.code_predictor_ms = window.code_predictor_ms_p50()
+        busy_ms = window.code2wav_busy_ms()
+        if busy_ms is not None and frames:
+            self.code2wav_ms_per_frame = round(busy_ms / frames, 1)
 
 
 @dataclass
@@ -220,12 +234,7 @@ def _level(
     level.streams = [trace.to_dict(play_buffer_ms) for trace in traces]
     if step_dir is not None:
         time.sleep(0.2)  # the workers' last lines of the level
-        window = steplog.read_window(step_dir, window_start, time.time())
-        level.talker_step_ms = window.talker_step_ms_p50()
-        level.code_predictor_ms = window.code_predictor_ms_p50()
-        busy_ms = window.code2wav_busy_ms()
-        if busy_ms is not None and frames:
-            level.code2wav_ms_per_frame = round(busy_ms / frames, 1)
+        level.take_step_log(steplog.read_window(step_dir, window_start, time.time()), frames)
     return level
 
 

@@ -199,6 +199,8 @@ def assumptions(speed: SpeedInputs, isa: str, talker_cores: int = 1) -> tuple[st
         bandwidth,
         overhead,
         f"{costs.TALKER_STEP_GROWTH_PER_STREAM:.0%} more step time per extra stream (built-in)",
+        f"chunk schedule and safe start planned on the talker step's p95, "
+        f"{costs.TALKER_STEP_SPREAD:g}x its median (built-in)",
         f"code2wav ({speed.code2wav_dtype}, {speed.code2wav_decode} decode) {per_frame:g} ms per "
         f"frame and {per_call:g} ms per call on one core ({code2wav_source}), "
         f"+{costs.CODE2WAV_STAGE_MS_PER_FRAME:g} ms per frame and "

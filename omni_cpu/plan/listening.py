@@ -2,12 +2,13 @@
 that keeps a player fed, and the streams a replica carries without a gap.
 
 Pure, on the cost model of omni_cpu.plan.speed. A stream's frames leave the talker
-one step apart after its prompt's prefill; code2wav takes each chunk once its last
-frame is out and its cores are free, one chunk at a time, in the order they are
-ready. A player that starts at `s` plays a chunk at `s` + the audio before it, so
-the stream's *safe start* (the earliest start with no gap) is the largest
-"arrival - audio offset" over its chunks (omni_cpu.speech.playback measures the
-same thing on real streams).
+one step apart after its prompt's prefill, the step taken at its p95 (the model's step
+times costs.TALKER_STEP_SPREAD), so the schedule and the safe start hold through a
+host's slow steps; code2wav takes each chunk once its last frame is out and its cores
+are free, one chunk at a time, in the order they are ready. A player that starts at
+`s` plays a chunk at `s` + the audio before it, so the stream's *safe start* (the
+earliest start with no gap) is the largest "arrival - audio offset" over its chunks
+(omni_cpu.speech.playback measures the same thing on real streams).
 
 The schedule (vLLM-Omni's `codec_chunk_ramp`, then `codec_chunk_frames` chunks):
 after a 1-frame first chunk, each next chunk is the largest that still arrives
@@ -97,7 +98,7 @@ class Timeline:
         return max(a - o for a, o in zip(self.arrivals_ms, self.offsets_ms, strict=True))
 
 
-def _step_ms(cores: StageCores, speed: SpeedInputs, streams: int, chunk: int) -> float:
+def _median_step_ms(cores: StageCores, speed: SpeedInputs, streams: int, chunk: int) -> float:
     """The time between a stream's frames leaving the talker with `streams` running.
 
     Sharing cores, code2wav's work comes out of the same cores, in turn: the
@@ -106,6 +107,12 @@ def _step_ms(cores: StageCores, speed: SpeedInputs, streams: int, chunk: int) ->
     if cores.talker == SHARED:
         return frame_ms(SHARED, cores.compute, chunk, speed, streams)
     return talker_step_ms(cores.talker_cores, speed, streams)
+
+
+def _step_ms(cores: StageCores, speed: SpeedInputs, streams: int, chunk: int) -> float:
+    """The same at its p95 (the median times costs.TALKER_STEP_SPREAD): what the schedule
+    and the safe start are planned on, so a player is fed through the host's slow steps."""
+    return _median_step_ms(cores, speed, streams, chunk) * costs.TALKER_STEP_SPREAD
 
 
 def simulate(
@@ -228,18 +235,22 @@ def stall_free_streams(
 def describe_schedule(cores: StageCores, speed: SpeedInputs, schedule: Schedule) -> str:
     """The profile's note: the chunks, and whether a player fed by them starts at first audio."""
     timeline = simulate(cores, speed, schedule, 1, REFERENCE_FRAMES)[0]
-    step = _step_ms(cores, speed, 1, schedule.steady)
+    step = _median_step_ms(cores, speed, 1, schedule.steady)
+    slow = _step_ms(cores, speed, 1, schedule.steady)
     first, safe = timeline.first_audio_ms / 1000, timeline.safe_start_ms / 1000
     sizes = ", ".join(str(size) for size in schedule.ramp[:-1]) or str(schedule.steady)
     chunks = f"chunks of {sizes} frame(s), then {schedule.steady} each"
-    pace = f"one stream makes a frame every {step:.0f} ms against the 80 ms it plays"
+    pace = (
+        f"one stream makes a frame every {step:.0f} ms ({slow:.0f} ms at p95, as planned) "
+        "against the 80 ms it plays"
+    )
     if safe - first <= SAFE_START_MARGIN_MS / 1000 + 1e-9:
         return (
-            f"{chunks}: {pace}, so each chunk arrives before it is due "
-            f"(predicted first audio {first:.2f} s, safe start {safe:.2f} s for a 10 s sentence)"
+            f"{chunks}: {pace}, so each chunk arrives before it is due (predicted at the "
+            f"p95 step: first audio {first:.2f} s, safe start {safe:.2f} s for a 10 s sentence)"
         )
     return (
         f"{chunks}: {pace} and code2wav cannot get ahead of the player, so a 10 s sentence "
         f"needs {safe - first:.2f} s of buffer past first audio to play without a gap "
-        f"(predicted first audio {first:.2f} s, safe start {safe:.2f} s)"
+        f"(predicted at the p95 step: first audio {first:.2f} s, safe start {safe:.2f} s)"
     )

@@ -132,10 +132,22 @@ class StepWindow:
     talker: tuple[dict[str, Any], ...]
     code2wav: tuple[dict[str, Any], ...]
 
+    def talker_decode_ms(self) -> list[float]:
+        """Each talker decode step's ms (one frame per running stream), code predictor included."""
+        return [r["step_ms"] for r in self.talker if r.get("code_predictor_ms", 0) > 0]
+
     def talker_step_ms_p50(self) -> float | None:
-        """Median talker decode step (one frame per running stream), code predictor included."""
-        decode = [r["step_ms"] for r in self.talker if r.get("code_predictor_ms", 0) > 0]
+        """Median talker decode step."""
+        decode = self.talker_decode_ms()
         return round(statistics.median(decode), 1) if decode else None
+
+    def talker_step_ms_p95(self) -> float | None:
+        """95th percentile talker decode step, linear between ranks (as bench's percentiles):
+        over the median, the step's spread (omni_cpu.plan.costs.TALKER_STEP_SPREAD)."""
+        decode = self.talker_decode_ms()
+        if len(decode) < 2:
+            return round(decode[0], 1) if decode else None
+        return round(statistics.quantiles(decode, n=20, method="inclusive")[18], 1)
 
     def code_predictor_ms_p50(self) -> float | None:
         times = [r["code_predictor_ms"] for r in self.talker if r.get("code_predictor_ms", 0) > 0]

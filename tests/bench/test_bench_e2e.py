@@ -22,6 +22,7 @@ LEVEL_KEYS = {
     "audio_s_per_wall_s",
     "talker_ms_per_frame",
     "talker_step_ms",
+    "talker_step_ms_p95",
     "code_predictor_ms",
     "code2wav_ms_per_frame",
     "frames_per_request_p50",
@@ -117,6 +118,7 @@ def test_stage_times_come_from_inside_the_workers(bench: dict) -> None:
     # with the code predictor inside them, and code2wav decoded something.
     for level in bench["levels"]:
         assert level["talker_step_ms"] > 0
+        assert level["talker_step_ms_p95"] >= level["talker_step_ms"]
         assert 0 < level["code_predictor_ms"] <= level["talker_step_ms"]
         assert level["code2wav_ms_per_frame"] > 0
     assert bench["weights"] == "model"

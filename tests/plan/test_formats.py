@@ -14,16 +14,16 @@ from omni_cpu.plan.policy import PlanOptions, plan_profile
 from tests.helpers.machines import GIB, machine
 
 FOOTPRINT = footprint_for_model(None)
-AVX2_4 = machine({0: [0, 1, 2, 3]}, isa=("avx2", "fma"))  # int4 plays, the dtype does not
+AVX2_6 = machine({0: [0, 1, 2, 3, 4, 5]}, isa=("avx2", "fma"))  # int4 plays, the dtype does not
 ARM_4 = machine({0: [0, 1, 2, 3]}, isa=("asimd", "bf16"), architecture="aarch64")
 
 
 def test_every_format_the_cpu_runs_is_planned_as_the_chosen_plan_but_for_its_weights():
-    rows = compare_formats(AVX2_4, FOOTPRINT, PlanOptions(weights="int8"))
+    rows = compare_formats(AVX2_6, FOOTPRINT, PlanOptions(weights="int8"))
     assert [row.weights for row in rows] == weight_formats.runnable("x86_64", ("avx2", "fma"))
     assert [row.chosen for row in rows] == [row.weights == "int8" for row in rows]
     for row in rows:
-        profile = plan_profile(AVX2_4, FOOTPRINT, PlanOptions(weights=row.weights))
+        profile = plan_profile(AVX2_6, FOOTPRINT, PlanOptions(weights=row.weights))
         own = profile.replicas[0].capacity
         assert (row.rtf_one_stream, row.safe_start_s) == (own.rtf_one_stream, own.safe_start_s)
         assert row.stall_free_streams == profile.capacity.stall_free_streams
@@ -47,7 +47,7 @@ def test_a_format_that_does_not_fit_the_memory_is_listed_with_why():
 
 
 def test_the_hint_names_the_format_that_plays_and_the_check_before_it():
-    rows = compare_formats(AVX2_4, FOOTPRINT, PlanOptions())
+    rows = compare_formats(AVX2_6, FOOTPRINT, PlanOptions())
     chosen = next(row for row in rows if row.chosen)
     assert chosen.stall_free_streams == 0
     hint = format_hint(rows)
@@ -60,7 +60,7 @@ def test_the_hint_names_the_format_that_plays_and_the_check_before_it():
 @pytest.mark.parametrize(
     ("facts", "weights"),
     [
-        (AVX2_4, "int4"),  # the chosen format plays
+        (AVX2_6, "int4"),  # the chosen format plays
         (machine({0: [0, 1]}, isa=("avx2", "fma")), "model"),  # no format plays on two cores
         (ARM_4, "model"),  # nothing else runs
     ],
@@ -71,7 +71,7 @@ def test_no_hint_where_the_chosen_format_plays_or_none_would(facts, weights):
 
 def test_a_loaded_profile_gives_back_the_options_it_states():
     options = PlanOptions(weights="int8", dtype="float32", code2wav_dtype="bfloat16")
-    profile = plan_profile(AVX2_4, FOOTPRINT, options)
+    profile = plan_profile(AVX2_6, FOOTPRINT, options)
     again = profile_options(profile)
     assert dataclasses.replace(again, calibration=None) == PlanOptions(
         weights="int8", dtype="float32", code2wav_dtype="bfloat16"

@@ -7,12 +7,13 @@ import dataclasses
 import pytest
 
 from omni_cpu import weight_formats
-from omni_cpu.plan import footprint_for_model
+from omni_cpu.plan import costs, footprint_for_model
 from omni_cpu.plan.listening import (
     SAFE_START_MARGIN_MS,
     Schedule,
     choose_schedule,
     describe_schedule,
+    safe_start_p95_s,
     simulate,
     stall_free_streams,
 )
@@ -68,6 +69,31 @@ def test_a_stream_slower_than_real_time_gets_no_ramp_and_the_note_states_its_buf
     assert schedule.ramp == (1, 10) and schedule.connector_ramp == ()
     note = describe_schedule(SPLIT, slow, schedule)
     assert "of buffer past first audio" in note and "120 ms" in note
+
+
+def test_the_schedule_and_the_safe_start_are_planned_on_the_p95_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A median step of 60 ms leaves a player 20 ms of slack a frame; a slow tail eats it.
+    machine = speed(60)
+    monkeypatch.setattr(costs, "TALKER_STEP_SPREAD", 1.0)
+    on_median = choose_schedule(SPLIT, machine, 10)
+    median_start = safe_start_p95_s(SPLIT, machine, on_median, 1, 124)
+    monkeypatch.setattr(costs, "TALKER_STEP_SPREAD", 1.3)
+    on_p95 = choose_schedule(SPLIT, machine, 10)
+    # A longer first chunk gives code2wav's later chunks time to get ahead of the player.
+    assert on_p95.first > on_median.first
+    assert safe_start_p95_s(SPLIT, machine, on_p95, 1, 124) > median_start
+    # The same schedule, predicted on the slower step, promises a later safe start.
+    assert safe_start_p95_s(SPLIT, machine, on_median, 1, 124) > median_start
+
+
+def test_the_note_states_the_median_step_and_the_p95_it_is_planned_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(costs, "TALKER_STEP_SPREAD", 1.5)
+    note = describe_schedule(SPLIT, speed(120), Schedule((1, 10), 10))
+    assert "a frame every 120 ms (180 ms at p95, as planned)" in note
 
 
 def test_a_fed_schedule_says_so_in_the_note() -> None:

@@ -98,6 +98,7 @@ def test_window_keeps_work_steps_between_its_times(tmp_path: Path) -> None:
     )
     window = steplog.read_window(tmp_path, 1.5, 5.0)
     assert window.talker_step_ms_p50() == 320.0
+    assert window.talker_step_ms_p95() == 338.0  # rank 1.9 of 300, 320, 340
     assert window.code_predictor_ms_p50() == 210.0
     assert window.code2wav_busy_ms() == 3900.0
 
@@ -105,5 +106,6 @@ def test_window_keeps_work_steps_between_its_times(tmp_path: Path) -> None:
 def test_an_empty_window_reports_nothing(tmp_path: Path) -> None:
     window = steplog.read_window(tmp_path, 0.0, 1.0)
     assert window.talker_step_ms_p50() is None
+    assert window.talker_step_ms_p95() is None
     assert window.code_predictor_ms_p50() is None
     assert window.code2wav_busy_ms() is None

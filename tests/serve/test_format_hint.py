@@ -12,13 +12,13 @@ from omni_cpu.plan.resolve import resolve
 from omni_cpu.profile import save_profile
 from tests.helpers.machines import machine
 
-AVX2_4 = machine({0: [0, 1, 2, 3]}, isa=("avx2", "fma"))
+AVX2_6 = machine({0: [0, 1, 2, 3, 4, 5]}, isa=("avx2", "fma"))  # int4 plays, the dtype does not
 
 
 def test_auto_serving_the_checkpoint_dtype_says_the_probe_hint():
-    resolved = resolve("auto", None, "model", facts=AVX2_4)
+    resolved = resolve("auto", None, "model", facts=AVX2_6)
     expected = format_hint(
-        compare_formats(AVX2_4, footprint_for_model(None), PlanOptions(fit_available_memory=True))
+        compare_formats(AVX2_6, footprint_for_model(None), PlanOptions(fit_available_memory=True))
     )
     assert expected is not None and "--weights int4 would play" in expected
     assert _formats_hint(resolved, resolved.profile) == expected
@@ -26,7 +26,7 @@ def test_auto_serving_the_checkpoint_dtype_says_the_probe_hint():
 
 def test_a_file_says_it_for_its_weights_and_nothing_once_they_play(tmp_path):
     path = tmp_path / "deploy.yaml"
-    save_profile(plan_profile(AVX2_4, footprint_for_model(None), PlanOptions()), path)
-    resolved = resolve(str(path), None, facts=AVX2_4)
+    save_profile(plan_profile(AVX2_6, footprint_for_model(None), PlanOptions()), path)
+    resolved = resolve(str(path), None, facts=AVX2_6)
     assert _formats_hint(resolved, resolved.profile) is not None  # the file's model weights
     assert _formats_hint(resolved, with_weights(resolved.profile, "int4")) is None
