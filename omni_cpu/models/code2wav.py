@@ -292,14 +292,16 @@ class StreamState:
 
 # A convolution's weights are reordered for oneDNN on every call unless packed in advance,
 # and a layout packed for one input length can be many times slower for another, so a
-# packed layout is kept per input shape once it has come PACK_AFTER times, for the last
-# PACKED_SHAPES shapes a convolution ran packed (a stream's steady chunk and one other: each
-# costs a copy of the weights; packing costs about what an unpacked call does). Only
-# convolutions of at least PACKED_MIN_WEIGHTS weights are packed: the reorder is what a
-# call of the codec's first upsampler and the convolutions around it cost at a chunk's few
-# frames, and nothing beside the arithmetic of the long, narrow later ones.
-PACKED_SHAPES = 2
-PACK_AFTER = 4
+# packed layout is kept per input shape: for the PACKED_SHAPES shapes of the most calls
+# among the last SHAPES_COUNTED (a stream's steady chunk and the ramp's commonest sizes).
+# Each costs a copy of the packed weights; plan/costs.py's CODE2WAV_PACKED_COPIES counts
+# them in the stage's memory. Reordering unpacked reads and writes the weights on every
+# call, which the talker's weight streaming on the next core slows most. Only convolutions
+# of at least PACKED_MIN_WEIGHTS weights are packed: the codec's first upsampler and the
+# convolutions around it, whose reorder is most of a call at a chunk's few frames; the
+# long, narrow later ones cost their arithmetic either way.
+PACKED_SHAPES = 3
+SHAPES_COUNTED = 32
 PACKED_MIN_WEIGHTS = 1 << 20
 _UNPACKED = object()
 
@@ -340,17 +342,21 @@ def _packed_conv(
         return _channels_last_conv(owner, x, weight, bias, dilation)
     key = (tuple(x.shape), x.dtype, weight.data_ptr())
     packs: dict[tuple[Any, ...], Any] = owner.__dict__.setdefault("_omni_cpu_packs", {})
-    packed = packs.pop(key, _UNPACKED)
+    calls: dict[tuple[Any, ...], int] = owner.__dict__.setdefault("_omni_cpu_calls", {})
+    calls[key] = calls.get(key, 0) + 1
+    if len(calls) > SHAPES_COUNTED:  # forget the rarest other shape
+        del calls[min((k for k in calls if k != key), key=calls.__getitem__)]
+    packed = packs.get(key, _UNPACKED)
     if packed is _UNPACKED:
-        # A shape's first PACK_AFTER calls run unpacked: a ragged last chunk comes once and
-        # each size of a ramp a few times, a steady chunk's shape all stream long.
-        seen: dict[tuple[Any, ...], int] = owner.__dict__.setdefault("_omni_cpu_seen", {})
-        calls = seen.pop(key, 0)
-        if calls < PACK_AFTER:
-            seen[key] = calls + 1  # most recent last
-            if len(seen) > 8 * PACKED_SHAPES:
-                seen.pop(next(iter(seen)))
+        # Packed from a shape's second call, while fewer than PACKED_SHAPES are, or in place
+        # of a packed shape that has come less often (kept by how often each comes: a
+        # stream's steady chunk and the ramp's commonest sizes; a ragged last chunk never).
+        rarest = min(packs, key=lambda k: calls.get(k, 0), default=None)
+        full = len(packs) >= PACKED_SHAPES
+        if calls[key] < 2 or (full and rarest is not None and calls.get(rarest, 0) >= calls[key]):
             return _channels_last_conv(owner, x, weight, bias, dilation)
+        if full:
+            del packs[rarest]
         try:
             packed = torch._C._nn.mkldnn_reorder_conv2d_weight(
                 weight.unsqueeze(2).to_mkldnn(), [0, 0], [1, 1], [1, dilation], 1,
@@ -359,16 +365,11 @@ def _packed_conv(
             out = _pointwise(x, packed, bias, dilation)
         except RuntimeError:  # a shape oneDNN has no packed primitive for
             packed, out = None, _channels_last_conv(owner, x, weight, bias, dilation)
-    else:
-        out = (
-            _channels_last_conv(owner, x, weight, bias, dilation)
-            if packed is None
-            else _pointwise(x, packed, bias, dilation)
-        )
-    if len(packs) >= PACKED_SHAPES:
-        packs.pop(next(iter(packs)))  # the longest unused
-    packs[key] = packed  # most recently used last; None: this shape runs unpacked
-    return out
+        packs[key] = packed  # None: this shape runs unpacked
+        return out
+    if packed is None:
+        return _channels_last_conv(owner, x, weight, bias, dilation)
+    return _pointwise(x, packed, bias, dilation)
 
 
 def _pointwise(

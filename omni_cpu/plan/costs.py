@@ -227,6 +227,12 @@ FRONTEND_RESERVED_CORES = 1
 TALKER_STAGE_OVERHEAD_BYTES = int(0.85 * GIB)
 CODE2WAV_STAGE_OVERHEAD_BYTES = int(0.6 * GIB)
 DRIVER_PROCESS_BYTES = int(0.85 * GIB)
+# Beside its weights, the code2wav stage keeps the decoder's big convolutions' weights
+# packed for oneDNN, one copy for each of up to CODE2WAV_PACKED_COPIES chunk shapes
+# (omni_cpu.models.code2wav.PACKED_SHAPES; tests/models/test_code2wav.py holds the two
+# equal and the count of weights to the 12 Hz codec's, which the 0.6B and 1.7B models share).
+CODE2WAV_PACKED_COPIES = 3
+CODE2WAV_PACKED_WEIGHTS = 51_000_000
 # vLLM's CPU backend pages the KV cache in blocks of 128 tokens (vllm/platforms/cpu.py,
 # 0.30.0) and its block pool keeps one of them as the null block. A stream needs
 # whole blocks for max_model_len, and the cache one block more: with exactly one

@@ -21,7 +21,7 @@ from omni_cpu import envs
 from omni_cpu.errors import MachineTooSmallError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
-from omni_cpu.plan.footprint import ModelFootprint, footprint_for_model
+from omni_cpu.plan.footprint import DTYPE_BYTES, ModelFootprint, footprint_for_model
 from omni_cpu.plan.topology import NodeCores, home_distance, merge_homes, nodes_with_cores
 from omni_cpu.weight_formats import INT8, MODEL
 
@@ -35,6 +35,7 @@ def replica_fixed_memory_bytes(
         + costs.TALKER_STAGE_OVERHEAD_BYTES
         + footprint.code2wav_weight_bytes(dtype)
         + costs.CODE2WAV_STAGE_OVERHEAD_BYTES
+        + costs.CODE2WAV_PACKED_COPIES * costs.CODE2WAV_PACKED_WEIGHTS * DTYPE_BYTES[dtype]
         + costs.DRIVER_PROCESS_BYTES
     )
 

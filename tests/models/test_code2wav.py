@@ -314,8 +314,9 @@ def test_convolution_equals_conv1d_over_changing_shapes(
     torch.manual_seed(0)
     conv = torch.nn.Conv1d(24, 40, 7, dilation=3).to(dtype)
     lengths = [19 + 3 * step for step in range(code2wav.PACKED_SHAPES + 2)]
-    for length in [*lengths, lengths[0]]:
-        for _ in range(code2wav.PACK_AFTER + 2):
+    # The last length comes most often at the end: it takes a rarer shape's place.
+    for length in [*lengths, lengths[0], lengths[-1], lengths[-1]]:
+        for _ in range(3):
             x = torch.randn(2, length, 24).to(dtype)  # time-major
             with torch.no_grad():
                 got = code2wav._conv(conv, x)
@@ -327,6 +328,8 @@ def test_convolution_equals_conv1d_over_changing_shapes(
     packs = conv.__dict__.get("_omni_cpu_packs", {})
     assert len(packs) == (code2wav.PACKED_SHAPES if packed_from == 0 else 0)
     assert all(pack is not None for pack in packs.values())
+    packed_lengths = {shape[1] for shape, _, _ in packs}
+    assert packed_from or {lengths[0], lengths[-1]} <= packed_lengths
 
 
 def test_snake_without_the_kernel_gives_the_kernels_result(
@@ -346,3 +349,29 @@ def test_snake_without_the_kernel_gives_the_kernels_result(
     plain = _snake(act, x, tail)
     assert plain.shape == fused.shape == (2, 39, channels)
     assert (plain - fused).abs().max().item() <= 1e-5
+
+
+def test_the_planner_counts_the_packed_weights_the_stage_keeps() -> None:
+    # The stage's memory in the plan (plan/costs.py) holds as many packed copies as the decode
+    # keeps, of as many weights as the 12 Hz codec's packed convolutions have.
+    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
+        configuration_qwen3_tts_tokenizer_v2 as tokenizer_config,
+    )
+    from vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz import (
+        modeling_qwen3_tts_tokenizer_v2 as tokenizer_model,
+    )
+
+    from omni_cpu.checkpoint.configs import speech_tokenizer_config
+    from omni_cpu.plan import costs
+
+    assert costs.CODE2WAV_PACKED_COPIES == stream.PACKED_SHAPES
+    config = tokenizer_config.Qwen3TTSTokenizerV2Config(**speech_tokenizer_config("0.6b"))
+    decoder = tokenizer_model.Qwen3TTSTokenizerV2Decoder._from_config(config.decoder_config)
+    packed = sum(
+        module.weight.numel()
+        for module in decoder.modules()
+        if isinstance(module, torch.nn.Conv1d | torch.nn.ConvTranspose1d)
+        and module.groups == 1
+        and module.weight.numel() >= stream.PACKED_MIN_WEIGHTS
+    )
+    assert abs(packed - costs.CODE2WAV_PACKED_WEIGHTS) <= 0.02 * packed
