@@ -341,8 +341,12 @@ def _packed_conv(
     if weight.numel() < PACKED_MIN_WEIGHTS:
         return _channels_last_conv(owner, x, weight, bias, dilation)
     key = (tuple(x.shape), x.dtype, weight.data_ptr())
-    packs: dict[tuple[Any, ...], Any] = owner.__dict__.setdefault("_omni_cpu_packs", {})
-    calls: dict[tuple[Any, ...], int] = owner.__dict__.setdefault("_omni_cpu_calls", {})
+    if owner.__dict__.get("_omni_cpu_packed_weight") != (weight.data_ptr(), weight.dtype):
+        # New weights (loaded, or moved to another dtype): the packs of the old ones go.
+        owner.__dict__["_omni_cpu_packed_weight"] = (weight.data_ptr(), weight.dtype)
+        owner.__dict__["_omni_cpu_packs"], owner.__dict__["_omni_cpu_calls"] = {}, {}
+    packs: dict[tuple[Any, ...], Any] = owner.__dict__["_omni_cpu_packs"]
+    calls: dict[tuple[Any, ...], int] = owner.__dict__["_omni_cpu_calls"]
     calls[key] = calls.get(key, 0) + 1
     if len(calls) > SHAPES_COUNTED:  # forget the rarest other shape
         del calls[min((k for k in calls if k != key), key=calls.__getitem__)]

@@ -375,3 +375,22 @@ def test_the_planner_counts_the_packed_weights_the_stage_keeps() -> None:
         and module.weight.numel() >= stream.PACKED_MIN_WEIGHTS
     )
     assert abs(packed - costs.CODE2WAV_PACKED_WEIGHTS) <= 0.02 * packed
+
+
+def test_packs_of_replaced_weights_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A decoder moved to another dtype (or given new weights) packs its new weights and keeps
+    # none of the old ones' copies.
+    from omni_cpu.models import code2wav
+
+    monkeypatch.setattr(code2wav, "PACKED_MIN_WEIGHTS", 0)
+    conv = torch.nn.Conv1d(16, 16, 3)
+    x = torch.randn(1, 20, 16)
+    with torch.no_grad():
+        for _ in range(3):
+            code2wav._conv(conv, x)
+        conv.to(torch.bfloat16)
+        for _ in range(3):
+            got = code2wav._conv(conv, x.to(torch.bfloat16))
+    assert {dtype for _, dtype, _ in conv.__dict__["_omni_cpu_packs"]} == {torch.bfloat16}
+    want = torch.nn.functional.conv1d(x.transpose(1, 2), conv.weight.float(), conv.bias.float())
+    assert float((got.float() - want.transpose(1, 2)).norm() / want.norm()) < 0.01
