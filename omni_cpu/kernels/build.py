@@ -3,7 +3,7 @@
 One `Build` a module: its sources, its compiler flags and the ISA flags a CPU must state to
 run it (named as omni_cpu.hardware names them). Three modules:
 - AVX512: bf16 and W8A8 on AVX-512 BF16/VNNI (AMX tiles where the process is granted them),
-  W4A8, the code predictor's attention and step;
+  W4A8, the code predictor's attention and step, the codec's one-pass SnakeBeta;
 - AVX2: the same calls on AVX2 + FMA, for CPUs without avx512_bf16/VNNI;
 - AVX2_VNNI: the AVX2 sources again with -mavxvnni (vpdpbusd for the int8 and int4 sums),
   where the CPU states avx_vnni (Alder Lake and later, Zen 5), as ggml builds one source per ISA.

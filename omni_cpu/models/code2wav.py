@@ -35,7 +35,8 @@ its own cache. The trade-off: the state it keeps
 is about 5 MB per request on the 0.6B codec in float32 (half in bf16), nearly all
 of it the 8 layers' keys and values.
 
-How it runs on a CPU core (benchmarks/RESULTS.md, "code2wav's decoder after ..."): the
+How it runs on a CPU core (benchmarks/RESULTS.md, "code2wav's decoder after the one-pass
+SnakeBeta, ..."): the
 vocoder's activations stay time-major ([B, L, C], oneDNN's channels-last layout), so no
 convolution converts its input or output; each convolution's weights are packed for oneDNN
 once per input shape instead of reordered on every call; a transposed convolution whose

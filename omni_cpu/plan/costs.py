@@ -120,7 +120,6 @@ CPU_CLASS_SPEEDS = {
         step_overhead_ms={MODEL.name: 22.2, INT8.name: 32.6, INT4.name: 8.4},
         measured_on="the 2-core AMD EPYC Zen 4's",
         prefill_ms=221.0,
-        code2wav_core_ms_per_frame={"bfloat16": 34.5},
     ),
 }
 # The part of that overhead that divides over the talker's cores (the GEMV's work beyond
@@ -155,7 +154,10 @@ TALKER_STEP_SPREAD = 1.2
 # and code2wav's first 1-frame chunk, over the step (calibrated.json
 # `first_audio_ms:<format>`); the median format's. AMX runs the prefill there; a CPU
 # without it takes longer, which its class states as `prefill_ms` (CPU_CLASS_SPEEDS).
-TALKER_PREFILL_STEPS = 0.55
+# Those runs had code2wav's slower decoder (before RESULTS.md "code2wav's decoder after
+# the one-pass SnakeBeta ..."): with today's first chunk, the part of their first audio it
+# no longer explains counts here, until an AMX box measures first audio again.
+TALKER_PREFILL_STEPS = 0.65
 # Each more prompt in the same prefill step costs another prompt's multiply-adds (prefill
 # is compute-bound: RESULTS.md, "where the first audio's time goes"). Checked against the
 # Intel Xeon's 4 streams' first audio (calibrated.json `four_stream_first_audio_ms:model`):
@@ -166,18 +168,17 @@ PREFILL_GROWTH_PER_STREAM = 1.0
 # One core, omni-cpu's streaming decoder alone (omni_cpu.models.code2wav), per dtype
 # (calibrated.json `code2wav_decoder_ms_per_frame:<dtype>`). `probe --calibrate`
 # measures both on the machine itself.
-CODE2WAV_CORE_MS_PER_FRAME = {"bfloat16": 30.0, "float32": 64.0}
+CODE2WAV_CORE_MS_PER_FRAME = {"bfloat16": 23.5, "float32": 48.5}
 # The decoder's fixed cost per call, one core: a short chunk's time less its frames at
-# CODE2WAV_CORE_MS_PER_FRAME (calibrated.json `code2wav_decoder_chunk_ms:<dtype>:<frames>`;
-# float32's was measured before the transposed convolutions became one GEMM each, so it
-# is an upper bound).
-CODE2WAV_CORE_MS_PER_CALL = {"bfloat16": 40.0, "float32": 108.0}
-# What the code2wav stage adds inside the engine beyond its decoder: per frame and per
-# chunk (engine step, connector), fitted to bench's step log at two chunk sizes, where
-# the stage's ms a frame = decoder + per frame + (per call + per chunk) / chunk frames
-# (calibrated.json `code2wav_stage_ms_per_frame:10`; RESULTS.md, "Limits with the
-# arithmetic").
-CODE2WAV_STAGE_MS_PER_FRAME = 13.0
+# CODE2WAV_CORE_MS_PER_FRAME (calibrated.json `code2wav_decoder_chunk_ms:<dtype>:<frames>`).
+CODE2WAV_CORE_MS_PER_CALL = {"bfloat16": 27.0, "float32": 42.0}
+# What the code2wav stage adds inside the engine beyond its decoder: per frame (the
+# talker's weight streaming on the next core contends for memory with the decoder's
+# activations) and per chunk (engine step, connector), where the stage's ms a frame =
+# decoder + per frame + (per call + per chunk) / chunk frames. The per-chunk figure was
+# fitted to bench's step log at two chunk sizes (RESULTS.md, "Limits with the arithmetic");
+# the per-frame one follows calibrated.json `code2wav_stage_ms_per_frame:10`.
+CODE2WAV_STAGE_MS_PER_FRAME = 7.0
 CODEC_ENGINE_CALL_MS = 25.0
 # Earlier frames each chunk decodes again, by code2wav decode mode (OMNI_CPU_CODE2WAV).
 # omni-cpu's streaming decode (the default) carries the decoder's state between chunks

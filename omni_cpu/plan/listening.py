@@ -131,11 +131,19 @@ def simulate(
             offset = (done - size) * costs.FRAME_AUDIO_MS
             chunks.append((start + done * step, stream, index, offset, size))
     chunks.sort()
+    # Chunks of as many frames ready at once (the streams' same chunk) are decoded in one
+    # call, as code2wav batches them (omni_cpu.models.code2wav.decode_together): their
+    # frames' cost each, the call's and the engine step's once.
+    batches: dict[tuple[float, int], list[tuple[int, float]]] = {}
+    for ready, stream, _, offset, size in chunks:
+        batches.setdefault((ready, size), []).append((stream, offset))
     free = 0.0
     arrivals: dict[int, list[tuple[float, float]]] = {s: [] for s in range(streams)}
-    for ready, stream, _, offset, size in chunks:
-        free = max(free, ready) + code2wav_chunk_ms(size, cores.code2wav_cores, speed) * cores.turns
-        arrivals[stream].append((free, offset))
+    for (ready, size), members in batches.items():
+        decode = code2wav_chunk_ms(size * len(members), cores.code2wav_cores, speed)
+        free = max(free, ready) + decode * cores.turns
+        for stream, offset in members:
+            arrivals[stream].append((free, offset))
     return [
         Timeline(tuple(a for a, _ in arrivals[s]), tuple(o for _, o in arrivals[s]))
         for s in range(streams)

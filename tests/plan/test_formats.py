@@ -38,7 +38,7 @@ def test_a_cpu_without_a_formats_kernels_lists_only_what_runs():
 
 def test_a_format_that_does_not_fit_the_memory_is_listed_with_why():
     # Room for int4's talker and not for the checkpoint dtype's.
-    small = machine({0: [0, 1, 2, 3]}, isa=("avx2", "fma"), memory_per_node=int(6.5 * GIB))
+    small = machine({0: [0, 1, 2, 3]}, isa=("avx2", "fma"), memory_per_node=int(7 * GIB))
     rows = {
         row.weights: row for row in compare_formats(small, FOOTPRINT, PlanOptions(weights="int4"))
     }

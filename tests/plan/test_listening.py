@@ -111,6 +111,17 @@ def test_code2wav_slower_than_the_talker_makes_every_chunk_later() -> None:
     )
 
 
+def test_streams_same_chunks_share_one_decode_call() -> None:
+    # Two streams started together: code2wav decodes their same chunks in one call, so both
+    # arrive when the batch is done (charged one after the other, the second came a whole
+    # call later).
+    codec = speed(50, code2wav_ms_per_frame=10.0, per_call_ms=200.0)
+    schedule = Schedule((10,), 10)
+    one, two = simulate(SPLIT, codec, schedule, 1, 20), simulate(SPLIT, codec, schedule, 2, 20)
+    assert two[0].arrivals_ms == two[1].arrivals_ms
+    assert len(one[0].arrivals_ms) == len(two[0].arrivals_ms) == 2
+
+
 def test_more_streams_never_start_sooner_and_capacity_stops_at_the_limit() -> None:
     fast = speed(30)
     schedule = choose_schedule(SPLIT, fast, 10)

@@ -20,18 +20,18 @@ FOOTPRINT = footprint_for_model("0.6b")
 GIB_KIB = 1024 * 1024
 
 
-def numa_machine(root, nodes: dict[int, tuple[str, int]], distance=None) -> FakeMachine:
+def numa_machine(root, nodes: dict[int, tuple[str, float]], distance=None) -> FakeMachine:
     """Node id -> (cpu list, memory GiB); `distance(a, b)` fills the SLIT rows."""
     machine = FakeMachine(root)
     cpus = sorted({c for cpus, _ in nodes.values() for c in parse_cpu_list(cpus)})
     machine.cpus(online=cpus)
     for node, (node_cpus, gib) in nodes.items():
-        machine.node(node, node_cpus, memory_kib=gib * GIB_KIB)
+        machine.node(node, node_cpus, memory_kib=int(gib * GIB_KIB))
         if distance is not None:
             row = " ".join(str(distance(node, other)) for other in sorted(nodes))
             machine.write(f"/sys/devices/system/node/node{node}/distance", row)
     total = sum(gib for _, gib in nodes.values())
-    machine.meminfo(total_kib=total * GIB_KIB, available_kib=total * GIB_KIB)
+    machine.meminfo(total_kib=int(total * GIB_KIB), available_kib=int(total * GIB_KIB))
     machine.write(
         "/sys/devices/system/node/has_memory",
         ",".join(str(n) for n, (_, gib) in sorted(nodes.items()) if gib),
@@ -134,7 +134,7 @@ def test_4_gib_machine_is_refused_in_one_line_naming_the_memory_needed(tmp_path)
         plan_profile(facts, FOOTPRINT)
     line = refused.value.one_line()
     assert "\n" not in line
-    assert "needs about 4.8 GiB" in line and "gives it 3.0 GiB" in line
+    assert "needs about 5.1 GiB" in line and "gives it 3.0 GiB" in line
     assert "--weights int8" in line  # what was tried, and why it does not fit either
 
 
@@ -185,9 +185,9 @@ def test_unreadable_cpuinfo_plans_float32_with_a_note_not_silently(tmp_path):
 
 
 def test_a_machine_whose_every_node_is_too_small_spans_its_nearest_nodes(tmp_path):
-    # 12 GiB in all, no 3 GiB node holds the talker: it spans nearest nodes (0-2, 1-3),
+    # 14 GiB in all, no 3.5 GiB node holds the talker: it spans nearest nodes (0-2, 1-3),
     # its memory interleaved over them, and the table says so.
-    nodes = {n: (f"{2 * n}-{2 * n + 1}", 3) for n in range(4)}
+    nodes = {n: (f"{2 * n}-{2 * n + 1}", 3.5) for n in range(4)}
     near = {(0, 2), (2, 0), (1, 3), (3, 1)}
     root = numa_machine(
         tmp_path, nodes, lambda a, b: 10 if a == b else 12 if (a, b) in near else 30
