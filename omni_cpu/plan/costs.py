@@ -143,12 +143,12 @@ REFERENCE_SMALL_OP_US = 3.0
 TALKER_STEP_GROWTH_PER_STREAM = 0.085
 # The talker step's p95 over its median, on a host that runs other work beside the stages
 # (a cloud guest's neighbours, the OS): the chunk schedule and the predicted (p95) safe
-# start are planned on the step times this, so the safe start a plan states holds for
-# the slow steps too, not only on a quiet run. From the 2-core Zen 4 guest's two 7-minute
-# soaks (calibrated.json `talker_step_spread`, to be re-measured from bench's
-# talker_step_ms_p95 over talker_step_ms); `probe --calibrate` measures no spread (its
-# seconds cannot see a host's minutes). One figure for every class: the noise is the
-# host's, not the ISA's.
+# start are planned on a step times this (a run of steps by its square root:
+# listening.frames_out_ms), so the safe start a plan states holds for the slow steps too,
+# not only on a quiet run. bench's talker_step_ms_p95 over talker_step_ms on the 2-core
+# Zen 4 guest (calibrated.json `talker_step_spread`; the two 7-minute soaks of issue 37
+# agree); `probe --calibrate` measures no spread (its seconds cannot see a host's
+# minutes). One figure for every class: the noise is the host's, not the ISA's.
 TALKER_STEP_SPREAD = 1.2
 # The prompt's prefill, in one-stream steps: the Intel Xeon's first audio less one step
 # and code2wav's first 1-frame chunk, over the step (calibrated.json

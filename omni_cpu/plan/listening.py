@@ -19,6 +19,7 @@ per frame (its per-call cost), which is what carries more streams.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from omni_cpu.plan import costs
@@ -110,16 +111,28 @@ def _median_step_ms(cores: StageCores, speed: SpeedInputs, streams: int, chunk: 
 
 
 def _step_ms(cores: StageCores, speed: SpeedInputs, streams: int, chunk: int) -> float:
-    """The same at its p95 (the median times costs.TALKER_STEP_SPREAD): what the schedule
-    and the safe start are planned on, so a player is fed through the host's slow steps."""
+    """The same at its p95 (the median times costs.TALKER_STEP_SPREAD)."""
     return _median_step_ms(cores, speed, streams, chunk) * costs.TALKER_STEP_SPREAD
+
+
+def frames_out_ms(step_ms: float, frames: int) -> float:
+    """When a stream's first `frames` frames are out of the talker, at the p95: what the
+    schedule and the safe start are planned on, so a player is fed through slow steps.
+
+    `frames` median steps, and the spread of their sum: one step's p95 is
+    costs.TALKER_STEP_SPREAD times its median, and a sum of steps that vary independently
+    spreads by the square root of their count. So a first chunk of a few frames is planned
+    near each step's own p95, while a request's whole length is not charged every step at
+    its p95 (at two streams on the 2-core Zen 4 that made a 0.97-1.02 s safe start 1.87 s:
+    benchmarks/calibrated.json `misses`)."""
+    return frames * step_ms + (costs.TALKER_STEP_SPREAD - 1) * step_ms * math.sqrt(frames)
 
 
 def simulate(
     cores: StageCores, speed: SpeedInputs, schedule: Schedule, streams: int, frames: int
 ) -> list[Timeline]:
     """Every stream's timeline when `streams` requests of `frames` frames start together."""
-    step = _step_ms(cores, speed, streams, schedule.steady)
+    step = _median_step_ms(cores, speed, streams, schedule.steady)
     start = streams_prefill_ms(cores, speed, streams)
     sizes = schedule.sizes(frames)
     # (ready ms, stream, chunk index, offset ms, frames): each chunk once its last frame is out.
@@ -129,7 +142,7 @@ def simulate(
         for index, size in enumerate(sizes):
             done += size
             offset = (done - size) * costs.FRAME_AUDIO_MS
-            chunks.append((start + done * step, stream, index, offset, size))
+            chunks.append((start + frames_out_ms(step, done), stream, index, offset, size))
     chunks.sort()
     # Chunks of as many frames ready at once (the streams' same chunk) are decoded in one
     # call, as code2wav batches them (omni_cpu.models.code2wav.decode_together): their
@@ -164,13 +177,13 @@ def safe_start_p95_s(
 def _ramp_from(cores: StageCores, speed: SpeedInputs, steady: int, first: int) -> Schedule:
     """A `first`-frame chunk, then each chunk the largest (up to `steady`) that arrives
     within SAFE_START_MARGIN_MS of the first chunk's lateness; where none does, `steady`."""
-    step = _step_ms(cores, speed, 1, steady)
+    step = _median_step_ms(cores, speed, 1, steady)
     start = streams_prefill_ms(cores, speed, 1)
 
     def decode_ms(size: int) -> float:
         return code2wav_chunk_ms(size, cores.code2wav_cores, speed) * cores.turns
 
-    first_audio = start + first * step + decode_ms(first)
+    first_audio = start + frames_out_ms(step, first) + decode_ms(first)
     allowed = first_audio + SAFE_START_MARGIN_MS
     ramp = [first]
     done, free = first, first_audio
@@ -179,11 +192,11 @@ def _ramp_from(cores: StageCores, speed: SpeedInputs, steady: int, first: int) -
         fits = [
             size
             for size in range(1, steady + 1)
-            if max(free, start + (done + size) * step) + decode_ms(size) - offset <= allowed
+            if max(free, start + frames_out_ms(step, done + size)) + decode_ms(size) - offset <= allowed
         ]
         size = max(fits) if fits else steady
         size = max(size, ramp[-1]) if len(ramp) > 1 else size  # never shrink mid-ramp
-        free = max(free, start + (done + size) * step) + decode_ms(size)
+        free = max(free, start + frames_out_ms(step, done + size)) + decode_ms(size)
         done += size
         ramp.append(size)
     if ramp[-1] != steady:

@@ -81,8 +81,8 @@ def test_the_schedule_and_the_safe_start_are_planned_on_the_p95_step(
     median_start = safe_start_p95_s(SPLIT, machine, on_median, 1, 124)
     monkeypatch.setattr(costs, "TALKER_STEP_SPREAD", 1.3)
     on_p95 = choose_schedule(SPLIT, machine, 10)
-    # A longer first chunk gives code2wav's later chunks time to get ahead of the player.
-    assert on_p95.first > on_median.first
+    # A slower ramp (more chunks before the steady size) keeps the player fed through slow steps.
+    assert on_p95 != on_median and len(on_p95.ramp) > len(on_median.ramp)
     assert safe_start_p95_s(SPLIT, machine, on_p95, 1, 124) > median_start
     # The same schedule, predicted on the slower step, promises a later safe start.
     assert safe_start_p95_s(SPLIT, machine, on_median, 1, 124) > median_start
@@ -150,3 +150,15 @@ def test_the_schedule_always_ends_at_the_steady_size(steady: int) -> None:
     assert schedule.steady == steady
     assert not schedule.ramp or schedule.ramp[-1] == steady
     assert dataclasses.replace(schedule).sizes(1) == [schedule.first]
+
+
+def test_one_step_is_planned_at_its_p95_and_a_long_run_of_steps_nearer_its_median(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from omni_cpu.plan.listening import frames_out_ms
+
+    monkeypatch.setattr(costs, "TALKER_STEP_SPREAD", 1.2)
+    assert frames_out_ms(60.0, 1) == pytest.approx(72.0)
+    # 124 steps that vary independently: their sum spreads by sqrt(124), not 124 times.
+    assert frames_out_ms(60.0, 124) == pytest.approx(124 * 60.0 + 12.0 * 124**0.5)
+    assert 124 * 60.0 < frames_out_ms(60.0, 124) < 124 * 72.0
