@@ -187,9 +187,9 @@ def serve(
     for problem in resolved.problems:
         err_console.print(f"[yellow]warning:[/] {problem.message}", highlight=False)
     profile = with_weights(resolved.profile, weights)
+    plan = build_serve_plan(model, profile, options)  # refuses a bad knob before any hint
     if (hint := _formats_hint(resolved, profile)) is not None:
         err_console.print(f"[yellow]hint:[/] {hint}", highlight=False)
-    plan = build_serve_plan(model, profile, options)
     if dry_run:
         _print_dry_run(plan, as_json)
         return
