@@ -146,7 +146,7 @@ TALKER_STEP_GROWTH_PER_STREAM = 0.085
 # start are planned on a step times this (a run of steps by its square root:
 # listening.frames_out_ms), so the safe start a plan states holds for the slow steps too,
 # not only on a quiet run. bench's talker_step_ms_p95 over talker_step_ms on the 2-core
-# Zen 4 guest (calibrated.json `talker_step_spread`; the two 7-minute soaks of issue 37
+# Zen 4 guest (calibrated.json `talker_step_spread`; two 7-minute serve soaks on the same box
 # agree); `probe --calibrate` measures no spread (its seconds cannot see a host's
 # minutes). One figure for every class: the noise is the host's, not the ISA's.
 TALKER_STEP_SPREAD = 1.2

@@ -192,7 +192,8 @@ def _ramp_from(cores: StageCores, speed: SpeedInputs, steady: int, first: int) -
         fits = [
             size
             for size in range(1, steady + 1)
-            if max(free, start + frames_out_ms(step, done + size)) + decode_ms(size) - offset <= allowed
+            if max(free, start + frames_out_ms(step, done + size)) + decode_ms(size) - offset
+            <= allowed
         ]
         size = max(fits) if fits else steady
         size = max(size, ramp[-1]) if len(ramp) > 1 else size  # never shrink mid-ramp
