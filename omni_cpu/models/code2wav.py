@@ -77,6 +77,10 @@ def install_streaming_decode(model: Any) -> bool:
         ),
         decoder,
     )
+    # The SnakeBeta kernel's module, loaded as the stage starts, not in its first request.
+    from omni_cpu.kernels import gemv
+
+    gemv.kernel() or gemv.avx2_kernel()
     return True
 
 
