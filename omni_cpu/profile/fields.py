@@ -64,11 +64,9 @@ class FieldReader:
 
     def byte_count(self, key: str, *, optional: bool = False) -> int | None:
         """A size in bytes: not negative, and no more than any machine holds."""
-        value = self.get(key, int, optional=optional)
-        if value is None:
+        if optional and self.get(key, int, optional=True) is None:
             return None
-        if value < 0:
-            raise ProfileError(f"{self._key(key)} must not be negative ({value})")
+        value = self.non_negative(key)
         if value > MAX_MEMORY_BYTES:
             raise ProfileError(
                 f"{self._key(key)} is {value} bytes, more than any machine holds "
