@@ -18,6 +18,7 @@ A value a knob does not take is refused here, once, in one wording (SettingError
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 import sys
@@ -29,8 +30,27 @@ from omni_cpu import weight_formats
 from omni_cpu.errors import SettingError
 
 
+def _takes(form: str) -> Callable[[Callable[[str], Any]], Callable[[str], Any]]:
+    """Give a refusing parser the words for what it takes (a Knob's `allowed` reads them)."""
+
+    def mark(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+        parse.form = form  # type: ignore[attr-defined]
+        return parse
+
+    return mark
+
+
+_YES = ("1", "true", "yes", "on")
+_NO = ("0", "false", "no", "off")
+
+
+@_takes("1 or 0 (true/false, yes/no, on/off)")
 def _flag(raw: str) -> bool:
-    return raw.strip().lower() in ("1", "true", "yes", "on")
+    """On or off in the usual words; ValueError for anything else (a typo is not "off")."""
+    text = raw.strip().lower()
+    if text not in _YES + _NO:
+        raise ValueError(raw)
+    return text in _YES
 
 
 # A host name as URLs carry it (letters, digits, hyphens; dot-separated labels).
@@ -62,12 +82,13 @@ def _path_or_off(raw: str) -> str:
     return "off" if _switch(raw) == "off" else raw.strip()
 
 
+@_takes("a whole number, 0 or more (0: no limit)")
 def _count(raw: str) -> int:
-    """A non-negative integer; anything unreadable counts as 0 (no limit)."""
-    try:
-        return max(0, int(raw))
-    except ValueError:
-        return 0
+    """A non-negative integer; ValueError for anything else (`12k`, `-1`, `abc`)."""
+    value = int(raw.strip())
+    if value < 0:
+        raise ValueError(raw)
+    return value
 
 
 def _rows_by_format(raw: str) -> dict[str, int] | None:
@@ -76,18 +97,22 @@ def _rows_by_format(raw: str) -> dict[str, int] | None:
     if text == "auto":
         return None
     if "=" not in text:
-        return {"bf16": int(text), "int8": int(text)}
-    pairs = dict(part.split("=", 1) for part in text.split(",") if part.strip())
-    return {fmt.strip(): int(rows) for fmt, rows in pairs.items()}
+        rows = {"bf16": _count(text), "int8": _count(text)}
+    else:
+        pairs = dict(part.split("=", 1) for part in text.split(",") if part.strip())
+        rows = {fmt.strip(): _count(count) for fmt, count in pairs.items()}
+    if not set(rows) <= {"bf16", "int8"}:
+        raise ValueError(raw)
+    return rows
 
 
+@_takes("seconds as a plain number, 0 or more (0: off), without a unit")
 def _seconds(raw: str) -> float:
-    """Non-negative seconds; anything unreadable counts as 0 (off)."""
-    try:
-        value = float(raw)
-    except ValueError:
-        return 0.0
-    return value if value > 0 and value != float("inf") else 0.0
+    """Non-negative finite seconds; ValueError for anything else (`30s`, `-1`, `inf`, `nan`)."""
+    value = float(raw.strip())
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(raw)
+    return value
 
 
 @dataclass(frozen=True)
@@ -112,7 +137,9 @@ class Knob:
     @property
     def allowed(self) -> str:
         """The values it takes, in words ("" when it takes any)."""
-        return f"one of: {', '.join(self.choices)}" if self.choices else self.form
+        if self.choices:
+            return f"one of: {', '.join(self.choices)}"
+        return self.form or getattr(self.parse, "form", "")
 
     def read(self, raw: str, given_as: str | None = None) -> Any:
         """`raw` parsed; SettingError naming `given_as` (default: the variable) when refused."""

@@ -72,15 +72,54 @@ def test_a_knob_is_read_when_used_not_at_import(monkeypatch: pytest.MonkeyPatch)
     assert envs.OMNI_CPU_WEIGHTS == "int8"
 
 
-def test_flags_and_counts_parse_forgivingly(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flags_and_counts_read_their_usual_words(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMNI_CPU_VERBOSE", "yes")
     assert envs.OMNI_CPU_VERBOSE is True
-    monkeypatch.setenv("OMNI_CPU_VERBOSE", "0")
+    monkeypatch.setenv("OMNI_CPU_VERBOSE", " Off ")
     assert envs.OMNI_CPU_VERBOSE is False
-    monkeypatch.setenv("OMNI_CPU_SERVE_MAX_IN_FLIGHT", "many")
-    assert envs.OMNI_CPU_SERVE_MAX_IN_FLIGHT == 0
     monkeypatch.setenv("OMNI_CPU_SERVE_MAX_IN_FLIGHT", "12")
     assert envs.OMNI_CPU_SERVE_MAX_IN_FLIGHT == 12
+    monkeypatch.setenv("OMNI_CPU_STAGE_STALL_S", "2.5")
+    assert envs.OMNI_CPU_STAGE_STALL_S == 2.5
+    monkeypatch.setenv("OMNI_CPU_STAGE_STALL_S", "0")
+    assert envs.OMNI_CPU_STAGE_STALL_S == 0.0
+
+
+# Typos that used to read as 0 ("off", "no limit") or as False without a word.
+TYPOS = {
+    envs._count: ("many", "-1", "12k", "1.5", "inf"),
+    envs._seconds: ("30s", "abc", "-1", "inf", "nan", "1e400"),
+    envs._flag: ("maybe", "2", "ye", "-1"),
+    envs._rows_by_format: ("-1", "bf16=-4", "fp8=3", "bf16=x"),
+}
+# Knobs whose value is free text (a path, `off`, a label): their parsers never refuse.
+FREE_TEXT = {
+    knob.name
+    for knob in envs.KNOBS.values()
+    if knob.parse in (str, envs._path_or_off) or (knob.parse is envs._lower and not knob.choices)
+}
+
+
+@pytest.mark.parametrize("knob", list(envs.KNOBS.values()), ids=lambda knob: knob.name)
+def test_every_knob_refuses_garbage_in_one_line_naming_it_the_value_and_its_form(
+    knob: envs.Knob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if knob.name in FREE_TEXT:
+        assert not knob.choices and not knob.allowed, knob.name  # takes any text
+        return
+    assert knob.allowed, f"{knob.name} refuses values but cannot say which it takes"
+    for garbage in ("-1!", *TYPOS.get(knob.parse, ())):
+        monkeypatch.setenv(knob.name, garbage)
+        with pytest.raises(SettingError) as refused:
+            getattr(envs, knob.name)
+        line = refused.value.one_line()
+        assert line.startswith(f"{knob.name}={garbage!r} is not allowed (use ")
+        assert knob.allowed in line and "\n" not in line
+
+
+def test_the_driver_check_refuses_a_stall_time_with_a_unit() -> None:
+    with pytest.raises(SettingError, match=r"OMNI_CPU_STAGE_STALL_S='30s' is not allowed"):
+        envs.check({"OMNI_CPU_STAGE_STALL_S": "30s"})
 
 
 def test_an_undeclared_variable_is_an_error() -> None:
@@ -151,8 +190,10 @@ def test_the_gemv_reads_the_usual_words_for_off_as_off() -> None:
         envs.GEMV.value({"OMNI_CPU_GEMV": "on"})
 
 
-def test_check_refuses_the_first_bad_value_and_passes_forgiving_ones() -> None:
-    envs.check({"OMNI_CPU_SERVE_MAX_IN_FLIGHT": "many", "OMNI_CPU_VERBOSE": "maybe"})
+def test_check_refuses_a_bad_value_and_passes_good_ones() -> None:
+    envs.check({"OMNI_CPU_SERVE_MAX_IN_FLIGHT": "4", "OMNI_CPU_VERBOSE": "yes"})
+    with pytest.raises(SettingError, match="OMNI_CPU_SERVE_MAX_IN_FLIGHT='many'"):
+        envs.check({"OMNI_CPU_SERVE_MAX_IN_FLIGHT": "many"})
     with pytest.raises(SettingError, match="OMNI_CPU_CODE_PREDICTOR='compiled'"):
         envs.check({"OMNI_CPU_CODE_PREDICTOR": "compiled"})
 

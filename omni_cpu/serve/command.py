@@ -254,6 +254,8 @@ def _admission_limits(
         drain_file=str(folder / "draining"),
         allow_ref_audio_urls=options.allow_ref_audio_urls,
         ref_audio_fetch_s=envs.SERVE_REF_AUDIO_FETCH_S.value(),
+        # A user's knob with no option: the environment's value, not the field's default.
+        max_body_bytes=envs.SERVE_MAX_BODY_BYTES.value(),
         accept_frame_limit=options.accept_frame_limit,
         down_file=str(folder / "stage-down"),
         talker_max_model_len=talker.max_model_len,
