@@ -159,6 +159,7 @@ def judge_fields(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
         if _scheme(item) in ("http", "https"):
             split_url(f"{where}{field}", item)  # BadBody (400) when malformed
     judge_sampling(fields, where)
+    judge_engine_sampling(fields, where)
     judge_format(fields, where)
     judge_speed(fields, where)
     judge_budget(fields, limits, where)
@@ -206,6 +207,24 @@ def judge_budget(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
             f"{where}max_new_tokens",
             "invalid",
         )
+
+
+def judge_engine_sampling(fields: dict[str, Any], where: str = "") -> None:
+    """Refuse (BadBody, naming the field) what the talker's engine core would refuse, built
+    and checked by vLLM's own codec and validators (omni_cpu.platform.request_check).
+
+    After `judge_sampling`, whose rules are omni-cpu's own (the code predictor takes the same
+    values); this one is vLLM's, whatever they are in the installed release. It imports vLLM:
+    the API server's process has it loaded.
+    """
+    if fields.get("extra_params") is None and fields.get("seed") is None:
+        return
+    from omni_cpu.platform.request_check import talker_sampling_problem
+
+    found = talker_sampling_problem(fields)
+    if found is not None:
+        field, why = found
+        raise BadBody(400, f"{where}{why}", f"{where}{field}", "invalid")
 
 
 def judge_sampling(fields: dict[str, Any], where: str = "") -> None:

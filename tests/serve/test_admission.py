@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from omni_cpu.errors import SettingError
 from omni_cpu.serve.knobs import AdmissionLimits
 
 # The middleware runs inside vLLM's server and uses its Prometheus client.
@@ -142,11 +143,18 @@ def test_limits_come_from_the_environment():
     limits = AdmissionLimits.from_env(
         {
             "OMNI_CPU_SERVE_MAX_IN_FLIGHT": "12",
-            "OMNI_CPU_SERVE_MAX_INPUT_CHARS": "oops",
+            "OMNI_CPU_SERVE_MAX_INPUT_CHARS": "300",
             "OMNI_CPU_SERVE_DRAIN_FILE": "/x/draining",
         }
     )
-    assert limits == AdmissionLimits(max_in_flight=12, max_input_chars=0, drain_file="/x/draining")
+    assert limits == AdmissionLimits(
+        max_in_flight=12, max_input_chars=300, drain_file="/x/draining"
+    )
+
+
+def test_a_limit_the_server_cannot_read_is_refused_not_read_as_no_limit():
+    with pytest.raises(SettingError, match="OMNI_CPU_SERVE_MAX_INPUT_CHARS='oops'"):
+        AdmissionLimits.from_env({"OMNI_CPU_SERVE_MAX_INPUT_CHARS": "oops"})
 
 
 CLONE = {
