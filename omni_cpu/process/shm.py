@@ -35,10 +35,15 @@ LEDGER_PREFIX = "omni-cpu-run-"
 LEDGER_SUFFIX = ".json"
 _KMP = re.compile(r"^__KMP_REGISTERED_LIB_(?P<pid>\d+)(?:_\d+)?$")
 # vLLM-Omni's stage connector: a segment per chunk named f"{request_id}_{stage}_{chunk}"
-# (request ids carry a uuid) and its lock file. The producer closes the segment
-# before the consumer opens it, so nobody may hold it while it waits.
+# (vllm_omni omni_connector_payload_transport.py, 0.30.0) and its lock file
+# f"shm_{key}_lockfile.lock" (shm_connector.py). The producer closes the segment before the
+# consumer opens it, so nobody may hold it while it waits. A request id carries either a
+# uuid4 (the offline API's) or vLLM's `random_uuid()`, 64 random bits as 16 hex digits
+# (`speech-<16 hex>` from vLLM-Omni's server), which vLLM's `assign_request_id` may follow with
+# `-<8 random characters>`; tests/process/test_shm_names.py makes them with those functions.
 _UUID = r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}"
-CONNECTOR = re.compile(rf"^(?:shm_)?.*{_UUID}.*_\d+_\d+(?:_lockfile\.lock)?$")
+_VLLM_ID = r"[0-9a-f]{16}"
+CONNECTOR = re.compile(rf"^(?:shm_)?.*(?:{_UUID}|{_VLLM_ID}).*_\d+_\d+(?:_lockfile\.lock)?$")
 
 
 @dataclass
