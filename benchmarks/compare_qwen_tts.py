@@ -192,8 +192,12 @@ def _profile_dtype(path: Path) -> tuple[str, str]:
 
 
 def _repo_relative(path: Path) -> Path:
-    """Paths in recorded commands read from the repo root (where they are run)."""
-    absolute = path.resolve()
+    """Paths in recorded commands read from the repo root (where they are run).
+
+    Made absolute without following links: a checkout whose checkpoints/ links elsewhere
+    still names `checkpoints/0.6b`, as the user typed it.
+    """
+    absolute = Path(os.path.abspath(path))
     try:
         return absolute.relative_to(REPO)
     except ValueError:

@@ -288,3 +288,15 @@ def test_results_section_flags_sides_that_emitted_different_frame_counts() -> No
     section = compare.results_section({**RESULT, "rows": rows})
     assert "- **The sides emitted different frame counts (qwen-tts 8, omni-cpu 7)" in section
     assert "different frame counts" not in compare.results_section(RESULT)
+
+
+def test_a_checkpoints_folder_that_links_elsewhere_is_still_named_from_the_repo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, elsewhere = tmp_path / "repo", tmp_path / "disk"
+    (elsewhere / "0.6b").mkdir(parents=True)
+    repo.mkdir()
+    (repo / "checkpoints").symlink_to(elsewhere)
+    monkeypatch.setattr(compare, "REPO", repo)
+    monkeypatch.chdir(repo)
+    assert compare._repo_relative(Path("checkpoints/0.6b")) == Path("checkpoints/0.6b")

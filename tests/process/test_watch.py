@@ -7,12 +7,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from omni_cpu.process import proctree
 from omni_cpu.process.stage_processes import StageProcess
-from omni_cpu.process.watch import ProgressWatch, StageWatch
+from omni_cpu.process.watch import PROGRESS_CPU_S, ProgressWatch, StageWatch, is_stopped
 
 BUSY = "while True: pass"
 IDLE = "import time; time.sleep(60)"
@@ -39,14 +40,33 @@ def _looks(watch: ProgressWatch, stage: StageProcess, seconds: float, busy: bool
     return None
 
 
+def _until(condition: Callable[[], bool], within_s: float = 30) -> None:
+    deadline = time.monotonic() + within_s
+    while not condition():
+        assert time.monotonic() < deadline, "the process never got there"
+        time.sleep(0.02)
+
+
 def test_a_stopped_stage_holding_work_is_named_once_the_stall_time_passes(spinning: int):
+    # Real processes and CPU times; the watch's clock is the test's, so what is checked is the
+    # rule (named stall_s after the last progress, not before), not how the box schedules.
     talker = StageProcess(spinning, "engine core", 0, "talker")
-    watch = ProgressWatch(stall_s=0.8)
-    assert _looks(watch, talker, 1.2, busy=True) is None  # it runs: progress
+    now = [0.0]
+    watch = ProgressWatch(stall_s=0.8, clock=lambda: now[0])
+    assert watch.look([talker], busy=True) is None
+    start = proctree.cpu_seconds(spinning)
+    _until(lambda: proctree.cpu_seconds(spinning) - start >= 2 * PROGRESS_CPU_S)
+    now[0] = 1.0
+    assert watch.look([talker], busy=True) is None  # it ran: progress at 1.0
     os.kill(spinning, signal.SIGSTOP)
-    started = time.monotonic()
-    stalled = _looks(watch, talker, 5.0, busy=True)
-    assert stalled is not None and 0.7 <= time.monotonic() - started < 3
+    _until(lambda: is_stopped(spinning))
+    now[0] = 1.1
+    assert watch.look([talker], busy=True) is None  # stopped, 0.1 s without progress
+    now[0] = 1.79
+    assert watch.look([talker], busy=True) is None
+    now[0] = 1.8
+    stalled = watch.look([talker], busy=True)
+    assert stalled is not None
     assert f"stage 0 (talker) engine core pid {spinning}" in stalled and "(stopped)" in stalled
 
 

@@ -399,6 +399,22 @@ def test_validation_errors_are_400_naming_the_field(server: Server):
         assert status == 400 and _error(reply)["param"] == field, reply[:300]
 
 
+def test_sampling_the_engine_core_died_of_is_400_and_the_server_keeps_speaking(server: Server):
+    # top_p 1e-310 reached the talker's engine core as 0.0 and killed its input thread (the
+    # server exited 4 half a minute later); top_k 2**64 was a 500 from vLLM's encoder.
+    for extra, field in (
+        ({"top_p": 1e-310}, "extra_params.top_p"),
+        ({"top_p": 5e-324}, "extra_params.top_p"),
+        ({"top_k": 2**64}, "extra_params.top_k"),
+    ):
+        body = {"model": server.model, **_clone(), "extra_params": extra}
+        status, reply = post_json(server.url("/v1/audio/speech"), body)
+        assert status == 400 and _error(reply)["param"] == field, reply[:300]
+    assert get(server.url("/health"))[0] == 200, server.log_tail()
+    status, reply = post_json(server.url("/v1/audio/speech"), {"model": server.model, **_clone()})
+    assert status == 200, reply[:400]
+
+
 # --- 3. voices: checked, kept where serve says, preloaded ----------------------------------
 
 
