@@ -9,8 +9,10 @@ instead, and hands vLLM-Omni the audio as a `data:` URL:
   address that is global; every address it resolves to is checked (so `2130706433`
   and `127.1` are loopback), and the connection goes to the address checked;
 * a redirect is followed (at most `MAX_REDIRECTS`) only to an allowed http(s) host;
-* connecting has `connect_s`, the whole reply `read_s`: past either, 504 naming the
-  host; a refused connection, an unknown host or an error status is a 400 naming it;
+* one deadline for the whole fetch, `connect_s + read_s` from its start: connecting, every
+  redirect, the headers and the body (a host that drips its headers a byte at a time is cut
+  there too); past it, 504 naming the host and what it had not finished; a refused
+  connection, an unknown host or an error status is a 400 naming it;
 * the reply must be audio (its Content-Type `audio/*`, or a generic binary one) and
   at most `max_bytes`.
 """
@@ -18,10 +20,12 @@ instead, and hands vLLM-Omni the audio as a `data:` URL:
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import ipaddress
 import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
@@ -99,32 +103,75 @@ def _kind(address: str) -> str:
     return f"({address}) is not listed"
 
 
+class Deadline:
+    """One fetch's deadline: what is left of it, and a timer that cuts the socket at it.
+
+    A socket's timeout bounds each read, not the reply: a host that sends a byte every few
+    seconds never trips it. The timer shuts the connection down when the deadline passes,
+    whatever phase the fetch is in, and the fetch reports what it was doing.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds if seconds > 0 else None
+        self.phase = "accept a connection"
+
+    def left(self) -> float | None:
+        """Seconds left (at least a moment, so a socket call fails by itself); None: no bound."""
+        return None if self.at is None else max(0.001, self.at - time.monotonic())
+
+    @property
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+    def guard(self, sock: socket.socket) -> threading.Timer | None:
+        """Start the timer that shuts `sock` down at the deadline (cancel it when done)."""
+        left = self.left()
+        if left is None:
+            return None
+
+        def cut() -> None:
+            with contextlib.suppress(OSError):  # already closed: the fetch ended first
+                sock.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(left, cut)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def expired(self, field: str, host: str) -> BadBody:
+        return BadBody(
+            504,
+            f"{field}: {host} did not {self.phase} within the {self.seconds:g} s this server "
+            "gives a reference audio fetch in all (connecting, redirects, headers and body)",
+            field,
+            "ref_audio_fetch",
+        )
+
+
 def _connect(
-    field: str, scheme: str, host: str, address: str, port: int, policy: UrlPolicy
+    field: str, scheme: str, host: str, address: str, port: int, deadline: Deadline
 ) -> tuple[http.client.HTTPConnection, socket.socket]:
     try:
-        sock = socket.create_connection((address, port), timeout=policy.connect_s or None)
+        sock = socket.create_connection((address, port), timeout=deadline.left())
     except TimeoutError:
-        raise BadBody(
-            504, f"{field}: {host} did not accept a connection within {policy.connect_s:g} s",
-            field, "ref_audio_fetch",
-        ) from None  # fmt: skip
+        raise deadline.expired(field, host) from None
     except OSError as error:
         reason = error.strerror or type(error).__name__
         raise BadBody(
             400, f"{field}: cannot connect to {host} ({reason})", field, "ref_audio_fetch"
         ) from None
     if scheme == "https":
+        deadline.phase = "complete TLS"
         try:
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         except TimeoutError:
             sock.close()
-            raise BadBody(
-                504, f"{field}: {host} did not complete TLS within {policy.connect_s:g} s",
-                field, "ref_audio_fetch",
-            ) from None  # fmt: skip
+            raise deadline.expired(field, host) from None
         except (OSError, ssl.SSLError) as error:
             sock.close()
+            if deadline.passed:
+                raise deadline.expired(field, host) from None
             raise BadBody(
                 400, f"{field}: TLS with {host} failed ({error.__class__.__name__})",
                 field, "ref_audio_fetch",
@@ -132,7 +179,7 @@ def _connect(
     connection_type = (
         http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
     )
-    connection = connection_type(host, port, timeout=policy.read_s or None)
+    connection = connection_type(host, port, timeout=deadline.left())
     connection.sock = sock
     return connection, sock
 
@@ -158,30 +205,37 @@ def split_url(field: str, url: str) -> tuple[str, str, int, str]:
 
 def fetch(field: str, url: str, policy: UrlPolicy) -> tuple[bytes, str]:
     """The audio bytes at `url` and their MIME type, within the policy; BadBody otherwise."""
-    started = time.monotonic()
+    deadline = Deadline(policy.connect_s + policy.read_s)
     for _ in range(MAX_REDIRECTS + 1):
         scheme, host, port, path = split_url(field, url)
         address = _resolve(field, host, port, policy)
-        connection, sock = _connect(field, scheme, host, address, port, policy)
+        deadline.phase = "accept a connection"
+        connection, sock = _connect(field, scheme, host, address, port, deadline)
+        timer = deadline.guard(sock)
         try:
             try:
-                connection.request("GET", path, headers={"Host": host, "User-Agent": "omni-cpu"})
+                deadline.phase = "send its reply's headers"
+                # The port is part of the Host header when it is not the scheme's own.
+                named = host if port == (443 if scheme == "https" else 80) else f"{host}:{port}"
+                connection.request("GET", path, headers={"Host": named, "User-Agent": "omni-cpu"})
                 reply = connection.getresponse()
+                if deadline.passed:  # cut mid-headers: what came reads as a reply, EOF-ended
+                    raise TimeoutError
                 if reply.status in (301, 302, 303, 307, 308) and reply.getheader("location"):
                     url = urljoin(url, reply.getheader("location", ""))
                     continue
-                return _body(field, host, sock, reply, policy, started)
-            except TimeoutError:
-                raise BadBody(
-                    504, f"{field}: {host} did not send the audio within {policy.read_s:g} s",
-                    field, "ref_audio_fetch",
-                ) from None  # fmt: skip
-            except (OSError, http.client.HTTPException) as error:
+                deadline.phase = "send the audio"
+                return _body(field, host, sock, reply, policy, deadline)
+            except (OSError, http.client.HTTPException) as error:  # TimeoutError is an OSError
+                if isinstance(error, TimeoutError) or deadline.passed:
+                    raise deadline.expired(field, host) from None
                 raise BadBody(
                     400, f"{field}: fetching from {host} failed ({error.__class__.__name__})",
                     field, "ref_audio_fetch",
                 ) from None  # fmt: skip
         finally:
+            if timer is not None:
+                timer.cancel()
             connection.close()
             sock.close()
     raise BadBody(
@@ -195,7 +249,7 @@ def _body(
     sock: socket.socket,
     reply: http.client.HTTPResponse,
     policy: UrlPolicy,
-    started: float,
+    deadline: Deadline,
 ) -> tuple[bytes, str]:
     if reply.status != 200:
         raise BadBody(
@@ -216,11 +270,9 @@ def _body(
     chunks: list[bytes] = []
     size = 0
     while True:
-        if policy.read_s:  # the whole reply within the deadline, not each read
-            left = started + policy.connect_s + policy.read_s - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            sock.settimeout(left)
+        if deadline.passed:
+            raise TimeoutError
+        sock.settimeout(deadline.left())
         chunk = reply.read1(1 << 16)
         if not chunk:
             break

@@ -152,3 +152,92 @@ def test_an_entry_that_is_no_host_is_one_line():
     assert (
         envs.SERVE_ALLOW_REF_AUDIO_URLS.read(" Example.com,10.0.0.0/8 ") == "example.com,10.0.0.0/8"
     )
+
+
+@contextlib.contextmanager
+def dripping_host(head: bytes, every_s: float, hops: int = 0) -> Iterator[int]:
+    """A host that sends `head`, then one byte every `every_s` for at most 20 s; with `hops`,
+    first that many redirects (each after `every_s`) to itself."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = int(listener.getsockname()[1])
+    done = threading.Event()
+
+    def serve() -> None:
+        served = 0
+        while not done.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            with client:
+                client.recv(4096)
+                if served < hops:
+                    served += 1
+                    time.sleep(every_s)
+                    target = f"http://127.0.0.1:{port}/voice.wav"
+                    with contextlib.suppress(OSError):
+                        client.sendall(
+                            f"HTTP/1.1 302 Found\r\nLocation: {target}\r\n"
+                            "Content-Length: 0\r\n\r\n".encode()
+                        )
+                    continue
+                ends = time.monotonic() + 20
+                with contextlib.suppress(OSError):
+                    client.sendall(head)
+                    while time.monotonic() < ends and not done.is_set():
+                        time.sleep(every_s)
+                        client.sendall(b"x")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        done.set()
+        listener.close()
+
+
+DRIPS = {
+    "headers": (b"HTTP/1.1 200 OK\r\n", "send its reply's headers"),
+    "body": (
+        b"HTTP/1.1 200 OK\r\nContent-Type: audio/wav\r\nContent-Length: 100000\r\n\r\n",
+        "send the audio",
+    ),
+}
+
+
+@pytest.mark.parametrize("part", sorted(DRIPS))
+def test_a_host_that_drips_is_504_at_the_one_deadline_naming_what_it_had_not_sent(part: str):
+    # Each byte comes well within any one read's timeout: only a deadline for the whole
+    # fetch cuts it (it held a place for ~315 s before). The drip outlasts the deadline.
+    head, words = DRIPS[part]
+    with dripping_host(head, every_s=0.2) as port:
+        status, reply, inner = speak(f"http://127.0.0.1:{port}/voice.wav", "127.0.0.1", 0.5)
+    assert status == 504 and inner.started == 0, reply
+    message = reply["error"]["message"]
+    assert words in message and "1 s" in message and "in all" in message, message
+
+
+def test_redirects_share_the_one_deadline():
+    # Three hops of 0.6 s each, a 1 s deadline in all: the third hop is past it.
+    with dripping_host(b"HTTP/1.1 200 OK\r\n", every_s=0.6, hops=3) as port:
+        status, reply, _ = speak(f"http://127.0.0.1:{port}/voice.wav", "127.0.0.1", 0.5)
+    assert status == 504 and "in all" in reply["error"]["message"], reply
+
+
+def test_the_host_header_carries_a_port_that_is_not_the_schemes(port: int):
+    seen: list[str] = []
+    original = Host.do_GET
+
+    def recording(handler: Host) -> None:
+        seen.append(handler.headers["Host"])
+        original(handler)
+
+    Host.do_GET = recording  # type: ignore[method-assign]
+    try:
+        status, _, _ = speak(f"http://127.0.0.1:{port}/voice.wav", "127.0.0.1")
+    finally:
+        Host.do_GET = original  # type: ignore[method-assign]
+    assert status == 200 and seen == [f"127.0.0.1:{port}"]
