@@ -188,6 +188,10 @@ def serve(
         err_console.print(f"[yellow]warning:[/] {problem.message}", highlight=False)
     profile = with_weights(resolved.profile, weights)
     plan = build_serve_plan(model, profile, options)  # refuses a bad knob before any hint
+    if not dry_run:  # a port in use is one line, before any hint about formats
+        from omni_cpu.serve.supervisor import check_port_free
+
+        check_port_free(plan.host, plan.port)
     if (hint := _formats_hint(resolved, profile)) is not None:
         err_console.print(f"[yellow]hint:[/] {hint}", highlight=False)
     if dry_run:

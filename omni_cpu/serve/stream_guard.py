@@ -12,8 +12,9 @@ vLLM-Omni's handler takes a `session.config` (voice, reference audio...), then t
 * while draining, an utterance under way finishes, then the session is closed 1012
   (service restart: reconnect elsewhere), as is one that has none under way;
 * a stage down: close 1011 naming it, at once;
-* a client that leaves a message untaken for `send_timeout_s`: the session ends and
-  its place goes back.
+* a client that leaves a message untaken for `send_timeout_s`: its place goes back at
+  once and the session ends, whatever the handler still tries to send it;
+* a binary frame: close 1003 (the protocol is JSON text).
 
 Close reasons are the first 123 bytes of the one-line message (the protocol's limit).
 """
@@ -32,6 +33,7 @@ from omni_cpu.serve.references import audio_values
 from omni_cpu.serve.strings import judge_strings
 from omni_cpu.serve.supervision import SlowReader
 
+UNSUPPORTED = 1003  # a binary frame: the protocol is JSON text
 POLICY = 1008  # a config or text admission refuses
 TOO_BIG = 1009  # an utterance over the input limit
 STAGE_DOWN = 1011
@@ -84,6 +86,7 @@ class StreamGuard:
         self.utterance_open = False
         self.chars = 0
         self.refusal: tuple[int, str] | None = None
+        self.cut = False  # cut for reading too slowly: nothing more is sent to it
 
     async def run(self) -> None:
         gate = self.gate
@@ -98,6 +101,9 @@ class StreamGuard:
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=gate.watch_s)
+                if self.cut and not done:  # whatever the handler still means to send
+                    await self._stop(task, POLICY, "")
+                    return
                 if done:
                     with contextlib.suppress(Exception):
                         task.result()
@@ -154,6 +160,10 @@ class StreamGuard:
             self.gate.release(1)
 
     async def send(self, message: Message) -> None:
+        if self.cut:
+            # vLLM-Omni answers the cut with an error, audio.done, session.done and another
+            # error: each would wait the whole send timeout again on the jammed transport.
+            raise SlowReader
         kind = message["type"]
         if kind == "websocket.accept":
             self.accepted = True
@@ -167,7 +177,9 @@ class StreamGuard:
             await asyncio.wait_for(self._send(message), self.gate.limits.send_timeout_s or None)
         except TimeoutError:
             self.closed = True  # the transport is jammed: no close frame gets through
+            self.cut = True
             self.gate.count_rejected("slow_reader")
+            self._end_utterance()  # its place goes back now, not when the handler gives up
             raise SlowReader from None
         finally:
             if waiting:
@@ -185,7 +197,13 @@ class StreamGuard:
         finally:
             if waiting:
                 self.gate.client_waits(-1)
-        if message["type"] != "websocket.receive" or not isinstance(message.get("text"), str):
+        if message["type"] == "websocket.receive" and not isinstance(message.get("text"), str):
+            # The protocol is JSON text; vLLM-Omni's handler reads a binary frame's "text"
+            # and fails with a KeyError and no close frame.
+            self.refusal = (UNSUPPORTED, "binary frames are not accepted: send JSON text messages")
+            self.gate.count_rejected("invalid")
+            return {"type": "websocket.disconnect", "code": UNSUPPORTED}
+        if message["type"] != "websocket.receive":
             return message
         try:
             rewritten = await self._judge(message["text"])

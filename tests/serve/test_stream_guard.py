@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -111,3 +112,68 @@ def test_a_session_while_draining_is_closed_1012(tmp_path: Path):
     client = session(app, [CONFIG])
     code, reason = client.closed() or (None, "")
     assert code == 1012 and "draining" in reason
+
+
+class AnswersTheCut(Handler):
+    """vLLM-Omni's handler on a cut: an error, audio.done, session.done and another error."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight_after_cut: list[int] = []
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception:
+            assert self.gate is not None
+            self.in_flight_after_cut.append(self.gate.in_flight)
+            for kind in ("error", "audio.done", "session.done", "error"):
+                with contextlib.suppress(Exception):
+                    await send({"type": "websocket.send", "text": json.dumps({"type": kind})})
+
+
+class NeverReads(Client):
+    """Takes the accept, then never takes another message: each send waits forever."""
+
+    def __init__(self, messages: list[dict]) -> None:
+        super().__init__(messages)
+        self.jammed_sends = 0
+
+    async def receive(self) -> dict:
+        if self.inbox:
+            return self.inbox.pop(0)
+        await asyncio.Event().wait()  # the client neither reads nor leaves
+        raise AssertionError("unreachable")
+
+    async def send(self, message: dict) -> None:
+        if message["type"] == "websocket.accept":
+            return await super().send(message)
+        self.jammed_sends += 1
+        await asyncio.Event().wait()
+
+
+def test_a_client_that_never_reads_is_cut_once_and_its_place_goes_back_at_the_cut():
+    handler = AnswersTheCut()
+    app = SpeechAdmission(handler, AdmissionLimits(max_in_flight=1, send_timeout_s=0.2))
+    handler.gate = app
+    client = NeverReads([CONFIG, *UTTERANCE])
+    scope = {"type": "websocket", "path": STREAM, "headers": []}
+    asyncio.run(asyncio.wait_for(app(scope, client.receive, client.send), 10))
+    assert client.jammed_sends == 1  # the handler's four answers to the cut waited on nothing
+    assert handler.in_flight_after_cut == [0] and app.in_flight == 0
+
+
+def test_a_binary_frame_is_closed_1003_before_the_handler_reads_it():
+    handler = Handler()
+    app = SpeechAdmission(handler, AdmissionLimits())
+    handler.gate = app
+    client = Client([CONFIG])
+    client.inbox.append({"type": "websocket.receive", "bytes": b"\x00\x01"})
+    asyncio.run(
+        asyncio.wait_for(
+            app({"type": "websocket", "path": STREAM, "headers": []}, client.receive, client.send),
+            10,
+        )
+    )
+    code, reason = client.closed() or (None, "")
+    assert code == 1003 and "JSON text" in reason
