@@ -369,7 +369,7 @@ def unrunnable(weights: str, facts: Facts) -> tuple[str, str] | None:
         key=lambda f: f.bytes_per_weight or float("inf"),
     )
     return (
-        f"{weights} needs {chosen.needs()} ({chosen.kernels}); "
+        f"{weights} needs {chosen.needs(facts.architecture)} ({chosen.kernels}); "
         f"this {facts.architecture} CPU lacks them",
         here[0].name if here else "",
     )
