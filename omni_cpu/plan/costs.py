@@ -194,7 +194,7 @@ ARM_GEMV_GB_S_PER_CORE = 12.5
 _ARM = CpuClassSpeed(
     gemv_gb_s_per_core=ARM_GEMV_GB_S_PER_CORE,
     step_overhead_ms={},
-    measured_on="no Arm machine: N1's published per-core read bandwidth, cautiously",
+    measured_on="published Neoverse N1 per-core read bandwidth, no Arm machine measured",
     measured=False,
 )
 CPU_CLASS_SPEEDS = {
