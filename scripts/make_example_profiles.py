@@ -17,7 +17,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from omni_cpu import envs  # noqa: E402
+from omni_cpu import envs, weight_formats  # noqa: E402
 from omni_cpu.hardware.probe import read_facts  # noqa: E402
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile  # noqa: E402
 from omni_cpu.profile import dump_profile  # noqa: E402
@@ -41,8 +41,6 @@ TABLE_END = "<!-- end of capacity table -->"
 # docs/configuration.md's table of user knobs (omni_cpu.envs.markdown_table) sits between these.
 ENV_TABLE_START = "<!-- environment variables: make profiles writes it from omni_cpu/envs.py -->"
 ENV_TABLE_END = "<!-- end of environment variables -->"
-# int8 is an x86 weight format with AVX2 at least (FBGEMM or omni-cpu's W8A8 GEMV).
-INT8_ISA = ("avx2",)
 
 
 def example_profile_text(sysroot: Path) -> str:
@@ -52,7 +50,7 @@ def example_profile_text(sysroot: Path) -> str:
 
 def capacity_rows(roots: dict[str, Path]) -> list[str]:
     """Markdown rows: each example profile's predicted capacity, and int8's where it runs."""
-    from omni_cpu.plan.costs import isa_class
+    from omni_cpu.plan.policy import facts_class
 
     rows = [
         "| profile | replicas | talker weights | streams in real time | streams without a gap "
@@ -62,11 +60,12 @@ def capacity_rows(roots: dict[str, Path]) -> list[str]:
     ]
     for dump_id, filename in EXAMPLES.items():
         facts = read_facts(roots[dump_id])
-        formats = ["model"] + (["int8"] if any(f in facts.isa for f in INT8_ISA) else [])
+        int8 = weight_formats.INT8.runs_on(facts.architecture, facts.isa)
+        formats = ["model"] + ([weight_formats.INT8.name] if int8 else [])
         for weights in formats:
             profile = plan_profile(facts, footprint_for_model(MODEL), PlanOptions(weights=weights))
             own = profile.replicas[0].capacity
-            label = f"`{filename}` ({isa_class(facts.architecture, facts.isa)})"
+            label = f"`{filename}` ({facts_class(facts)})"
             rows.append(
                 f"| {label if weights == 'model' else f'`{filename}`'} | {len(profile.replicas)} "
                 f"| {profile.capacity.weights} | {profile.capacity.realtime_streams} "

@@ -125,7 +125,7 @@ def test_probe_of_another_machine_prints_its_capacity_and_assumptions(unpacked_d
         assert {"rtf_one_stream", "ttfa_s", "realtime_streams", "limit"} <= set(replica["capacity"])
     text = omni_cpu(*args, env_columns=200).stdout
     assert "Predicted capacity (built-in, int8 weights)" in text
-    assert "GB/s per core" in text and "ISA class AVX2" in text
+    assert "GB/s per core" in text and "CPU class AVX2" in text
     assert text.count("assumes:") == len(capacity["assumptions"])
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 from omni_cpu import envs, weight_formats
 from omni_cpu.cli.common import weights_help
+from omni_cpu.errors import PlanError
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.plan.footprint import DTYPE_BYTES
 from tests.helpers import sysroots
@@ -48,7 +50,13 @@ def test_the_help_figures_are_the_cost_models_bytes_a_frame() -> None:
 
 
 def test_a_format_runs_only_where_the_registry_says() -> None:
-    assert weight_formats.runnable("aarch64", {"bf16", "asimd"}) == ["model"]
+    # aarch64: ASIMD is the NEON kernels' floor; dotprod / i8mm only pick faster variants.
+    assert weight_formats.runnable("aarch64", {"bf16", "asimd"}) == ["model", "int8", "int4"]
+    assert weight_formats.runnable("aarch64", {"fp"}) == ["model"]
+    # x86's flags name no aarch64 kernel, and aarch64's no x86 one.
+    assert weight_formats.runnable("aarch64", {"avx2", "fma"}) == ["model"]
+    assert weight_formats.runnable("x86_64", {"asimd"}) == ["model"]
+    assert weight_formats.runnable("riscv64", {"v"}) == ["model"]
     assert weight_formats.runnable("x86_64", {"sse4_2", "avx"}) == ["model"]
     assert weight_formats.runnable("x86_64", {"avx2"}) == ["model", "int8"]
     assert weight_formats.runnable("x86_64", {"avx2", "fma"}) == ["model", "int8", "int4"]
@@ -70,12 +78,22 @@ def test_a_new_format_in_the_registry_is_planned_with_its_own_bytes(
     assert int3_plan.replicas[0].stage(0).choices["weights"] == "int3"
     assert int3_plan.capacity is not None and int4.capacity is not None
     assert int3_plan.replicas[0].capacity.talker_step_ms < int4.replicas[0].capacity.talker_step_ms
-    with pytest.raises(Exception, match="int3 needs AVX2 and FMA on x86"):
+    with pytest.raises(Exception, match="int3 needs ASIMD on aarch64"):
         plan_profile(
-            machine({0: [0, 1]}, isa=("bf16",), architecture="aarch64"),
+            machine({0: [0, 1]}, isa=("fp",), architecture="aarch64"),
             FOOTPRINT,
             PlanOptions(weights="int3"),
         )
+
+
+def test_what_a_format_needs_is_said_for_the_cpus_architecture() -> None:
+    int4 = weight_formats.INT4
+    assert int4.needs("x86_64") == "AVX2 and FMA on x86"
+    assert int4.needs("aarch64") == "ASIMD on aarch64"
+    # Where it has no kernel at all, every architecture it runs on.
+    assert int4.needs("riscv64") == "AVX2 and FMA on x86 or ASIMD on aarch64"
+    assert int4.needs() == int4.needs("riscv64")
+    assert weight_formats.MODEL.needs("aarch64") == "nothing"
 
 
 def test_the_weights_doc_table_is_the_registrys() -> None:
@@ -98,24 +116,37 @@ def test_only_the_registry_names_int4_in_quotes() -> None:
     assert found == ["omni_cpu/weight_formats.py"]
 
 
-@pytest.mark.parametrize("weights", ["int8", "int4"])
-def test_probe_of_an_arm_dump_refuses_a_format_without_an_arm_kernel(
-    weights: str, unpacked_dumps: Any
-) -> None:
-    dump = next(d for d in sysroots.load_dumps() if d.id == "ul-arm-A510-A710-A715-X3")
-    root = str(unpacked_dumps.root(dump))
-    args = ("probe", "--sysroot", root, "--model", "0.6b", "--weights", weights)
-    done = subprocess.run(
-        [sys.executable, "-m", "omni_cpu.cli", *args],
+def _probe(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "omni_cpu.cli", "probe", *args],
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=120,
     )
-    assert done.returncode == 2  # a usage mistake (docs/configuration.md, "Exit codes")
-    error = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert error == [
-        f"error: --weights {weights} needs {weight_formats.get(weights).needs()} "
-        f"({weight_formats.get(weights).kernels}); this aarch64 CPU lacks them "
-        "(use --weights model)"
-    ]
+
+
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_probe_of_an_arm_dump_plans_the_formats_its_neon_kernels_run(
+    weights: str, unpacked_dumps: Any
+) -> None:
+    # The dump's CPU states asimd (and asimddp, i8mm, bf16): the NEON kernels' floor.
+    dump = next(d for d in sysroots.load_dumps() if d.id == "ul-arm-A510-A710-A715-X3")
+    root = str(unpacked_dumps.root(dump))
+    done = _probe("--sysroot", root, "--model", "0.6b", "--weights", weights, "--json")
+    assert done.returncode == 0, done.stderr
+    talker = json.loads(done.stdout)["profile"]["replicas"][0]["stages"][0]
+    assert talker["choices"]["weights"] == weights
+
+
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_an_aarch64_cpu_without_asimd_is_refused_the_quantized_formats(weights: str) -> None:
+    without_asimd = machine({0: [0, 1]}, isa=("fp",), architecture="aarch64")
+    chosen = weight_formats.get(weights)
+    with pytest.raises(PlanError) as refused:
+        plan_profile(without_asimd, FOOTPRINT, PlanOptions(weights=weights))
+    assert str(refused.value) == (
+        f"--weights {weights} needs ASIMD on aarch64 ({chosen.kernels}); "
+        "this aarch64 CPU lacks them"
+    )
+    assert refused.value.fix == "use --weights model"

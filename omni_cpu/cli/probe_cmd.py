@@ -165,7 +165,7 @@ def probe(
     console.print(facts_table(facts))
     console.print(profile_table(profile))
     print_capacity(profile)
-    print_formats(formats)
+    print_formats(formats, facts.architecture)
     for note in profile.notes:
         console.print(f"[yellow]note:[/] {note}")
     if output is not None:
@@ -193,12 +193,12 @@ def print_capacity(profile) -> None:
         console.print(f"[dim]assumes:[/] {line}", highlight=False)
 
 
-def print_formats(formats) -> None:
+def print_formats(formats, architecture: str | None = None) -> None:
     """Each weight format's predicted capacity here, and the hint where another plays better."""
     from omni_cpu.plan.formats import format_hint
 
     if len(formats) > 1:
-        console.print(formats_table(formats))
+        console.print(formats_table(formats, architecture))
     hint = format_hint(formats)
     if hint is not None:
         console.print(f"[yellow]hint:[/] {hint}", highlight=False)

@@ -172,8 +172,9 @@ def capacity_table(profile: Profile) -> Table | None:
     return table
 
 
-def formats_table(formats: tuple[FormatCapacity, ...]) -> Table:
-    """Each weight format this CPU runs, planned as the chosen one but for its weights."""
+def formats_table(formats: tuple[FormatCapacity, ...], architecture: str | None = None) -> Table:
+    """Each weight format this CPU runs, planned as the chosen one but for its weights; what
+    each needs, on `architecture` where given."""
     source = next((row.source for row in formats if row.source), "built-in")
     chosen = next((row.weights for row in formats if row.chosen), "")
     table = Table(
@@ -193,6 +194,6 @@ def formats_table(formats: tuple[FormatCapacity, ...]) -> Table:
             "n/a" if row.safe_start_s is None else f"{row.safe_start_s:.2f} s",
             "n/a" if row.stall_free_streams is None else str(row.stall_free_streams),
             "n/a" if row.realtime_streams is None else str(row.realtime_streams),
-            weight_formats.get(row.weights).needs(),
+            weight_formats.get(row.weights).needs(architecture),
         )
     return table

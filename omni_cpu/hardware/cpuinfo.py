@@ -66,3 +66,11 @@ def parse_cpuinfo(text: str | None) -> CpuInfo:
             for key, value in block.items():
                 info.common.setdefault(key, value)
     return info
+
+
+def cpu_number(cpuinfo: CpuInfo, key: str) -> int | None:
+    """A whole-number field of the first CPU stating it (x86's `cpu family`, `model`), decimal
+    as x86 kernels write it; None where absent or not a number (other architectures' `model`
+    is text, or absent)."""
+    value = cpuinfo.first(key)
+    return int(value) if value is not None and value.isdigit() else None

@@ -214,6 +214,10 @@ class Facts:
     # The whole machine (every online CPU, socket and node), where the cpuset and mems
     # narrow what the fields above describe; None in facts saved before schema 3.
     host: Host | None = None
+    # x86's /proc/cpuinfo `cpu family` and `model` (with `vendor`: what the CPU is, where its
+    # flags cannot tell two apart; omni_cpu.plan.costs.cpu_class); None where unstated.
+    cpu_family: int | None = None
+    cpu_model: int | None = None
     schema_version: int = SCHEMA_VERSION
 
     # -- derived views (pure) -------------------------------------------------

@@ -24,7 +24,7 @@ from omni_cpu.hardware.allowed import (
 )
 from omni_cpu.hardware.arch import read_architecture
 from omni_cpu.hardware.cpu import read_cpu_sets, read_topology
-from omni_cpu.hardware.cpuinfo import parse_cpuinfo
+from omni_cpu.hardware.cpuinfo import CpuInfo, cpu_number, parse_cpuinfo
 from omni_cpu.hardware.facts import Facts, Host, NumaNode
 from omni_cpu.hardware.isa import isa_from_hwcaps, parse_auxv, read_isa
 from omni_cpu.hardware.libnuma import read_libnuma
@@ -133,7 +133,18 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
         numa_node_count=node_count,
         numa_count_basis=node_basis,
         host=host,
+        **_x86_identity(cpuinfo, architecture),
     )
+
+
+def _x86_identity(cpuinfo: CpuInfo, architecture: str) -> dict[str, int | None]:
+    """cpuinfo's `cpu family` and `model` on x86 (elsewhere `model` means something else)."""
+    if architecture not in ("x86_64", "i686", "i386"):
+        return {}
+    return {
+        "cpu_family": cpu_number(cpuinfo, "cpu family"),
+        "cpu_model": cpu_number(cpuinfo, "model"),
+    }
 
 
 def _duplicate_notes(nodes: list[NumaNode]) -> list[str]:

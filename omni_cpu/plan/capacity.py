@@ -146,7 +146,7 @@ def source_of(speed: SpeedInputs) -> str:
 
 
 def machine_capacity(
-    replicas: Iterable[Replica], speed: SpeedInputs, isa: str, talker_cores: int = 1
+    replicas: Iterable[Replica], speed: SpeedInputs, talker_cores: int = 1
 ) -> Capacity:
     """The machine's streams (every replica's) with the assumptions behind them."""
     replicas = tuple(replicas)
@@ -157,11 +157,27 @@ def machine_capacity(
         stall_free_streams=stall_free,
         source=source_of(speed),
         weights=speed.weight_format,
-        assumptions=assumptions(speed, isa, talker_cores),
+        assumptions=assumptions(speed, talker_cores),
     )
 
 
-def assumptions(speed: SpeedInputs, isa: str, talker_cores: int = 1) -> tuple[str, ...]:
+def class_line(speed: SpeedInputs) -> str:
+    """The class the built-in speeds are read for, and how sure they are, in one line."""
+    own = speed.class_speed
+    name = speed.cpu_class or "unknown"
+    line = f"CPU class {name}: talker {speed.talker_dtype}, code2wav {speed.code2wav_dtype}"
+    if (slowest := costs.slowest_known(speed.cpu_class)) is not None:
+        told = ", ".join(costs.known_in(speed.cpu_class))
+        line += (
+            f"; this CPU is none measured in its ISA class ({told}): planned on the "
+            f"slowest of them, {slowest}"
+        )
+    elif own is not None and not own.measured:
+        line += f"; UNMEASURED: built-in speeds from {own.measured_on}"
+    return line
+
+
+def assumptions(speed: SpeedInputs, talker_cores: int = 1) -> tuple[str, ...]:
     """What the prediction takes for given, in words a buyer can check."""
     calibration = speed.calibration
     measured = calibration.bandwidth_gb_s if calibration else {}
@@ -205,7 +221,7 @@ def assumptions(speed: SpeedInputs, isa: str, talker_cores: int = 1) -> tuple[st
         f"frame and {per_call:g} ms per call on one core ({code2wav_source}), "
         f"+{costs.CODE2WAV_STAGE_MS_PER_FRAME:g} ms per frame and "
         f"{costs.CODEC_ENGINE_CALL_MS:g} ms per chunk in its engine",
-        f"ISA class {isa}: talker {speed.talker_dtype}, code2wav {speed.code2wav_dtype}",
+        class_line(speed),
         "real time: a stream's frames (80 ms of audio each) come at least every 80 ms; "
         "rtf_one_stream is the steady rate, first audio apart",
     )
@@ -232,7 +248,15 @@ def profile_speed_inputs(
         weights=weights or replica.stage(0).choice(envs.WEIGHTS),
         calibration=None if calibration is None else Calibration.from_dict(calibration),
         code2wav_decode=code2wav_decode or replica.stage(1).choice(envs.CODE2WAV),
-        cpu_class=costs.isa_class(profile.machine.architecture, profile.machine.isa),
+        cpu_class=profile_class(profile),
+    )
+
+
+def profile_class(profile: Profile) -> str:
+    """The cost model's class of the CPU a profile was planned for (costs.cpu_class)."""
+    machine = profile.machine
+    return costs.cpu_class(
+        machine.architecture, machine.isa, machine.vendor, machine.cpu_family, machine.cpu_model
     )
 
 
@@ -269,11 +293,5 @@ def prediction_dict(profile: Profile, replica_index: int, speed: SpeedInputs) ->
         "source": source_of(speed),
         "weights": speed.weight_format,
         "code2wav_decode": speed.code2wav_decode,
-        "assumptions": list(
-            assumptions(
-                speed,
-                costs.isa_class(profile.machine.architecture, profile.machine.isa),
-                cores.talker_cores,
-            )
-        ),
+        "assumptions": list(assumptions(speed, cores.talker_cores)),
     }

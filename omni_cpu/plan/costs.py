@@ -84,6 +84,64 @@ def isa_class(architecture: str, isa: Iterable[str]) -> str:
 
 
 @dataclass(frozen=True)
+class KnownCpu:
+    """A CPU its flags cannot tell apart from others of its ISA class, told by what it is:
+    /proc/cpuinfo's vendor_id, cpu family and model (the facts' vendor, cpu_family,
+    cpu_model)."""
+
+    name: str  # the class's name, in words a buyer can check: "AMD Zen 5"
+    isa_class: IsaClass
+    vendor: str
+    family: int
+    models: tuple[tuple[int, int], ...]  # inclusive ranges of cpuinfo's `model`
+
+    def is_this(self, vendor: str | None, family: int | None, model: int | None) -> bool:
+        return (
+            vendor == self.vendor
+            and family == self.family
+            and model is not None
+            and any(low <= model <= high for low, high in self.models)
+        )
+
+
+# Zen 4 and Zen 5 both state AVX-512 with bf16 and no AMX. The models are Linux's
+# (arch/x86/kernel/cpu/amd.c, bsp_init_amd: family 0x19 models 0x10-0x1f, 0x60-0xaf set
+# X86_FEATURE_ZEN4, family 0x1a models 0x00-0x2f, 0x40-0x4f, 0x60-0x7f X86_FEATURE_ZEN5);
+# Zen 4's list keeps to the models of shipped parts (Genoa, Raphael/Phoenix, Bergamo/Siena).
+ZEN4 = KnownCpu(
+    "AMD Zen 4",
+    IsaClass.AVX512_BF16,
+    "AuthenticAMD",
+    0x19,
+    ((0x10, 0x1F), (0x60, 0x7F), (0xA0, 0xAF)),
+)
+ZEN5 = KnownCpu(
+    "AMD Zen 5",
+    IsaClass.AVX512_BF16,
+    "AuthenticAMD",
+    0x1A,
+    ((0x00, 0x2F), (0x40, 0x4F), (0x60, 0x7F)),
+)
+KNOWN_CPUS = (ZEN4, ZEN5)
+
+
+def cpu_class(
+    architecture: str,
+    isa: Iterable[str],
+    vendor: str | None = None,
+    family: int | None = None,
+    model: int | None = None,
+) -> str:
+    """The class whose built-in speeds apply: the CPU itself where its ISA class has CPUs
+    told apart (KNOWN_CPUS), else its ISA class (`isa_class`)."""
+    by_isa = isa_class(architecture, isa)
+    for cpu in KNOWN_CPUS:
+        if cpu.isa_class.value == by_isa and cpu.is_this(vendor, family, model):
+            return cpu.name
+    return by_isa
+
+
+@dataclass(frozen=True)
 class CpuClassSpeed:
     """Built-in talker speeds of an ISA class measured apart from the reference above."""
 
@@ -98,14 +156,33 @@ class CpuClassSpeed:
     # Code2wav's decoder per frame on one core, per dtype, inside the pipeline (the talker
     # streaming its weights on the next core): None for the reference's.
     code2wav_core_ms_per_frame: dict[str, float] | None = None
+    # False: no machine of the class was measured; the numbers are derived from published
+    # figures and the plan's assumptions say UNMEASURED.
+    measured: bool = True
 
 
-# By ISA class (isa_class above); a class not listed plans on the reference numbers
+# Arm (aarch64): no Arm machine has run omni-cpu, so the class's talker read rate is derived
+# from published single-core bandwidth, on the cautious side. Arm's own measurements (Arm
+# Learning Paths, "Measure Arm single-core memory bandwidth with ASCT",
+# learn.arm.com/learning-paths/servers-and-cloud-computing/memory-subsystem/streaming-bandwidth):
+# one core reads DRAM at 20.9 GB/s on Graviton2 (Neoverse N1) and 37.0 GB/s on Graviton4
+# (Neoverse V2); Graviton3 (Neoverse V1) sits between them. The slowest, N1's, times the share
+# of a core's read bandwidth a whole int4 step reached on the Zen 5 (its bytes a frame over
+# its one-stream step, calibrated.json `class_talker_step_ms:AMD Zen 5:int4`, 25 GB/s, against
+# `probe --calibrate`'s 41 GB/s there: 0.61) is 12.7 GB/s; rounded down, 12.5, a little under
+# the reference core's GEMV_GB_S_PER_CORE. Every other figure of the class (step overheads,
+# prefill, code2wav) is the reference's, the Intel Xeon's larger ones.
+# calibrated.json `not_measured` names it; `probe --calibrate` on an Arm box replaces it.
+ARM_GEMV_GB_S_PER_CORE = 12.5
+
+# By class (cpu_class above); a class not listed plans on the slowest listed CPU of its ISA
+# class where it has any (`class_speed`), else on the reference numbers
 # (GEMV_GB_S_PER_CORE, each format's omni_cpu.weight_formats entry), the Intel Xeon's, which
-# for an unmeasured class are the cautious side. AVX-512 with bf16 and no AMX (AMD Zen 4
-# / Zen 5): the 2-core AMD EPYC Zen 4 KVM guest with the one-call code predictor step.
-# The measurements each number stands for are benchmarks/calibrated.json's `class_*`
-# entries (one home; tests/plan/test_costs_current.py holds them together). How each
+# for an unmeasured class are the cautious side. AMD Zen 4: the 2-core AMD EPYC Zen 4 KVM
+# guest with the one-call code predictor step; AMD Zen 5: the 2-core AMD EPYC Zen 5 KVM guest
+# (RESULTS.md, its table against the built-in plan). The measurements each number stands
+# for are benchmarks/calibrated.json's `class_*` entries (one home;
+# tests/plan/test_costs_current.py holds them together). How each
 # follows: the step overhead is the one-stream step less the format's bytes a frame at
 # the core's read rate (every format's at the rate the class reads now, though bf16's
 # and int8's steps are older runs than int4's); the two-stream step
@@ -114,14 +191,58 @@ class CpuClassSpeed:
 # decode (without AMX it is no fraction of a step); code2wav's decoder per frame is the
 # stage's ms a frame at 10-frame chunks less CODE2WAV_STAGE_MS_PER_FRAME and a tenth of
 # CODE2WAV_CORE_MS_PER_CALL + CODEC_ENGINE_CALL_MS.
+_ARM = CpuClassSpeed(
+    gemv_gb_s_per_core=ARM_GEMV_GB_S_PER_CORE,
+    step_overhead_ms={},
+    measured_on="published Neoverse N1 per-core read bandwidth, no Arm machine measured",
+    measured=False,
+)
 CPU_CLASS_SPEEDS = {
-    IsaClass.AVX512_BF16.value: CpuClassSpeed(
+    ZEN4.name: CpuClassSpeed(
         gemv_gb_s_per_core=19.6,
         step_overhead_ms={MODEL.name: 22.2, INT8.name: 32.6, INT4.name: 8.4},
         measured_on="the 2-core AMD EPYC Zen 4's",
         prefill_ms=221.0,
     ),
+    # Its read rate is `probe --calibrate`'s one-core bandwidth there; int4's rest is its
+    # one-stream step less its bytes at that rate, bf16's what meets the measured RTF; int8
+    # was not measured on it: the Zen 4's, the slower class's. The prefill is what puts the
+    # model's one-stream p95 safe start on the measured one (bench 0.20 s, serve 0.22 s);
+    # code2wav's decoder as in the rule above, from the stage's 19.8-20 ms a frame.
+    ZEN5.name: CpuClassSpeed(
+        gemv_gb_s_per_core=41.0,
+        step_overhead_ms={MODEL.name: 20.3, INT8.name: 32.6, INT4.name: 15.8},
+        measured_on="the 2-core AMD EPYC Zen 5's",
+        prefill_ms=60.0,
+        code2wav_core_ms_per_frame={"bfloat16": 7.7},
+    ),
+    IsaClass.ARM.value: _ARM,
+    IsaClass.ARM_BF16.value: _ARM,
 }
+
+
+def class_speed(name: str) -> CpuClassSpeed | None:
+    """The built-in speeds of a class (`cpu_class`): its own, else the slowest told-apart CPU
+    of that ISA class (an unknown CPU is not promised a faster one's speed); None: the
+    reference's."""
+    own = CPU_CLASS_SPEEDS.get(name)
+    return own if own is not None else CPU_CLASS_SPEEDS.get(slowest_known(name) or "")
+
+
+def known_in(isa_class_name: str) -> list[str]:
+    """The CPUs told apart within an ISA class (KNOWN_CPUS), by name."""
+    return [cpu.name for cpu in KNOWN_CPUS if cpu.isa_class.value == isa_class_name]
+
+
+def slowest_known(name: str) -> str | None:
+    """For an ISA class with CPUs told apart, the measured one whose talker reads slowest;
+    None for a class with its own speeds or none told apart."""
+    if name in CPU_CLASS_SPEEDS:
+        return None
+    measured = [n for n in known_in(name) if n in CPU_CLASS_SPEEDS]
+    return min(measured, key=lambda n: CPU_CLASS_SPEEDS[n].gemv_gb_s_per_core, default=None)
+
+
 # The part of that overhead that divides over the talker's cores (the GEMV's work beyond
 # its streaming, the threaded kernels); the rest (the small torch calls' dispatch, Python)
 # runs on one core however many the stage has. Intel Xeon, int8, the talker stage alone
@@ -139,7 +260,7 @@ REFERENCE_SMALL_OP_US = 3.0
 # and the GEMV's multiply-adds. Fitted to the Intel Xeon's 4-stream step over its
 # one-stream step (calibrated.json `four_stream_step_ratio:<format>`): the median
 # format's ratio, per extra stream. The Zen 4's two-stream step holds it too
-# (`class_talker_step_ms:AVX-512 with bf16:int4:2`).
+# (`class_talker_step_ms:AMD Zen 4:int4:2`).
 TALKER_STEP_GROWTH_PER_STREAM = 0.085
 # The talker step's p95 over its median, on a host that runs other work beside the stages
 # (a cloud guest's neighbours, the OS): the chunk schedule and the predicted (p95) safe

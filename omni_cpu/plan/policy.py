@@ -107,6 +107,13 @@ def _fingerprint(facts: Facts) -> str:
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def facts_class(facts: Facts) -> str:
+    """The cost model's class of the facts' CPU (omni_cpu.plan.costs.cpu_class)."""
+    return costs.cpu_class(
+        facts.architecture, facts.isa, facts.vendor, facts.cpu_family, facts.cpu_model
+    )
+
+
 def machine_stamp(facts: Facts, calibration: Calibration | None = None) -> MachineStamp:
     return MachineStamp(
         calibration=None if calibration is None else calibration.to_dict(),
@@ -119,6 +126,9 @@ def machine_stamp(facts: Facts, calibration: Calibration | None = None) -> Machi
         ),
         isa=tuple(sorted(facts.isa)),
         memory_limit_bytes=facts.limits.memory_max_bytes,
+        vendor=facts.vendor,
+        cpu_family=facts.cpu_family,
+        cpu_model=facts.cpu_model,
     )
 
 
@@ -369,7 +379,7 @@ def unrunnable(weights: str, facts: Facts) -> tuple[str, str] | None:
         key=lambda f: f.bytes_per_weight or float("inf"),
     )
     return (
-        f"{weights} needs {chosen.needs()} ({chosen.kernels}); "
+        f"{weights} needs {chosen.needs(facts.architecture)} ({chosen.kernels}); "
         f"this {facts.architecture} CPU lacks them",
         here[0].name if here else "",
     )
@@ -438,7 +448,7 @@ def plan_profile(
         code2wav_dtype=options.code2wav_dtype or options.dtype or choose_dtype(facts),
         weights=options.weights,
         calibration=options.calibration,
-        cpu_class=costs.isa_class(facts.architecture, facts.isa),
+        cpu_class=facts_class(facts),
     )
     for index, node in enumerate(nodes):
         replica, chunk = _replica(index, node, facts, footprint, options, speed, len(nodes), notes)
@@ -459,12 +469,7 @@ def plan_profile(
     ]
     notes.extend(note for replica in replicas for note in remote_notes(facts, replica, speed))
     notes.extend(filter(None, [unbound_tiers_note(facts, replicas)]))
-    capacity = machine_capacity(
-        replicas,
-        speed,
-        costs.isa_class(facts.architecture, facts.isa),
-        stage_cores(replicas[0]).talker_cores,
-    )
+    capacity = machine_capacity(replicas, speed, stage_cores(replicas[0]).talker_cores)
     env = _profile_env(facts)
     replicas = _with_choices(replicas, options, notes)
     return Profile(

@@ -33,8 +33,8 @@ class SpeedInputs:
     weights: str = "model"
     calibration: Calibration | None = None
     code2wav_decode: str = "stream"  # OMNI_CPU_CODE2WAV: stream or recompute
-    # The ISA class (costs.isa_class) whose built-in speeds apply
-    # (costs.CPU_CLASS_SPEEDS); "" or an unlisted class: the reference constants.
+    # The class (costs.cpu_class) whose built-in speeds apply (costs.class_speed); "" or a
+    # class with none: the reference constants.
     cpu_class: str = ""
     # The share of its local bandwidth the talker's memory gives it: below 1 where the
     # memory is remote to its CPUs (omni_cpu.plan.remote).
@@ -42,8 +42,8 @@ class SpeedInputs:
 
     @property
     def class_speed(self) -> CpuClassSpeed | None:
-        """This class's own built-in talker speeds, where it was measured apart."""
-        return costs.CPU_CLASS_SPEEDS.get(self.cpu_class)
+        """This class's built-in talker speeds, where it has its own (costs.class_speed)."""
+        return costs.class_speed(self.cpu_class)
 
     @property
     def weight_format(self) -> str:

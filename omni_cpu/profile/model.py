@@ -177,6 +177,11 @@ class MachineStamp:
     # What `probe --calibrate` measured here (omni_cpu.profile.calibration.Calibration.to_dict);
     # None: planned with the constants of omni_cpu.plan.costs.
     calibration: dict[str, Any] | None = None
+    # What the CPU is (cpuinfo's vendor_id, cpu family, model): the cost model's class reads
+    # them where flags cannot tell two CPUs apart (omni_cpu.plan.costs.cpu_class); None: unstated.
+    vendor: str | None = None
+    cpu_family: int | None = None
+    cpu_model: int | None = None
 
 
 @dataclass(frozen=True)

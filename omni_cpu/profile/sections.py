@@ -15,7 +15,7 @@ from omni_cpu.profile.model import Capacity, MachineStamp, ReplicaCapacity, Stre
 def read_machine(reader: FieldReader) -> MachineStamp:
     reader.only(
         "fingerprint", "architecture", "model_name", "usable_cpus", "isa",
-        "memory_limit_bytes", "numa_nodes", "calibration",
+        "memory_limit_bytes", "numa_nodes", "calibration", "vendor", "cpu_family", "cpu_model",
     )  # fmt: skip
     nodes = []
     for node in reader.items("numa_nodes"):
@@ -43,7 +43,15 @@ def read_machine(reader: FieldReader) -> MachineStamp:
         numa_nodes=tuple(nodes),
         isa=tuple(isa),
         memory_limit_bytes=limit,
+        vendor=reader.get("vendor", str, optional=True),
+        cpu_family=_optional_count(reader, "cpu_family"),
+        cpu_model=_optional_count(reader, "cpu_model"),
     )
+
+
+def _optional_count(reader: FieldReader, key: str) -> int | None:
+    """A non-negative whole number where the key is there, None where it is not."""
+    return None if reader.get(key, int, optional=True) is None else reader.non_negative(key)
 
 
 def read_calibration(data: dict[str, Any], path: str) -> dict[str, Any]:

@@ -25,6 +25,9 @@ COMMENTS = {
     "omni_cpu.machine": "the machine this was planned for (omni-cpu validate checks it)",
     "omni_cpu.machine.fingerprint": "hash of the facts below",
     "omni_cpu.machine.memory_limit_bytes": "cgroup memory.max; null = none",
+    "omni_cpu.machine.vendor": "cpuinfo vendor_id",
+    "omni_cpu.machine.cpu_family": "cpuinfo cpu family: with the model, the cost model's CPU class",
+    "omni_cpu.machine.cpu_model": "cpuinfo model",
     "omni_cpu.machine.calibration": "measured by probe --calibrate; the planner used it",
     "omni_cpu.machine.calibration.bandwidth_gb_s": "cores -> GB/s of weights streamed",
     "omni_cpu.machine.calibration.code2wav_ms_per_frame": "one core, per dtype",
@@ -117,6 +120,16 @@ def _omni_block(profile: Profile) -> dict[str, Any]:
             "usable_cpus": machine.usable_cpus,
             "isa": list(machine.isa),
             "memory_limit_bytes": machine.memory_limit_bytes,
+            # What the CPU is, where cpuinfo states it (x86): older profiles have none.
+            **{
+                key: value
+                for key, value in (
+                    ("vendor", machine.vendor),
+                    ("cpu_family", machine.cpu_family),
+                    ("cpu_model", machine.cpu_model),
+                )
+                if value is not None
+            },
             "numa_nodes": [dict(node) for node in machine.numa_nodes],
             **({"calibration": machine.calibration} if machine.calibration else {}),
         },

@@ -107,17 +107,99 @@ def test_a_calibration_is_named_as_the_source_and_moves_the_prediction():
 
 
 def test_uncalibrated_assumptions_state_bandwidth_per_core_and_isa_class():
-    own = costs.CPU_CLASS_SPEEDS["AVX-512 with bf16"]
+    own = costs.CPU_CLASS_SPEEDS["AMD Zen 4"]
     lines = plan(2).capacity.assumptions
     assert any(f"{own.gemv_gb_s_per_core:g} GB/s per core" in line for line in lines)
     assert any(own.measured_on in line for line in lines)
-    assert any(line.startswith("ISA class AVX-512 with bf16") for line in lines)
+    assert any(line.startswith("CPU class AVX-512 with bf16") for line in lines)
+
+
+def identified(facts, vendor: str | None, family: int | None, model: int | None):
+    return dataclasses.replace(facts, vendor=vendor, cpu_family=family, cpu_model=model)
+
+
+TWO_CORES = machine({0: [0, 1]}, isa=BF16, memory_per_node=256 * GIB)
+
+
+@pytest.mark.parametrize(
+    ("vendor", "family", "model", "expected"),
+    [
+        ("AuthenticAMD", 0x1A, 0x02, "AMD Zen 5"),  # EPYC 9005 (Turin), the dump's guest
+        ("AuthenticAMD", 0x1A, 0x44, "AMD Zen 5"),  # Ryzen 9000 (Granite Ridge)
+        ("AuthenticAMD", 0x19, 0x11, "AMD Zen 4"),  # EPYC 9004 (Genoa)
+        ("AuthenticAMD", 0x19, 0x61, "AMD Zen 4"),  # Ryzen 7000 (Raphael)
+        ("AuthenticAMD", 0x1A, 0x50, "AVX-512 with bf16"),  # family 26, not a Zen 5 model
+        ("GenuineIntel", 6, 0x55, "AVX-512 with bf16"),  # Cooper Lake: bf16, no AMX
+        (None, None, None, "AVX-512 with bf16"),  # cpuinfo unread
+    ],
+)
+def test_avx512_bf16_cpus_are_told_apart_by_vendor_family_and_model(
+    vendor, family, model, expected
+):
+    facts = identified(TWO_CORES, vendor, family, model)
+    assert (
+        costs.cpu_class(
+            facts.architecture, facts.isa, facts.vendor, facts.cpu_family, facts.cpu_model
+        )
+        == expected
+    )
+
+
+def test_a_zen5_plans_on_its_own_measured_speeds_and_a_zen4_on_its_own():
+    zen5 = plan_profile(identified(TWO_CORES, "AuthenticAMD", 0x1A, 2), FOOTPRINT, PlanOptions())
+    zen4 = plan_profile(identified(TWO_CORES, "AuthenticAMD", 0x19, 0x11), FOOTPRINT, PlanOptions())
+    own = costs.CPU_CLASS_SPEEDS["AMD Zen 5"]
+    streamed = FOOTPRINT.streamed_bytes_per_frame("bfloat16", "model")
+    assert zen5.replicas[0].capacity.talker_step_ms == pytest.approx(
+        streamed / own.gemv_gb_s_per_core / 1e6 + own.step_overhead_ms["model"], abs=0.1
+    )
+    assert zen5.replicas[0].capacity.talker_step_ms < zen4.replicas[0].capacity.talker_step_ms
+    assert "CPU class AMD Zen 5: talker bfloat16, code2wav bfloat16" in zen5.capacity.assumptions
+    assert (zen5.machine.vendor, zen5.machine.cpu_family, zen5.machine.cpu_model) == (
+        "AuthenticAMD",
+        0x1A,
+        2,
+    )
+
+
+def test_an_unknown_cpu_is_planned_on_the_slowest_measured_class_of_its_isa_and_says_so():
+    unknown = plan_profile(identified(TWO_CORES, "AuthenticAMD", 0x1A, 0x50), FOOTPRINT)
+    zen4 = plan_profile(identified(TWO_CORES, "AuthenticAMD", 0x19, 0x11), FOOTPRINT)
+    zen5 = plan_profile(identified(TWO_CORES, "AuthenticAMD", 0x1A, 0x02), FOOTPRINT)
+    assert unknown.replicas[0].capacity == zen4.replicas[0].capacity
+    assert zen5.replicas[0].capacity.talker_step_ms < zen4.replicas[0].capacity.talker_step_ms
+    said = [line for line in unknown.capacity.assumptions if "slowest" in line]
+    assert said == [
+        "CPU class AVX-512 with bf16: talker bfloat16, code2wav bfloat16; this CPU is none "
+        "measured in its ISA class (AMD Zen 4, AMD Zen 5): planned on the slowest of them, "
+        "AMD Zen 4"
+    ]
+    assert not [line for line in zen5.capacity.assumptions if "slowest" in line]
+
+
+def test_a_profile_reloaded_plans_on_the_class_it_was_planned_for():
+    zen5 = plan_profile(identified(TWO_CORES, "AuthenticAMD", 0x1A, 2), FOOTPRINT)
+    again = parse_profile(dump_profile(zen5))
+    assert profile_speed_inputs(again, 0, FOOTPRINT).cpu_class == "AMD Zen 5"
+
+
+def test_an_arm_cpu_plans_on_unmeasured_speeds_from_published_bandwidth_and_says_so():
+    arm = machine({0: [0, 1]}, isa=("asimd", "bf16"), architecture="aarch64")
+    profile = plan_profile(arm, FOOTPRINT, PlanOptions(weights="int4"))
+    lines = profile.capacity.assumptions
+    assert any(f"{costs.ARM_GEMV_GB_S_PER_CORE:g} GB/s per core" in line for line in lines)
+    assert [line for line in lines if "UNMEASURED" in line] == [
+        "CPU class Arm with bf16: talker bfloat16, code2wav bfloat16; UNMEASURED: built-in "
+        f"speeds from {costs.CPU_CLASS_SPEEDS['Arm'].measured_on}"
+    ]
+    # Cautious: no faster a core than the slowest measured x86 reference.
+    assert costs.ARM_GEMV_GB_S_PER_CORE <= costs.GEMV_GB_S_PER_CORE
 
 
 def test_a_class_measured_apart_plans_on_its_own_speeds_and_others_on_the_reference():
     zen4 = plan(2).replicas[0].capacity
     avx2 = plan(2, isa=AVX2).replicas[0].capacity
-    own = costs.CPU_CLASS_SPEEDS["AVX-512 with bf16"]
+    own = costs.CPU_CLASS_SPEEDS["AMD Zen 4"]
     streamed = FOOTPRINT.streamed_bytes_per_frame("bfloat16", "model")
     assert zen4.talker_step_ms == pytest.approx(
         streamed / own.gemv_gb_s_per_core / 1e6 + own.step_overhead_ms["model"], abs=0.1

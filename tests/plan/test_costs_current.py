@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from omni_cpu import weight_formats
-from omni_cpu.plan import capacity, costs, speed
+from omni_cpu.plan import capacity, costs, listening, speed
 from omni_cpu.plan.capacity import StageCores
 from omni_cpu.plan.footprint import footprint_for_model
 from omni_cpu.plan.speed import SHARED, SpeedInputs
@@ -34,6 +34,7 @@ SPLIT = StageCores(1, 2)
 SHARED_CORES = StageCores(SHARED, 2)
 CHUNK_FRAMES = 10
 BENCH_FRAMES = 50
+REQUEST_FRAMES = 124  # the requests of issue 46's runs
 
 
 def _inputs(weights: str = "model", dtype: str = "bfloat16") -> SpeedInputs:
@@ -87,7 +88,23 @@ MODEL: dict[str, Callable[..., float]] = {
     "class_first_audio_ms": lambda cpu_class, weights: capacity.ttfa_ms(
         SPLIT, dataclasses.replace(_inputs(weights), cpu_class=cpu_class)
     ),
+    "class_request_rtf": lambda cpu_class, weights, frames: capacity.request_rtf(
+        SPLIT,
+        CHUNK_FRAMES,
+        dataclasses.replace(_inputs(weights), cpu_class=cpu_class),
+        streams=1,
+        frames=int(frames),
+    ),
+    "class_safe_start_s": lambda cpu_class, weights, streams: _planned_safe_start_s(
+        dataclasses.replace(_inputs(weights), cpu_class=cpu_class), int(streams)
+    ),
 }
+
+
+def _planned_safe_start_s(inputs: SpeedInputs, streams: int) -> float:
+    """p95 safe start of `streams` 124-frame streams on the chunk schedule planned for them."""
+    schedule = listening.choose_schedule(SPLIT, inputs, CHUNK_FRAMES)
+    return listening.safe_start_p95_s(SPLIT, inputs, schedule, streams, REQUEST_FRAMES)
 
 
 def model_number(measurement: dict[str, Any]) -> float:

@@ -16,6 +16,8 @@ from tests.helpers.machines import GIB, machine
 FOOTPRINT = footprint_for_model(None)
 AVX2_6 = machine({0: [0, 1, 2, 3, 4, 5]}, isa=("avx2", "fma"))  # int4 plays, the dtype does not
 ARM_4 = machine({0: [0, 1, 2, 3]}, isa=("asimd", "bf16"), architecture="aarch64")
+# An aarch64 CPU that states no ASIMD: the NEON kernels' floor is missing.
+ARM_4_NO_ASIMD = machine({0: [0, 1, 2, 3]}, isa=("fp",), architecture="aarch64")
 
 
 def test_every_format_the_cpu_runs_is_planned_as_the_chosen_plan_but_for_its_weights():
@@ -33,7 +35,13 @@ def test_every_format_the_cpu_runs_is_planned_as_the_chosen_plan_but_for_its_wei
 
 
 def test_a_cpu_without_a_formats_kernels_lists_only_what_runs():
-    assert [row.weights for row in compare_formats(ARM_4, FOOTPRINT, PlanOptions())] == ["model"]
+    rows = compare_formats(ARM_4_NO_ASIMD, FOOTPRINT, PlanOptions())
+    assert [row.weights for row in rows] == ["model"]
+
+
+def test_an_arm_cpu_with_asimd_lists_every_format():
+    rows = compare_formats(ARM_4, FOOTPRINT, PlanOptions())
+    assert [row.weights for row in rows] == ["model", "int8", "int4"]
 
 
 def test_a_format_that_does_not_fit_the_memory_is_listed_with_why():
@@ -62,7 +70,7 @@ def test_the_hint_names_the_format_that_plays_and_the_check_before_it():
     [
         (AVX2_6, "int4"),  # the chosen format plays
         (machine({0: [0, 1]}, isa=("avx2", "fma")), "model"),  # no format plays on two cores
-        (ARM_4, "model"),  # nothing else runs
+        (ARM_4_NO_ASIMD, "model"),  # nothing else runs
     ],
 )
 def test_no_hint_where_the_chosen_format_plays_or_none_would(facts, weights):

@@ -62,12 +62,23 @@ def test_int4_weights_need_the_gemv_isa():
     assert "--weights int8" in str(raised.value.fix)  # the smallest format that runs there
 
 
-def test_int8_and_int4_are_refused_on_arm_naming_the_format_that_runs():
-    # Neither has an Arm kernel: the W8A8/W4A8 GEMV are x86 builds, FBGEMM is x86's engine.
+def test_int8_and_int4_are_planned_on_arm_where_the_cpu_states_asimd():
+    # The NEON builds of the W8A8/W4A8 GEMV need ASIMD; dotprod and i8mm only speed them.
     arm = machine({0: [0, 1]}, isa=("bf16", "asimd"), architecture="aarch64")
     assert plan_profile(arm, FOOTPRINT).choice(envs.WEIGHTS) == "model"
     for weights in ("int8", "int4"):
-        with pytest.raises(PlanError, match=f"--weights {weights} needs .* on x86") as raised:
+        assert (
+            plan_profile(arm, FOOTPRINT, PlanOptions(weights=weights)).choice(envs.WEIGHTS)
+            == weights
+        )
+
+
+def test_int8_and_int4_are_refused_on_arm_without_asimd_naming_the_format_that_runs():
+    arm = machine({0: [0, 1]}, isa=("fp",), architecture="aarch64")
+    for weights in ("int8", "int4"):
+        with pytest.raises(
+            PlanError, match=f"--weights {weights} needs ASIMD on aarch64"
+        ) as raised:
             plan_profile(arm, FOOTPRINT, PlanOptions(weights=weights))
         assert raised.value.fix == "use --weights model"
         assert raised.value.exit_code == 2
