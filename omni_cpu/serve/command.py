@@ -94,6 +94,9 @@ def _quiet_tracker(user_filters: str) -> str:
     return ",".join(part for part in (user_filters, logs.TRACKER_QUIET) if part)
 
 
+TMP_SUBDIR = "tmp"  # the server's own temp folder, inside its workdir
+
+
 def default_workdir(port: int, pid: int | None = None) -> Path:
     """This server's folder for the deploy config and drain flag: per port and process.
 
@@ -296,6 +299,10 @@ def _server_env(
         "PYTHONWARNINGS": _quiet_tracker(os.environ.get("PYTHONWARNINGS", "")),
         # Each stage counts its work steps here; the stall watch reads them.
         envs.STAGE_PROGRESS_DIR.name: str(folder / "progress"),
+        # vLLM's IPC sockets and temp files (its RPC base path is the temp folder): inside
+        # the server's folder, which goes with it at every exit, a stage fault's included.
+        "TMPDIR": str(folder / TMP_SUBDIR),
+        "VLLM_RPC_BASE_PATH": str(folder / TMP_SUBDIR),
         # Every node the replica's stages may take memory from (a grouped replica's nodes).
         "CPU_VISIBLE_MEMORY_NODES": ",".join(
             str(node)

@@ -46,7 +46,7 @@ from omni_cpu.process.guard import StageGuard
 from omni_cpu.process.stage_processes import stage_binds
 from omni_cpu.process.watch import StageWatch
 from omni_cpu.serve import voices
-from omni_cpu.serve.command import WORKDIR_PREFIX, ServePlan
+from omni_cpu.serve.command import TMP_SUBDIR, WORKDIR_PREFIX, ServePlan
 from omni_cpu.serve.knobs import IN_FLIGHT_METRIC, ON_CLIENT_METRIC
 
 POLL_S = 0.25
@@ -163,6 +163,7 @@ def prepare_workdir(plan: ServePlan) -> None:
         raise InputError(
             f"{folder} belongs to another user", "remove it or serve on another --port"
         )
+    (folder / TMP_SUBDIR).mkdir(mode=0o700, exist_ok=True)  # the server's TMPDIR
     Path(plan.deploy_config_path).write_text(plan.deploy_config_yaml())
     Path(plan.limits.drain_file).unlink(missing_ok=True)
     if plan.limits.down_file:

@@ -95,10 +95,15 @@ def test_a_hung_stage_fails_requests_and_health_and_the_server_exits_4(
 ) -> None:
     import threading
 
-    env = {**os.environ, "OMNI_CPU_STAGE_STALL_S": "4"}
+    shm_before = set(os.listdir(SHM))
+    temp = tmp_path / "tmp"  # the server's $TMPDIR: its folder, vLLM's sockets, all inside
+    temp.mkdir()
+    env = {**os.environ, "OMNI_CPU_STAGE_STALL_S": "4", "TMPDIR": str(temp)}
     running = start_server(tiny_checkpoint, tmp_path / "serve.log", "--max-frames", "12", env=env)
     server, log = running.process, running.log
+    tree: list[int] = []
     with served(running), talker_stopped(server.pid) as (victim, stopped_at):
+        tree = [server.pid, *proctree.descendants(server.pid)]
         answer: list[tuple[int, bytes]] = []
         speech = {"model": str(tiny_checkpoint), "input": "Hello.", "voice": "ryan"}
         url = running.url("/v1/audio/speech")
@@ -111,6 +116,13 @@ def test_a_hung_stage_fails_requests_and_health_and_the_server_exits_4(
         assert answer and answer[0][0] == 503, answer  # an error status, not a hang
         assert time.monotonic() - stopped_at < 40
         assert "Traceback" not in log.read_text()
+    # Nothing left behind by a stage fault: not the connector's lock files in /dev/shm (the
+    # sweep missed vLLM's 16-hex request ids), not the sockets vLLM made in $TMPDIR.
+    assert proctree.wait_gone(tree, 10.0) == []
+    assert eventually(lambda: not new_shm_entries(shm_before, tree)), new_shm_entries(
+        shm_before, tree
+    )
+    assert eventually(lambda: not list(temp.iterdir())), list(temp.iterdir())
 
 
 def test_a_stage_hung_under_websocket_and_batch_work_closes_1011_and_answers_503(
