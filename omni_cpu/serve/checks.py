@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import os
 from pathlib import Path
@@ -198,6 +199,16 @@ def judge_budget(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
     """Refuse (BadBody) a `max_new_tokens` no request can reach: past the talker's context,
     where the engine would stop it early without a word."""
     asked = fields.get("max_new_tokens")
+    whole = _number(asked) and math.isfinite(asked) and asked == int(asked) and asked >= 1
+    if asked is not None and not whole:
+        # vLLM-Omni's model reads `true` as 1 frame, which speaks nothing.
+        raise BadBody(
+            400,
+            f"{where}max_new_tokens is {json.dumps(asked)[:40]}; give a whole number of frames, "
+            "1 or more (a frame is 80 ms of audio)",
+            f"{where}max_new_tokens",
+            "invalid",
+        )
     context = limits.talker_max_model_len
     if context and _number(asked) and asked > context:
         raise BadBody(

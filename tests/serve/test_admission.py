@@ -688,3 +688,22 @@ def test_a_voice_embedding_with_nan_is_400_before_the_server():
     )
     assert sent[0]["status"] == 400 and inner.started == 0
     assert b"finite" in b"".join(m.get("body", b"") for m in sent[1:])
+
+
+@pytest.mark.parametrize("frames", [True, 0, -3, 2.5, "12", float("inf")])
+def test_a_frame_budget_that_is_not_a_whole_number_from_1_is_400_naming_it(frames):
+    # vLLM-Omni's model read `true` as 1 frame: a 500 saying the model made no audio.
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, "max_new_tokens": frames}))
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == "max_new_tokens" and inner.started == 0
+
+
+def test_an_integer_literal_too_long_to_read_is_400_in_the_openai_shape():
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    raw = json.dumps(SPEECH)[:-1] + ', "max_new_tokens": ' + "9" * 5000 + "}"
+    status, reply = run(call_raw(app, "/v1/audio/speech", raw.encode()))
+    error = json.loads(reply)["error"]
+    assert status == 400 and "5000 digits" in error["message"] and inner.started == 0
