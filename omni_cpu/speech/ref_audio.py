@@ -16,6 +16,7 @@ ever decoded: about 23 MB of float32 samples, 60 MB with the resampling's FFT.
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -103,6 +104,10 @@ def from_samples(source: str, samples: np.ndarray, rate: int) -> ReferenceAudio:
     return check_reference(audio)
 
 
+# soundfile's "Error opening <what>: <why>" (its <what> a path, or a buffer's repr).
+_OPENED = re.compile(r"^Error opening .*?: ")
+
+
 def _cannot_read(source: str, reason: str) -> InputError:
     return InputError(
         f"cannot read reference audio {source}: {reason}",
@@ -137,6 +142,8 @@ def _decode(source: str, file: str | BinaryIO) -> ReferenceAudio:
             data = sound.read(frames=limit + 1, dtype="float32", always_2d=True)
     except (soundfile.LibsndfileError, RuntimeError, OSError, ValueError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        # libsndfile names what it opened: a buffer's repr ("<_io.BytesIO object at 0x…>").
+        reason = _OPENED.sub("", reason).strip() or type(error).__name__
         raise _cannot_read(source, reason) from None
     if len(data) > limit:  # a header that said less than the file holds
         raise InputError(

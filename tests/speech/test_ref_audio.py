@@ -113,3 +113,12 @@ def test_a_clip_sampled_above_96khz_is_refused(tmp_path):
     path = _write(tmp_path / "ultra.wav", _voice_like(1.5, 192000), 192000)
     with pytest.raises(InputError, match="192000 Hz"):
         read_reference_audio(path)
+
+
+def test_bytes_that_are_not_audio_say_why_without_naming_a_buffer():
+    # libsndfile's message named what it opened: "<_io.BytesIO object at 0x...>".
+    with pytest.raises(InputError) as refused:
+        decode_reference_audio("ref_audio", b"not audio at all" * 16)
+    line = refused.value.one_line()
+    assert "cannot read reference audio ref_audio" in line
+    assert "BytesIO" not in line and " at 0x" not in line
