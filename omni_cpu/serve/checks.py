@@ -159,6 +159,7 @@ def judge_fields(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
     for field, item in audio_values(fields):
         if _scheme(item) in ("http", "https"):
             split_url(f"{where}{field}", item)  # BadBody (400) when malformed
+    judge_voice_names(fields, where)
     judge_sampling(fields, where)
     judge_engine_sampling(fields, where)
     judge_format(fields, where)
@@ -218,6 +219,25 @@ def judge_budget(fields: dict[str, Any], limits: AdmissionLimits, where: str = "
             f"{where}max_new_tokens",
             "invalid",
         )
+
+
+# A voice is a file NAME.<ext> in vLLM-Omni's voices folder: a name past what a file name can
+# hold came back as the OS's own error. Names this long are no one's voice.
+MAX_VOICE_NAME_CHARS = 128
+
+
+def judge_voice_names(fields: dict[str, Any], where: str = "") -> None:
+    """Refuse (BadBody) a `voice` or `speaker` name longer than any voice's."""
+    for name in ("voice", "speaker"):
+        value = fields.get(name)
+        if isinstance(value, str) and len(value) > MAX_VOICE_NAME_CHARS:
+            raise BadBody(
+                400,
+                f"{where}{name} is {len(value)} characters; a voice's name has at most "
+                f"{MAX_VOICE_NAME_CHARS} (GET /v1/audio/voices lists this server's)",
+                f"{where}{name}",
+                "invalid",
+            )
 
 
 def judge_engine_sampling(fields: dict[str, Any], where: str = "") -> None:

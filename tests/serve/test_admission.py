@@ -707,3 +707,13 @@ def test_an_integer_literal_too_long_to_read_is_400_in_the_openai_shape():
     status, reply = run(call_raw(app, "/v1/audio/speech", raw.encode()))
     error = json.loads(reply)["error"]
     assert status == 400 and "5000 digits" in error["message"] and inner.started == 0
+
+
+@pytest.mark.parametrize("field", ["voice", "speaker"])
+def test_a_voice_name_longer_than_any_voices_is_400_not_the_os_error(field):
+    inner = SlowApp(released=True)
+    app = SpeechAdmission(inner, AdmissionLimits())
+    status, raw = run(call(app, "/v1/audio/speech", {**SPEECH, field: "v" * 300}))
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["param"] == field and "300 characters" in error["message"]
+    assert inner.started == 0
