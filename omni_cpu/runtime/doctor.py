@@ -52,7 +52,9 @@ def check_pinned(distribution: str, wanted: str) -> Check:
     if found is None:
         return Check(distribution, FAIL, "not installed", REINSTALL)
     if found != wanted:
-        return Check(distribution, FAIL, f"{found}, omni-cpu needs {wanted}", REINSTALL)
+        return Check(
+            distribution, FAIL, f"{found}; omni-cpu is written against {wanted}", REINSTALL
+        )
     return Check(distribution, OK, found)
 
 

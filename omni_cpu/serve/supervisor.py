@@ -38,6 +38,7 @@ from typing import TextIO
 
 import psutil
 
+from omni_cpu import pins
 from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.errors import InputError, PortInUseError, StageError
 from omni_cpu.launch import logs
@@ -221,6 +222,8 @@ class Supervisor:
         """Serve until the server exits or a stop is requested; the exit code."""
         plan = self.plan
         check_port_free(plan.host, plan.port)
+        if (other := pins.other_versions()) is not None:
+            print(f"warning: {other}", file=self.log)
         prepare_workdir(plan)
         proctree.become_subreaper()
         previous = {
