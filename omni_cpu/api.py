@@ -26,9 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from omni_cpu.checkpoint.geometry import SAMPLE_RATE
 from omni_cpu.errors import OmniCpuError
 from omni_cpu.launch.plan import LaunchPlan, make_launch_plan
-from omni_cpu.speech.codec import SAMPLE_RATE
 from omni_cpu.speech.ref_audio import read_reference_audio
 from omni_cpu.speech.request import (
     TASK_TYPES,

@@ -189,7 +189,7 @@ def _arrived_and_played(axes: Any, levels: list[dict[str, Any]]) -> None:
     The player starts at first audio + the level's play buffer; where the dashed line
     runs flat the listener hears silence.
     """
-    from omni_cpu.speech.codec import SAMPLE_RATE
+    from omni_cpu.checkpoint.geometry import SAMPLE_RATE
     from omni_cpu.speech.playback import StreamTrace
 
     colors = iter(f"C{index % 10}" for index in range(1000))

@@ -18,6 +18,7 @@ from omni_cpu.bench.bandwidth import Triad, stage_read, triad_bandwidth, weight_
 from omni_cpu.bench.capacity_search import search_capacity
 from omni_cpu.bench.session import EngineSession
 from omni_cpu.bench.stats import summarize_streams
+from omni_cpu.checkpoint.geometry import FRAME_SAMPLES
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.errors import InputError
 from omni_cpu.launch.plan import LaunchPlan
@@ -28,7 +29,6 @@ from omni_cpu.platform import steplog
 from omni_cpu.process import procfs
 from omni_cpu.process.stage_processes import stage_binds
 from omni_cpu.profile import choices
-from omni_cpu.speech.codec import FRAME_SAMPLES
 from omni_cpu.speech.playback import PLAY_BUFFER_MS, StreamTrace
 from omni_cpu.speech.request import SpeechRequest
 

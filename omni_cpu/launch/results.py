@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omni_cpu.checkpoint.geometry import SAMPLE_RATE
 from omni_cpu.platform import stage_startup
-from omni_cpu.speech.codec import SAMPLE_RATE
 
 
 @dataclass

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from omni_cpu.checkpoint import geometry
 from omni_cpu.weight_formats import INT4, INT8, MODEL, X86
 
 GIB = 1 << 30
@@ -327,7 +328,7 @@ SHARED_SPIN_LOSS = 0.38
 SHARED_MIN_GAIN = 0.15
 # One codec frame is 80 ms of audio (12.5 Hz): a stream is real time while its frames
 # come at least this often.
-FRAME_AUDIO_MS = 80.0
+FRAME_AUDIO_MS = geometry.FRAME_MS
 
 # --- Front-end reservation ------------------------------------------------------
 # vLLM advises keeping a core free for the API server / engine core. A replica with

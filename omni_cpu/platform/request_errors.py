@@ -7,7 +7,7 @@ its own request class). The engine core's input thread decodes each added reques
 error into an error for that request alone: decoding runs `SamplingParams.__post_init__` and
 its validators, so one request whose sampling they refuse (top_p 1e-310, which this process
 reads as 0 with denormals flushed) raised in the thread, the thread died, the stage stopped
-taking requests and the server stopped (issue 45).
+taking requests and the server stopped.
 
 `install` gives that module a decoder whose failure on an added request returns a stand-in
 carrying the request's id and client: the thread hands it to `preprocess_add_request`, inside

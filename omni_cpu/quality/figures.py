@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from omni_cpu.speech.codec import FRAME_SAMPLES, SAMPLE_RATE
+from omni_cpu.checkpoint.geometry import FRAME_SAMPLES, SAMPLE_RATE
 
 # Log-mel analysis: 40 ms windows every 10 ms, 80 bands up to 12 kHz (the
 # codec's band); 8 hops make one codec frame, so each frame gets its own figure.

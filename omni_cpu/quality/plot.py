@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omni_cpu.checkpoint.geometry import FRAME_MS
 from omni_cpu.quality.check_weights import WeightsCheck
 
-FRAME_S = 0.08  # one codec frame
+FRAME_S = FRAME_MS / 1000  # one codec frame
 
 
 def plot_divergence(check: WeightsCheck, path: Path) -> Path:

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from omni_cpu import envs
+from omni_cpu.checkpoint.geometry import SAMPLE_RATE
 from omni_cpu.serve.asgi import BadBody, Receive, Scope
-from omni_cpu.speech.codec import SAMPLE_RATE
 
 # Deeper than any speech request needs; vLLM's parser would recurse past Python's limit.
 MAX_JSON_DEPTH = 32

@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 from prometheus_client import Counter, Histogram
 
+from omni_cpu.checkpoint.geometry import SAMPLE_RATE
 from omni_cpu.serve.asgi import Message, Send
-from omni_cpu.speech.codec import SAMPLE_RATE
 from omni_cpu.speech.playback import PLAY_BUFFER_MS, StreamTrace
 
 WAV_HEADER_BYTES = 44  # vLLM-Omni's streamed WAV: one RIFF header, then 16-bit PCM

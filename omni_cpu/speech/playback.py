@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omni_cpu.speech.codec import FRAME_SAMPLES, SAMPLE_RATE
+from omni_cpu.checkpoint.geometry import FRAME_SAMPLES, SAMPLE_RATE
 
 # A chunk later than this at its playing time counts as a gap: below it a player's own
 # output period hides the wait (vLLM-Omni's stream client inserts silence from 5 ms).

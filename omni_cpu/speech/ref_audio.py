@@ -23,8 +23,8 @@ from typing import BinaryIO
 
 import numpy as np
 
+from omni_cpu.checkpoint.geometry import FRAME_SAMPLES, SAMPLE_RATE
 from omni_cpu.errors import InputError
-from omni_cpu.speech.codec import FRAME_SAMPLES, SAMPLE_RATE
 
 # vLLM-Omni's server refuses clips outside these (serving_speech._REF_AUDIO_*_DURATION).
 MIN_SECONDS = 1.0

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omni_cpu.checkpoint.configs import KIND_TABLE
+from omni_cpu.checkpoint.geometry import SAMPLE_RATE
 from omni_cpu.errors import InputError, ModelError
-from omni_cpu.speech.codec import SAMPLE_RATE
 
 if TYPE_CHECKING:
     from omni_cpu.speech.ref_audio import ReferenceAudio

@@ -21,10 +21,10 @@ from typing import BinaryIO
 import numpy as np
 import psutil
 
+from omni_cpu.checkpoint.geometry import SAMPLE_RATE
 from omni_cpu.errors import OutputError
 from omni_cpu.output import check_output_path, write_fix
 from omni_cpu.output import why as _why
-from omni_cpu.speech.codec import SAMPLE_RATE
 
 _PARTIAL = re.compile(r"^\.(?P<name>.+)\.omni-cpu-(?P<pid>\d+)(?:-\d+)?\.partial$")
 

@@ -4,7 +4,7 @@ Real engines on the tiny checkpoint, through the session `run`, `bench` and `ser
 engines share. The request's talker top_p is set the way vLLM-Omni's speech route sets a
 request's `extra_params` (by setattr, unchecked) to 1e-310, which the stage, flushing
 subnormals, reads as 0 and vLLM's decoder refuses: that used to kill the engine core's input
-thread, so the next request never got an answer (issue 45).
+thread, so the next request never got an answer.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ SPLIT = StageCores(1, 2)
 SHARED_CORES = StageCores(SHARED, 2)
 CHUNK_FRAMES = 10
 BENCH_FRAMES = 50
-REQUEST_FRAMES = 124  # the requests of issue 46's runs
+REQUEST_FRAMES = 124  # the requests of the measured Zen 5 runs (RESULTS.md)
 
 
 def _inputs(weights: str = "model", dtype: str = "bfloat16") -> SpeedInputs:

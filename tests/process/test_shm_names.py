@@ -3,7 +3,7 @@
 The ids come from their own functions (vLLM's `random_uuid` and `assign_request_id`, the
 speech route's `speech-` prefix), the keys as vLLM-Omni's connector forms them; a stage fault
 left `shm_speech-<16 hex>-<8 hex>_0_{0..4}_lockfile.lock` behind while the pattern wanted a
-32-hex uuid (issue 45).
+32-hex uuid.
 """
 
 from __future__ import annotations

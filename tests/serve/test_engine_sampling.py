@@ -3,7 +3,7 @@
 A request's `extra_params` and `seed` become the talker's `SamplingParams` in the API server
 (vLLM-Omni sets them unchecked) and are checked only when the engine core decodes them, in a
 process that flushes subnormal floats to zero; a value refused there killed the engine core's
-input thread, and the server (issue 45: top_p 1e-310, top_k 2**64). These tests hold the
+input thread, and the server (top_p 1e-310, top_k 2**64). These tests hold the
 door to the engine: every value either gets a 400 naming its field or decodes in an engine-like
 thread (vLLM's codec, denormals flushed as the stage flushes them).
 """
