@@ -1,0 +1,60 @@
+"""The wheel carries its kernels: every variant of the build machine's architecture, built ahead.
+
+pyproject.toml says everything else. A wheel's build (`python -m build --wheel
+--no-isolation`, `pip wheel --no-build-isolation .`, a plain `pip install .`) runs
+`python -m omni_cpu.kernels.build --all` into omni_cpu/kernels/prebuilt/ before copying the
+package, where torch is importable: the modules link against it, and its version keys them
+(omni_cpu.kernels.build.prebuilt_path). An isolated build has no torch (torch +cpu is not on
+PyPI): its wheel is pure Python, and runs compile the kernels on first use. An editable
+install (`pip install -e .`, scripts/setup.sh) builds nothing here: `make setup` builds the
+one this CPU uses, and OMNI_CPU_PROBE_ONLY=1 needs neither torch nor a compiler.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import Distribution, setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))  # this tree's omni_cpu (stdlib only at import), not an installed one
+
+from omni_cpu.kernels.build import variants  # noqa: E402
+
+
+def _builds_kernels() -> bool:
+    """This architecture has modules and torch is here to build them against."""
+    return bool(variants()) and importlib.util.find_spec("torch") is not None
+
+
+class KernelDistribution(Distribution):
+    """A platform wheel (cp3XX-linux_<arch>) where it carries compiled modules."""
+
+    def has_ext_modules(self) -> bool:
+        return _builds_kernels()
+
+
+class BuildPyWithKernels(build_py):
+    """build_py that first builds every kernel variant into the package's prebuilt/."""
+
+    def run(self) -> None:
+        if not self.editable_mode:
+            if _builds_kernels():
+                env = {**os.environ, "PYTHONPATH": str(ROOT)}
+                command = [sys.executable, "-m", "omni_cpu.kernels.build", "--all"]
+                subprocess.run(command, cwd=ROOT, env=env, check=True)
+            else:
+                print(
+                    "omni-cpu: no torch in this build's environment: the wheel carries no"
+                    " prebuilt kernels (build it with --no-isolation in the runtime's venv)",
+                    file=sys.stderr,
+                )
+        super().run()
+
+
+setup(distclass=KernelDistribution, cmdclass={"build_py": BuildPyWithKernels})
