@@ -76,7 +76,7 @@ base() {
   # an image on this base keeps them, the base's, in its runtime stage too); CA
   # certificates for pip.
   debootstrap --variant=minbase \
-    --include=python3,python3-venv,python3-dev,ca-certificates,libnuma1,libtcmalloc-minimal4,libgomp1,g++ \
+    --include=python3,python3-venv,python3-dev,ca-certificates,libnuma1,libtcmalloc-minimal4,g++ \
     bookworm "$root/rootfs" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
   tar -C "$root/rootfs" -c . | podman import - "$base_tag"
   echo "image-base: $base_tag in $((SECONDS - start)) s; build on it with BASE_IMAGE=$base_tag"
