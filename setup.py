@@ -56,5 +56,13 @@ class BuildPyWithKernels(build_py):
                 )
         super().run()
 
+    def find_data_files(self, package: str, src_dir: str) -> list[str]:
+        """The package's data files; without torch not the modules a checkout built ahead,
+        which a pure wheel must not carry."""
+        files = super().find_data_files(package, src_dir)
+        if _builds_kernels():
+            return files
+        return [name for name in files if "prebuilt" not in Path(name).parts]
+
 
 setup(distclass=KernelDistribution, cmdclass={"build_py": BuildPyWithKernels})
