@@ -22,14 +22,23 @@ from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))  # this tree's omni_cpu (stdlib only at import), not an installed one
 
-from omni_cpu.kernels.build import variants  # noqa: E402
+
+def _kernel_builds():
+    """This tree's omni_cpu/kernels/build.py (stdlib only at import), by its path: an omni_cpu
+    imported already (a venv's .pth hook imports an installed one) must not answer."""
+    spec = importlib.util.spec_from_file_location(
+        "_omni_cpu_kernel_builds", ROOT / "omni_cpu" / "kernels" / "build.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def _builds_kernels() -> bool:
     """This architecture has modules and torch is here to build them against."""
-    return bool(variants()) and importlib.util.find_spec("torch") is not None
+    return bool(_kernel_builds().variants()) and importlib.util.find_spec("torch") is not None
 
 
 class KernelDistribution(Distribution):
@@ -45,7 +54,9 @@ class BuildPyWithKernels(build_py):
     def run(self) -> None:
         if not self.editable_mode:
             if _builds_kernels():
-                env = {**os.environ, "PYTHONPATH": str(ROOT)}
+                # This tree first: the child's .pth hooks then import its omni_cpu.
+                paths = (str(ROOT), os.environ.get("PYTHONPATH", ""))
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
                 command = [sys.executable, "-m", "omni_cpu.kernels.build", "--all"]
                 subprocess.run(command, cwd=ROOT, env=env, check=True)
             else:
