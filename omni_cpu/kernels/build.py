@@ -226,13 +226,13 @@ def load(build: Build, csrc: Path | None = None) -> Any | None:
 def _load(build: Build, csrc: Path) -> Any | None:
     found = prebuilt_path(build, csrc)
     if found.is_file():
-        module = _import(build, found)
+        module = _import(build, found)  # None: it said why, in one line
         if module is not None:
             return module
-    if not (cache_dir(build, csrc) / f"{build.name}.so").is_file():
+    elif not (cache_dir(build, csrc) / f"{build.name}.so").is_file():
         print(
             f"omni-cpu: no prebuilt {build.name} matches these sources and torch: compiling it"
-            f" (minutes; `python -m omni_cpu.kernels.build` builds it ahead)",
+            " (minutes; `make kernels`, python -m omni_cpu.kernels.build, builds it ahead)",
             file=sys.stderr,
         )
     return _compile(build, csrc)

@@ -157,3 +157,29 @@ def test_every_variant_of_an_architecture_is_built_ahead() -> None:
 
 def test_the_build_command_takes_only_all() -> None:
     assert build.main(["--some"]) == 2
+
+
+def test_with_no_prebuilt_a_run_says_in_one_line_that_it_compiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(build, "PREBUILT", tmp_path / "prebuilt")
+    monkeypatch.setenv("OMNI_CPU_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "_compile", lambda b, csrc: "compiled")
+    assert build._load.__wrapped__(build.AVX2, build.CSRC) == "compiled"
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "no prebuilt omni_cpu_gemv_avx2" in line and "compiling" in line
+    assert "omni_cpu.kernels.build" in line  # how to build it ahead
+
+
+def test_a_prebuilt_that_does_not_load_is_compiled_instead_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(build, "PREBUILT", tmp_path)
+    monkeypatch.setenv("OMNI_CPU_KERNEL_CACHE", str(tmp_path / "cache"))
+    broken = build.prebuilt_path(build.AVX2)
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(b"not an ELF file")
+    monkeypatch.setattr(build, "_compile", lambda b, csrc: "compiled")
+    assert build._load.__wrapped__(build.AVX2, build.CSRC) == "compiled"
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert str(broken) in line and "does not load" in line
