@@ -1,17 +1,18 @@
 """The wheel carries its kernels: every variant of the build machine's architecture, built ahead.
 
-pyproject.toml says everything else. A wheel's build (`python -m build --wheel
---no-isolation`, `pip wheel --no-build-isolation .`, a plain `pip install .`) runs
-`python -m omni_cpu.kernels.build --all` into omni_cpu/kernels/prebuilt/ before copying the
-package, where torch is importable: the modules link against it, and its version keys them
-(omni_cpu.kernels.build.prebuilt_path). An isolated build has no torch (torch +cpu is not on
-PyPI): its wheel is pure Python, and runs compile the kernels on first use. An editable
-install (`pip install -e .`, scripts/setup.sh) builds nothing here: `make setup` builds the
-one this CPU uses, and OMNI_CPU_PROBE_ONLY=1 needs neither torch nor a compiler.
+pyproject.toml says everything else. A wheel's build in the runtime's venv (`python -m build
+--wheel --no-isolation`, `pip wheel --no-build-isolation --no-deps .`) runs `python -m
+omni_cpu.kernels.build --all` into omni_cpu/kernels/prebuilt/ before copying the package:
+the modules link against that venv's torch, and its version keys them
+(omni_cpu.kernels.build.prebuilt_path). An isolated build (pip's default) has no torch (torch
++cpu is not on PyPI): its wheel is pure Python, and runs compile the kernels on first use.
+An editable install (`pip install -e .`, scripts/setup.sh) builds nothing here: `make setup`
+builds the one this CPU uses, and OMNI_CPU_PROBE_ONLY=1 needs neither torch nor a compiler.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import subprocess
@@ -24,6 +25,7 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).resolve().parent
 
 
+@functools.cache
 def _kernel_builds():
     """This tree's omni_cpu/kernels/build.py (stdlib only at import), by its path: an omni_cpu
     imported already (a venv's .pth hook imports an installed one) must not answer."""
