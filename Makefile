@@ -1,5 +1,5 @@
 # The two commands of the README's quick start are `make demo` and `make test`.
-.PHONY: setup demo test test-platform test-fast lint profiles bench-micro clean image image-base image-test
+.PHONY: setup kernels demo test test-platform test-fast lint profiles bench-micro clean image image-base image-test
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,6 +7,11 @@ TINY := checkpoints/tiny
 
 setup:
 	bash scripts/setup.sh
+
+# Rebuild the kernels ahead after editing omni_cpu/kernels/csrc (`make setup` builds them
+# too): this CPU's module; ALL=1 every variant of this architecture, as a wheel's build does.
+kernels:
+	$(BIN)/python -m omni_cpu.kernels.build $(if $(ALL),--all)
 
 # Set up, make a tiny random-weight checkpoint, plan this machine, stream speech:
 # the audio starts arriving (time to first audio) long before the text is done.

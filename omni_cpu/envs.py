@@ -274,7 +274,8 @@ KERNEL_CACHE = _declare(
     Knob(
         "OMNI_CPU_KERNEL_CACHE",
         "",
-        "where built kernels are cached (default ~/.cache/omni-cpu/kernels)",
+        "where kernels compiled on first use are cached, where no prebuilt one matches"
+        " (default ~/.cache/omni-cpu/kernels)",
         "stage",
         audience="user",
     )

@@ -72,7 +72,8 @@ base() {
   trap 'rm -rf "$root"' RETURN
   local start=$SECONDS
   # python3 + venv for the image's venv; the libraries and compiler the Containerfile would
-  # otherwise fetch with apt (python3-dev: Python.h for omni-cpu's GEMV kernel); CA
+  # otherwise fetch with apt (g++ and python3-dev, Python.h, for its build stage's kernels:
+  # an image on this base keeps them, the base's, in its runtime stage too); CA
   # certificates for pip.
   debootstrap --variant=minbase \
     --include=python3,python3-venv,python3-dev,ca-certificates,libnuma1,libtcmalloc-minimal4,g++ \
@@ -100,18 +101,14 @@ serve_test() {
     make-checkpoint --size tiny --out /work/tiny >/dev/null
   podman run --rm --network none --no-healthcheck -v "$work:/work" "$tag" \
     probe --model /work/tiny --output /work/profile.yaml >/dev/null
-  # As a pod from `omni-cpu export k8s` runs it: its init container seeds the model volume
-  # with the image's kernel build; then serve on the profile mounted read-only, a read-only
-  # root, the caches on the volume, writable home and /tmp.
+  # As a pod from `omni-cpu export k8s` runs it: serve on the profile mounted read-only, a
+  # read-only root, the caches on the volume, writable home and /tmp; the kernels are the
+  # image's, built ahead (no kernel cache, no compiler).
   local data=/var/lib/omni-cpu
   mkdir -m 0777 "$work/data"
-  local kernels=/home/omni/.cache/omni-cpu/kernels
-  podman run --rm --network none --no-healthcheck --read-only -v "$work/data:$data" \
-    --entrypoint sh "$tag" -c "mkdir -p $data/kernels && { cp -R -p -n $kernels/. $data/kernels/ 2>/dev/null || true; }"
   local start=$SECONDS
   podman run -d --name "$name" --network host --no-healthcheck --read-only --shm-size 1g \
     --tmpfs /home/omni:mode=1777 --tmpfs /tmp:mode=1777 -v "$work/data:$data" \
-    -v "$work/data/kernels:$kernels" -e OMNI_CPU_KERNEL_CACHE=$kernels \
     -e HF_HOME=$data/huggingface -e OMNI_CPU_WEIGHT_CACHE=$data/packed \
     -v "$work/tiny:/models/tiny:ro" -v "$work/profile.yaml:/etc/omni-cpu/profile.yaml:ro" \
     "$tag" serve --model /models/tiny --deploy-profile /etc/omni-cpu/profile.yaml \

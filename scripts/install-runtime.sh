@@ -93,7 +93,8 @@ fi
 if ! versions=$(final_check); then
   exit 1
 fi
-# omni-cpu's GEMV module for this CPU (AVX-512, else AVX2; omni_cpu/kernels/build.py): built
-# once here so that no run pays for it; a no-op on CPUs without AVX2, which use oneDNN/FBGEMM.
+# omni-cpu's kernel module for this CPU (AVX-512, else AVX2; omni_cpu/kernels/build.py): built
+# ahead into the package's kernels/prebuilt/, so that runs import it with no compiler; a
+# no-op where it is built already and on CPUs without AVX2, which use oneDNN/FBGEMM.
 "$python" -m omni_cpu.kernels.build
 echo "install-runtime: ok in $((SECONDS - start)) s ($versions, $(du -sh "$venv" | cut -f1) in $venv)"

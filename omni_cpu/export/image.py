@@ -16,9 +16,6 @@ SERVE_COMMAND = ("omni-cpu", "serve")
 IMAGE_USER_ID = 1000
 # Its home (useradd --create-home): ~/.cache and ~/.config of vLLM, torch, vLLM-Omni.
 IMAGE_HOME = "/home/omni"
-# Where the image's build put omni-cpu's GEMV kernel for the build machine's CPU
-# (scripts/install-runtime.sh as that user: the kernel cache's default under its home).
-IMAGE_KERNEL_CACHE = f"{IMAGE_HOME}/.cache/omni-cpu/kernels"
 # `serve --port` in the image's CMD, EXPOSE and its HEALTHCHECK.
 DEFAULT_PORT = 8000
 HEALTH_PATH = "/health"

@@ -18,7 +18,6 @@ from omni_cpu import __version__
 from omni_cpu.export.pod import (
     PROFILE_KEY,
     PodOptions,
-    kernel_seed_container,
     pod_security_context,
     pod_volumes,
     serve_container,
@@ -93,7 +92,6 @@ def k8s_manifests(
         "securityContext": pod_security_context(),
         # SIGTERM drains in-flight requests; the grace covers preStop, drain and stop.
         "terminationGracePeriodSeconds": termination_grace_s(options.drain_timeout_s),
-        "initContainers": [kernel_seed_container(options, resources)],
         "containers": [serve_container(options, replica, resources)],
         "volumes": pod_volumes(options, config_map),
     }

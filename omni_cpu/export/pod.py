@@ -17,7 +17,6 @@ from omni_cpu import envs
 from omni_cpu.export.image import (
     HEALTH_PATH,
     IMAGE_HOME,
-    IMAGE_KERNEL_CACHE,
     IMAGE_USER_ID,
     SERVE_COMMAND,
 )
@@ -28,13 +27,11 @@ PROFILE_DIR = "/etc/omni-cpu"
 PROFILE_KEY = "profile.yaml"
 PROFILE_PATH = f"{PROFILE_DIR}/{PROFILE_KEY}"
 # The model volume: the Hugging Face cache (the model's download), the packed-weight
-# and kernel caches and uploaded voices, kept across restarts where it is a claim.
+# cache and uploaded voices, kept across restarts where it is a claim. No kernel cache: the
+# image carries every kernel variant of its architecture built ahead, inside the package.
 DATA_DIR = "/var/lib/omni-cpu"
 HF_HOME = f"{DATA_DIR}/huggingface"
 WEIGHT_CACHE_DIR = f"{DATA_DIR}/packed"
-# The kernel builds live on the model volume under this folder, mounted where the image
-# built them: torch rebuilds an extension whose build folder moved.
-KERNEL_SUBPATH = "kernels"
 VOICES_DIR = f"{DATA_DIR}/voices"
 # `serve`'s own folder (deploy config, drain flag), vLLM's locks and Python's temp files.
 TMP_BYTES = 1024 * MIB
@@ -93,35 +90,12 @@ def _container_security() -> dict[str, Any]:
     }
 
 
-def kernel_seed_container(options: PodOptions, resources: dict[str, str]) -> dict[str, Any]:
-    """Copies the image's GEMV kernel build onto the model volume, where the stages look.
-
-    The pod's home is an emptyDir that hides the image's own cache, so the model volume is
-    mounted over that cache's path in the serving container, and this init container fills
-    it from the image once (timestamps kept, so nothing looks changed to the build). A node
-    whose CPU needs another build compiles it there once; an image without one copies nothing.
-    """
-    target = f"{DATA_DIR}/{KERNEL_SUBPATH}"
-    copy = f"cp -R -p -n {IMAGE_KERNEL_CACHE}/. {target}/ 2>/dev/null || true"
-    return {
-        "name": "seed-kernels",
-        "image": options.image,
-        "command": ["sh", "-c", f"mkdir -p {target} && {{ {copy}; }}"],
-        # The serving container's: every container's requests equal to its limits keeps
-        # the pod Guaranteed, and an init container's do not add to the pod's.
-        "resources": {"requests": dict(resources), "limits": dict(resources)},
-        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
-        "securityContext": _container_security(),
-    }
-
-
 def serve_container(options: PodOptions, replica: int, resources: dict[str, str]) -> dict[str, Any]:
     """The pod's one container: `omni-cpu serve` on the mounted profile, probed on /health."""
     env = {
         envs.TARGET_DEVICE.name: "cpu",
         "HF_HOME": HF_HOME,
         envs.WEIGHT_CACHE.name: WEIGHT_CACHE_DIR,
-        envs.KERNEL_CACHE.name: IMAGE_KERNEL_CACHE,
     }
     health = {"httpGet": {"path": HEALTH_PATH, "port": "http"}}
     return {
@@ -141,8 +115,6 @@ def serve_container(options: PodOptions, replica: int, resources: dict[str, str]
             {"name": "profile", "mountPath": PROFILE_DIR, "readOnly": True},
             {"name": "data", "mountPath": DATA_DIR},
             {"name": "home", "mountPath": IMAGE_HOME},
-            # Over the home emptyDir: the kernel builds, seeded from the image, kept.
-            {"name": "data", "mountPath": IMAGE_KERNEL_CACHE, "subPath": KERNEL_SUBPATH},
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],

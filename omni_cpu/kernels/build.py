@@ -9,10 +9,14 @@ run it (named as omni_cpu.hardware names them). Three modules:
   where the CPU states avx_vnni (Alder Lake and later, Zen 5), as ggml builds one source per ISA.
 All take the same packed weights (omni_cpu.kernels.packing).
 
-`torch.utils.cpp_extension.load` compiles a module into a per-user cache
-(`OMNI_CPU_KERNEL_CACHE`, default ~/.cache/omni-cpu/kernels) the first time a process asks
-for it (tens of seconds); `python -m omni_cpu.kernels.build`, run by
-scripts/install-runtime.sh, builds the one this CPU uses so runs only load it.
+Built ahead, chosen at run time (as ggml's GGML_CPU_ALL_VARIANTS): `python -m
+omni_cpu.kernels.build --all` compiles every variant of this architecture (`variants`) into
+prebuilt/ inside the package (the wheel's and the image's build run it; `make setup` runs it
+without --all, for the one this CPU uses). A run imports the variant `chosen()` names from
+there with no compiler, when one was built from the same sources, headers, flags and torch
+(`prebuilt_path`). Only where none matches (a source edited since) does it compile, with
+`torch.utils.cpp_extension.load`, into a per-user cache (`OMNI_CPU_KERNEL_CACHE`, default
+~/.cache/omni-cpu/kernels): minutes, said in one line on stderr.
 
 Written against torch 2.13 (`cpp_extension.load`, `at::parallel_for` on torch's OpenMP
 pool, so the stage's thread binding applies).
@@ -22,8 +26,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
+import platform
 import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 CSRC = Path(__file__).with_name("csrc")
+# The modules built ahead (gitignored; inside the wheel and the image).
+PREBUILT = Path(__file__).with_name("prebuilt")
 
 # -fopenmp: at::parallel_for splits column blocks over the stage's OpenMP team only when the
 # module is compiled with OpenMP (GOMP_* resolve to the runtime torch loaded, or to Intel
@@ -92,6 +102,14 @@ AVX2_VNNI = Build(
     isa=AVX2.isa | {"avx_vnni"},
 )
 BUILDS = (AVX512, AVX2, AVX2_VNNI)
+# Every variant the build-ahead compiles, by `platform.machine()`: one architecture's
+# modules build on its own compiler (aarch64's join here beside x86's).
+VARIANTS: dict[str, tuple[Build, ...]] = {"x86_64": BUILDS, "amd64": BUILDS}
+
+
+def variants(machine: str | None = None) -> tuple[Build, ...]:
+    """Every module of `machine`'s architecture (default this one's); () where it has none."""
+    return VARIANTS.get((machine or platform.machine()).lower(), ())
 
 
 @functools.cache
@@ -145,6 +163,20 @@ def headers(csrc: Path | None = None) -> list[Path]:
     return sorted((csrc or CSRC).glob("*.h"))
 
 
+def _keyed(build: Build, csrc: Path | None) -> bytes:
+    """The bytes a module's build depends on: its sources, every header, its flags.
+
+    A file is keyed by its name too: it is found by name (the build file names the
+    sources, #include the headers), and moving text between two of them must not leave
+    the hash alone.
+    """
+    return (
+        b"".join(path.name.encode() + b"\0" + path.read_bytes() for path in build.paths(csrc))
+        + b"".join(path.name.encode() + b"\0" + path.read_bytes() for path in headers(csrc))
+        + " ".join(build.flags).encode()
+    )
+
+
 def cache_dir(build: Build, csrc: Path | None = None) -> Path:
     """One build folder per torch install, module sources, headers and flags.
 
@@ -158,21 +190,31 @@ def cache_dir(build: Build, csrc: Path | None = None) -> Path:
     """
     import torch
 
-    # A file is keyed by its name too: it is found by name (the build file names the
-    # sources, #include the headers), and moving text between two of them must not leave
-    # the hash alone.
-    keyed = (
-        b"".join(path.name.encode() + b"\0" + path.read_bytes() for path in build.paths(csrc))
-        + b"".join(path.name.encode() + b"\0" + path.read_bytes() for path in headers(csrc))
-        + " ".join(build.flags).encode()
-        + Path(torch.__file__).parent.as_posix().encode()
-    )
+    keyed = _keyed(build, csrc) + Path(torch.__file__).parent.as_posix().encode()
     digest = hashlib.sha256(keyed).hexdigest()[:12]
     return cache_root() / f"torch-{torch.__version__}-{digest}"
 
 
+def prebuilt_path(build: Build, csrc: Path | None = None, root: Path | None = None) -> Path:
+    """Where the module built ahead from these sources lives in `root` (PREBUILT).
+
+    Keyed like `cache_dir` but not by torch's location (a wheel's torch lives elsewhere
+    than the build's): by torch's version and the Python ABI the module links against, and
+    by the machine, beside the sources, headers and flags. A module built from other sources
+    (a stale one) has another name, so it is never imported.
+    """
+    import torch
+
+    tag = sys.implementation.cache_tag
+    keyed = _keyed(build, csrc) + f"{torch.__version__} {tag} {platform.machine()}".encode()
+    digest = hashlib.sha256(keyed).hexdigest()[:12]
+    folder = f"{build.name}-torch-{torch.__version__}-{tag}-{digest}"
+    return (root or PREBUILT) / folder / f"{build.name}.so"
+
+
 def load(build: Build, csrc: Path | None = None) -> Any | None:
-    """The module, compiled on first use; None where the compiler or the build fails.
+    """The module: the one built ahead where it matches, else compiled (or found in the cache)
+    on first use; None where neither loads.
 
     Asks nothing of the CPU: the caller checks `runs_here` (a test compiles a module this CPU
     cannot run, and only imports it).
@@ -182,17 +224,48 @@ def load(build: Build, csrc: Path | None = None) -> Any | None:
 
 @functools.cache
 def _load(build: Build, csrc: Path) -> Any | None:
+    found = prebuilt_path(build, csrc)
+    if found.is_file():
+        module = _import(build, found)  # None: it said why, in one line
+        if module is not None:
+            return module
+    elif not (cache_dir(build, csrc) / f"{build.name}.so").is_file():
+        print(
+            f"omni-cpu: no prebuilt {build.name} matches these sources and torch: compiling it"
+            " (minutes; `make kernels`, python -m omni_cpu.kernels.build, builds it ahead)",
+            file=sys.stderr,
+        )
+    return _compile(build, csrc)
+
+
+def _import(build: Build, path: Path) -> Any | None:
+    """The module built ahead at `path`, imported with no compiler; None where it will not load."""
+    import torch  # noqa: F401  (the module links against the libtorch this loads)
+
+    loader = importlib.machinery.ExtensionFileLoader(build.name, str(path))
+    spec = importlib.util.spec_from_file_location(build.name, path, loader=loader)
+    try:
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+    except (ImportError, OSError) as exc:  # a torch of the same version but another ABI, ...
+        print(f"omni-cpu: prebuilt {path} does not load ({exc}); compiling", file=sys.stderr)
+        return None
+    return module
+
+
+def _compile(build: Build, csrc: Path) -> Any | None:
+    """The module compiled (or found built) in its cache folder; None where that fails."""
     from torch.utils.cpp_extension import load as load_extension
 
     folder = cache_dir(build, csrc)
-    folder.mkdir(parents=True, exist_ok=True)
-    for original in (*build.paths(csrc), *headers(csrc)):  # headers for #include "..."
-        copy = folder / original.name
-        if not copy.exists():  # the folder's name is the content's hash: copy once
-            tmp = copy.with_suffix(f".{os.getpid()}.tmp")
-            shutil.copyfile(original, tmp)
-            os.replace(tmp, copy)
-    try:
+    try:  # a read-only home (an image's) fails here, as a missing compiler fails below
+        folder.mkdir(parents=True, exist_ok=True)
+        for original in (*build.paths(csrc), *headers(csrc)):  # headers for #include "..."
+            copy = folder / original.name
+            if not copy.exists():  # the folder's name is the content's hash: copy once
+                tmp = copy.with_suffix(f".{os.getpid()}.tmp")
+                shutil.copyfile(original, tmp)
+                os.replace(tmp, copy)
         return load_extension(
             name=build.name,
             sources=[str(folder / original.name) for original in build.paths(csrc)],
@@ -208,23 +281,96 @@ def _load(build: Build, csrc: Path) -> Any | None:
         return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m omni_cpu.kernels.build`: build (or find) the module this CPU uses; 0 either way.
+def built_path(build: Build) -> Path | None:
+    """The module file a run would import without compiling (prebuilt, else cached); None."""
+    for path in (prebuilt_path(build), cache_dir(build) / f"{build.name}.so"):
+        if path.is_file():
+            return path
+    return None
 
-    A command for set-up (scripts/install-runtime.sh), not for users: a run builds what it
-    lacks on its own, this only moves the wait to install time.
+
+def build_ahead(builds: Sequence[Build], root: Path | None = None) -> list[Path]:
+    """Compile each of `builds` into `root` (PREBUILT), replacing its stale builds.
+
+    Each compiles in a child process: `load` imports what it built, and a module for a
+    CPU this one is not (AVX-512 on an AVX2 build machine) must not be run here. The
+    compile goes through the cache (`cache_dir`), so a module already built there is copied.
+    """
+    root = root or PREBUILT
+    done = []
+    for build in builds:
+        target = prebuilt_path(build, root=root)
+        if not target.is_file():
+            _compile_in_child(build)
+            built = cache_dir(build) / f"{build.name}.so"
+            if not built.is_file():
+                raise RuntimeError(f"{build.name} did not build (its compiler errors are above)")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_suffix(f".{os.getpid()}.tmp")
+            shutil.copyfile(built, tmp)
+            os.replace(tmp, target)
+        for stale in root.glob(f"{build.name}-torch-*"):
+            if stale != target.parent:
+                shutil.rmtree(stale, ignore_errors=True)
+        done.append(target)
+    return done
+
+
+def _compile_in_child(build: Build) -> None:
+    # This package first on the child's path: a wheel's build runs from its source tree.
+    paths = (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", ""))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    script = f"from omni_cpu.kernels import build as b; b._compile(b.named({build.name!r}), b.CSRC)"
+    # Its exit status is not the verdict (a module for another CPU may die on import): the
+    # built file is.
+    subprocess.run([sys.executable, "-c", script], env=env, check=False)
+
+
+def named(name: str) -> Build:
+    """The module called `name`, of any architecture."""
+    for build in (build for builds in VARIANTS.values() for build in builds):
+        if build.name == name:
+            return build
+    raise KeyError(f"no kernel module {name!r} (omni_cpu.kernels.build.VARIANTS)")
+
+
+USAGE = "usage: python -m omni_cpu.kernels.build [--all]"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m omni_cpu.kernels.build [--all]`: build ahead into PREBUILT.
+
+    Without --all the module this CPU uses (`make setup`: a run then only imports it), 0
+    even where it does not build (runs fall back to the libraries); with --all every
+    variant of this architecture (the wheel's and the image's build), 1 where one fails.
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    if args:
-        print("usage: python -m omni_cpu.kernels.build", file=sys.stderr)
+    if args not in ([], ["--all"]):
+        print(USAGE, file=sys.stderr)
         return 2
+    if args:
+        builds = variants()
+        if not builds:
+            print(f"kernels: no modules for {platform.machine()}: oneDNN and FBGEMM run")
+            return 0
+        try:
+            paths = build_ahead(builds)
+        except (OSError, RuntimeError) as exc:
+            print(f"kernels: {exc}", file=sys.stderr)
+            return 1
+        for path in paths:
+            print(f"kernels: {path.name} ready in {path.parent}")
+        return 0
     build = chosen()
     if build is None:
         print("kernels: no module for this CPU (or OMNI_CPU_GEMV=off): oneDNN and FBGEMM run")
         return 0
-    ready = load(build) is not None
-    where = cache_dir(build)
-    print(f"kernels: {build.name} {'ready in ' + str(where) if ready else 'not built (see above)'}")
+    try:
+        (path,) = build_ahead([build])
+    except (OSError, RuntimeError) as exc:
+        print(f"kernels: {exc}; runs use oneDNN/FBGEMM until it builds", file=sys.stderr)
+        return 0
+    print(f"kernels: {build.name} ready in {path.parent}")
     return 0
 
 

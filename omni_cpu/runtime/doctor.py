@@ -193,15 +193,16 @@ def runtime_checks(report: dict[str, object]) -> list[Check]:
 
 
 def kernel_report() -> dict[str, object]:
-    """The GEMV module this CPU uses and whether its cache holds it built (imports torch)."""
+    """The GEMV module this CPU uses and whether it is built, ahead or in the cache (imports
+    torch)."""
     from omni_cpu.kernels import build as kernels
 
     module = kernels.chosen()
     if module is None:
         return {}
-    folder = kernels.cache_dir(module)
-    built = (folder / f"{module.name}.so").is_file()
-    return {"kernel_module": module.name, "kernel_folder": str(folder), "kernel_built": built}
+    path = kernels.built_path(module)
+    folder = path.parent if path else kernels.cache_dir(module)
+    return {"kernel_module": module.name, "kernel_folder": str(folder), "kernel_built": bool(path)}
 
 
 BUILD_KERNELS = f"{sys.executable} -m omni_cpu.kernels.build (scripts/install-runtime.sh runs it)"

@@ -98,7 +98,7 @@ def test_the_root_filesystem_is_read_only_and_caches_live_on_volumes(documents):
     env = {item["name"]: item["value"] for item in container["env"]}
     args = container["args"]
     writable = [
-        env["HF_HOME"], env["OMNI_CPU_WEIGHT_CACHE"], env["OMNI_CPU_KERNEL_CACHE"],
+        env["HF_HOME"], env["OMNI_CPU_WEIGHT_CACHE"],
         args[args.index("--voices") + 1], "/tmp", "/home/omni/.cache", "/dev/shm",
     ]  # fmt: skip
     for path in writable:
@@ -140,7 +140,7 @@ def test_no_setting_of_the_profile_travels_beside_the_file(profile_file, tmp_pat
     assert served.choice(envs.WEIGHTS) == "int8"
     names = {item["name"] for item in pod_of(documents)["containers"][0]["env"]}
     # Only where the pod's caches live, and the target device vLLM needs before it reads.
-    caches = {"HF_HOME", "OMNI_CPU_WEIGHT_CACHE", "OMNI_CPU_KERNEL_CACHE"}
+    caches = {"HF_HOME", "OMNI_CPU_WEIGHT_CACHE"}
     assert names == {"VLLM_TARGET_DEVICE", *caches}
 
 
@@ -195,7 +195,7 @@ def test_a_profile_of_an_unpublished_model_needs_model(tmp_path, profile_file):
 
 def cpu_request(documents: list[dict]) -> str:
     pod = pod_of(documents)
-    for container in pod["initContainers"] + pod["containers"]:  # Guaranteed QoS: every one
+    for container in pod.get("initContainers", []) + pod["containers"]:  # Guaranteed: every one
         resources = container["resources"]
         assert resources["requests"] == resources["limits"], container["name"]
     return pod["containers"][0]["resources"]["limits"]["cpu"]
@@ -325,21 +325,12 @@ def test_the_notes_say_where_the_threads_per_core_came_from(profile_file):
     assert "2 thread(s) per core = " in stated and "(--threads-per-core)" in stated
 
 
-def test_the_images_kernel_build_is_seeded_onto_the_volume_the_stages_read(documents):
-    from omni_cpu.export.image import IMAGE_KERNEL_CACHE
-
+def test_the_pod_needs_no_kernel_cache_the_image_carries_its_kernels_built_ahead(documents):
+    """No seed container, no kernel cache variable or mount: a run imports the prebuilt ones."""
     pod = pod_of(documents)
-    (seed,) = pod["initContainers"]
-    serving = pod["containers"][0]
-    assert seed["image"] == serving["image"]
-    kernels = next(e["value"] for e in serving["env"] if e["name"] == "OMNI_CPU_KERNEL_CACHE")
-    # Where the image built it: torch rebuilds an extension whose folder moved.
-    assert kernels == IMAGE_KERNEL_CACHE
-    (over,) = [m for m in serving["volumeMounts"] if m["mountPath"] == kernels]
-    (seeded,) = seed["volumeMounts"]
-    assert over["name"] == seeded["name"]
-    target = f"{seeded['mountPath']}/{over['subPath']}"
-    script = seed["command"][-1]
-    assert f"cp -R -p -n {IMAGE_KERNEL_CACHE}/. {target}/" in script and "|| true" in script
-    # The seed sees the image's home: nothing is mounted over it there.
-    assert not [m for m in seed["volumeMounts"] if IMAGE_KERNEL_CACHE.startswith(m["mountPath"])]
+    assert "initContainers" not in pod
+    (serving,) = pod["containers"]
+    assert "OMNI_CPU_KERNEL_CACHE" not in {e["name"] for e in serving["env"]}
+    assert not [
+        m for m in serving["volumeMounts"] if "kernels" in m["mountPath"] + m.get("subPath", "")
+    ]
