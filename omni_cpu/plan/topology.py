@@ -106,9 +106,8 @@ def _homes(
         # rather than a second home on a memory-only node).
         closest = nearest(facts, cpu_node, allowed)
         with_own = nearest(facts, cpu_node, with_cpus) if with_cpus else None
-        node = facts.node(cpu_node)
-        if with_own is not None and (
-            node is None or node.distance_to(with_own) <= node.distance_to(closest)
+        if with_own is not None and facts.node_distance(cpu_node, with_own) <= (
+            facts.node_distance(cpu_node, closest)
         ):
             closest = with_own
         home_of[cpu_node] = closest
@@ -133,19 +132,16 @@ def _homes(
 
 def nearest(facts: Facts, node_id: int, candidates: list[int]) -> int:
     """The candidate closest to `node_id` by the SLIT table (ties: the lowest id)."""
-    node = facts.node(node_id)
-    if node is None:
-        return candidates[0]
-    return min(candidates, key=lambda other: (node.distance_to(other), other))
+    return min(candidates, key=lambda other: (facts.node_distance(node_id, other), other))
 
 
 def home_distance(facts: Facts, a: NodeCores, b: NodeCores) -> int:
     """How far apart two homes are: the closest pair of their nodes."""
-    distances = []
-    for first in a.memory_node_ids():
-        node = facts.node(first)
-        for second in b.memory_node_ids():
-            distances.append(node.distance_to(second) if node else 20)
+    distances = [
+        facts.node_distance(first, second)
+        for first in a.memory_node_ids()
+        for second in b.memory_node_ids()
+    ]
     return min(distances, default=20)
 
 
