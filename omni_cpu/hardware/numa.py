@@ -216,7 +216,7 @@ def count_nodes(
         basis = "nodes whose memory cpuset.mems allows"
     if left_out:
         parts = [f"{what} {format_cpu_list(ids)}" for what, ids in left_out.items()]
-        basis += f" ({len(nodes)} listed; not counted: " + "; ".join(parts) + ")"
+        basis += f" ({len(nodes)} in view; not counted: " + "; ".join(parts) + ")"
     return len(counted), basis
 
 
