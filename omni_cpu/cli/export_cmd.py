@@ -67,7 +67,10 @@ def k8s(
         help="SMT threads per core on the nodes (default: --sysroot's, else 1).",
     ),
     sysroot: Path | None = typer.Option(
-        None, "--sysroot", help="A dump of a node (omni-cpu probe --sysroot): its SMT width."
+        None,
+        "--sysroot",
+        help="A dump of a node (omni-cpu probe --sysroot): its SMT width; exit 5 where "
+        "the runtime cannot serve it, as probe judges it.",
     ),
     model_claim: str | None = typer.Option(
         None,
@@ -94,6 +97,7 @@ def k8s(
     from omni_cpu.hardware import read_facts
     from omni_cpu.output import check_output_path, write_text_output
     from omni_cpu.plan.footprint import footprint_for_model
+    from omni_cpu.plan.support import unsupported_machine
     from omni_cpu.profile import load_profile
 
     if output is not None:
@@ -110,9 +114,16 @@ def k8s(
     except ModelError:
         footprint = None
     threads_source = "--threads-per-core"
+    if sysroot is not None:
+        node = read_facts(sysroot)
+        # The node is judged as probe judges it (plan.support), before anything is written.
+        unsupported = unsupported_machine(node, "export for nodes the runtime serves")
+        if unsupported is not None:
+            raise unsupported
     if threads_per_core is None and sysroot is not None:
-        threads_per_core = node_threads_per_core(read_facts(sysroot))
-        threads_source = f"read from {sysroot}"
+        threads_per_core = node_threads_per_core(node)
+        # Not the dump's path: the manifest says nothing of the machine that exported it.
+        threads_source = "read from the node's dump (--sysroot)"
     elif threads_per_core is None:
         # Not stated: SMT-2 nodes would get half the cores; the notes on top say so.
         threads_per_core = 1
