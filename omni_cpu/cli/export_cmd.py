@@ -23,8 +23,10 @@ plus the reserved front-end CPU, each with its SMT siblings: --threads-per-core,
 dump of a node with --sysroot) and memory requests equal to limits (the profile's
 budget). They meet Pod Security "restricted" with a read-only root filesystem; the
 model, its packed weights and uploaded voices live on --model-claim (a
-PersistentVolumeClaim; default: an emptyDir, downloaded again at each start). The
-comments on top list the kubelet settings this relies on.
+PersistentVolumeClaim; default: an emptyDir, downloaded again at each start, whose
+sizeLimit and the pod's ephemeral-storage request come from the model's footprint).
+Rollouts replace pods in place (maxSurge 0), one at a time or --max-unavailable's
+count. The comments on top list the kubelet settings this relies on.
 
 The image defaults to {image}, which the repo's Containerfile builds (`make image`):
 
@@ -84,13 +86,19 @@ def k8s(
         None,
         "--max-unavailable",
         min=1,
-        help="Also write a PodDisruptionBudget: at most this many pods evicted at once.",
+        help="Also write a PodDisruptionBudget: at most this many pods evicted at once (fewer "
+        "than --replicas); rollouts replace as many at a time (default 1).",
     ),
     as_json: bool = typer.Option(False, "--json", help="One JSON v1 List, not YAML."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write here, not stdout."),
 ) -> None:
     from omni_cpu.errors import InputError, ModelError
-    from omni_cpu.export.k8s import k8s_manifests, render_json, render_manifests
+    from omni_cpu.export.k8s import (
+        check_disruption,
+        k8s_manifests,
+        render_json,
+        render_manifests,
+    )
     from omni_cpu.export.pod import PodOptions
     from omni_cpu.export.served_model import served_model
     from omni_cpu.export.sizing import node_threads_per_core, pod_size
@@ -102,6 +110,9 @@ def k8s(
 
     if output is not None:
         check_output_path(output, option="--output")
+    disruption = check_disruption(replicas, max_unavailable)
+    if disruption is not None:
+        raise InputError(*disruption)
     profile = load_profile(profile_path)
     if replica >= len(profile.replicas):
         raise InputError(
@@ -143,6 +154,7 @@ def k8s(
         text = render_manifests(
             manifests, size, profile_name=profile_path.name, model=pods_model,
             dtype=profile.dtype, replica=replica, threads_source=threads_source,
+            storage_bytes=size.ephemeral_storage_bytes(data_on_node=not model_claim),
         )  # fmt: skip
     if output is None:
         typer.echo(text, nl=False)
