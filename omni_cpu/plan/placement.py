@@ -6,8 +6,8 @@ table, smallest first, until every replica fits; the last home left too small
 adds the allowed memory no home binds (memory-only nodes, nodes whose CPUs the
 cpuset does not allow), nearest first, so one replica spans the fewest nodes
 that hold it. A buggy firmware table's one node is one node: its memory is all
-its listed nodes', and no one of them must hold the talker. vLLM binds a worker's memory to
-its first CPU's node, so the talker must fit one node of its group; where no node
+its listed nodes', and no one of them must hold the talker. vLLM binds a worker's
+memory to its first CPU's node, so the talker must fit one node of its group; where no node
 of the machine can hold it, the groups are formed again with the talker's memory
 interleaved over its group's nodes (a *spanning* replica, what vLLM's CPU
 backend does for a worker whose memory nodes are several). A machine that cannot
