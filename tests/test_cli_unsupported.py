@@ -97,3 +97,60 @@ def test_real_dumps_of_unservable_machines_exit_5(unpacked_dumps, dump_id):
     done = omni_cpu("probe", "--sysroot", str(unpacked_dumps.root(dump)), "--json")
     assert done.returncode == 5, done.stderr
     assert "cannot serve this machine" in json.loads(done.stdout)["error"]
+
+
+# -- validate and export k8s --sysroot judge the machine as probe does ---------------------
+
+
+@pytest.fixture(scope="module")
+def float32_profile(tmp_path_factory) -> Path:
+    """A float32 profile planned on a 4-core AVX2 machine."""
+    from omni_cpu.plan import footprint_for_model, plan_profile
+    from omni_cpu.profile import dump_profile
+    from tests.helpers.machines import machine
+
+    profile = plan_profile(machine({0: [0, 1, 2, 3]}, isa=("avx2",)), footprint_for_model("0.6b"))
+    assert {stage.dtype for r in profile.replicas for stage in r.stages} == {"float32"}
+    path = tmp_path_factory.mktemp("profile") / "deploy.yaml"
+    path.write_text(dump_profile(profile))
+    return path
+
+
+def _dump(tarball: str, folder: Path) -> Path:
+    return sysroots.unpack(sysroots.SYSROOTS_DIR / tarball, folder)
+
+
+@pytest.mark.parametrize(
+    ("tarball", "reason"),
+    [
+        ("ppc64-POWER7.tar.gz", "ppc64"),
+        ("s390-lpar.tar.gz", "s390x"),
+        ("x86_64-dell_e4310.tar.gz", "x86_64 without AVX2"),
+    ],
+)
+def test_validate_exits_5_where_probe_does(tmp_path, monkeypatch, float32_profile, tarball, reason):
+    from tests.helpers.cli import exit_code
+
+    root = _dump(tarball, tmp_path)
+    assert exit_code(monkeypatch, "probe", "--sysroot", str(root)) == 5
+    assert exit_code(monkeypatch, "validate", str(float32_profile), "--sysroot", str(root)) == 5
+    done = omni_cpu("validate", str(float32_profile), "--sysroot", str(root), "--json")
+    assert done.returncode == 5
+    [problem] = json.loads(done.stdout)["problems"]
+    assert "the runtime cannot serve this machine" in problem and reason in problem
+
+
+def test_export_k8s_refuses_a_node_dump_the_runtime_cannot_serve(tmp_path, float32_profile):
+    root = _dump("x86_64-dell_e4310.tar.gz", tmp_path)
+    done = omni_cpu("export", "k8s", "--profile", str(float32_profile), "--sysroot", str(root))
+    assert done.returncode == 5
+    [line] = done.stderr.strip().splitlines()
+    assert "AVX2" in line
+
+
+def test_export_k8s_writes_no_path_of_the_exporting_machine(tmp_path, float32_profile):
+    root = _dump("x86_64-zen5-kvm-2c.tar.gz", tmp_path / "dumps")
+    done = omni_cpu("export", "k8s", "--profile", str(float32_profile), "--sysroot", str(root))
+    assert done.returncode == 0, done.stderr
+    assert "read from the node's dump" in done.stdout
+    assert str(tmp_path) not in done.stdout and str(float32_profile.parent) not in done.stdout

@@ -23,8 +23,10 @@ plus the reserved front-end CPU, each with its SMT siblings: --threads-per-core,
 dump of a node with --sysroot) and memory requests equal to limits (the profile's
 budget). They meet Pod Security "restricted" with a read-only root filesystem; the
 model, its packed weights and uploaded voices live on --model-claim (a
-PersistentVolumeClaim; default: an emptyDir, downloaded again at each start). The
-comments on top list the kubelet settings this relies on.
+PersistentVolumeClaim; default: an emptyDir, downloaded again at each start, whose
+sizeLimit and the pod's ephemeral-storage request come from the model's footprint).
+Rollouts replace pods in place (maxSurge 0), one at a time or --max-unavailable's
+count. The comments on top list the kubelet settings this relies on.
 
 The image defaults to {image}, which the repo's Containerfile builds (`make image`):
 
@@ -67,7 +69,10 @@ def k8s(
         help="SMT threads per core on the nodes (default: --sysroot's, else 1).",
     ),
     sysroot: Path | None = typer.Option(
-        None, "--sysroot", help="A dump of a node (omni-cpu probe --sysroot): its SMT width."
+        None,
+        "--sysroot",
+        help="A dump of a node (omni-cpu probe --sysroot): its SMT width; exit 5 where "
+        "the runtime cannot serve it, as probe judges it.",
     ),
     model_claim: str | None = typer.Option(
         None,
@@ -81,23 +86,33 @@ def k8s(
         None,
         "--max-unavailable",
         min=1,
-        help="Also write a PodDisruptionBudget: at most this many pods evicted at once.",
+        help="Also write a PodDisruptionBudget: at most this many pods evicted at once (fewer "
+        "than --replicas); rollouts replace as many at a time (default 1).",
     ),
     as_json: bool = typer.Option(False, "--json", help="One JSON v1 List, not YAML."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write here, not stdout."),
 ) -> None:
     from omni_cpu.errors import InputError, ModelError
-    from omni_cpu.export.k8s import k8s_manifests, render_json, render_manifests
+    from omni_cpu.export.k8s import (
+        check_disruption,
+        k8s_manifests,
+        render_json,
+        render_manifests,
+    )
     from omni_cpu.export.pod import PodOptions
     from omni_cpu.export.served_model import served_model
     from omni_cpu.export.sizing import node_threads_per_core, pod_size
     from omni_cpu.hardware import read_facts
     from omni_cpu.output import check_output_path, write_text_output
     from omni_cpu.plan.footprint import footprint_for_model
+    from omni_cpu.plan.support import unsupported_machine
     from omni_cpu.profile import load_profile
 
     if output is not None:
         check_output_path(output, option="--output")
+    disruption = check_disruption(replicas, max_unavailable)
+    if disruption is not None:
+        raise InputError(*disruption)
     profile = load_profile(profile_path)
     if replica >= len(profile.replicas):
         raise InputError(
@@ -110,9 +125,16 @@ def k8s(
     except ModelError:
         footprint = None
     threads_source = "--threads-per-core"
+    if sysroot is not None:
+        node = read_facts(sysroot)
+        # The node is judged as probe judges it (plan.support), before anything is written.
+        unsupported = unsupported_machine(node, "export for nodes the runtime serves")
+        if unsupported is not None:
+            raise unsupported
     if threads_per_core is None and sysroot is not None:
-        threads_per_core = node_threads_per_core(read_facts(sysroot))
-        threads_source = f"read from {sysroot}"
+        threads_per_core = node_threads_per_core(node)
+        # Not the dump's path: the manifest says nothing of the machine that exported it.
+        threads_source = "read from the node's dump (--sysroot)"
     elif threads_per_core is None:
         # Not stated: SMT-2 nodes would get half the cores; the notes on top say so.
         threads_per_core = 1
@@ -132,6 +154,7 @@ def k8s(
         text = render_manifests(
             manifests, size, profile_name=profile_path.name, model=pods_model,
             dtype=profile.dtype, replica=replica, threads_source=threads_source,
+            storage_bytes=size.ephemeral_storage_bytes(data_on_node=not model_claim),
         )  # fmt: skip
     if output is None:
         typer.echo(text, nl=False)

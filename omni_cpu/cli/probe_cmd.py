@@ -96,13 +96,12 @@ def probe(
         "predicted capacity use them, and the profile keeps them.",
     ),
 ) -> None:
-    from omni_cpu.errors import UnsupportedMachineError
     from omni_cpu.hardware.probe import read_facts
     from omni_cpu.output import check_output_path, write_text_output
     from omni_cpu.plan import PlanError
     from omni_cpu.plan.formats import format_hint
     from omni_cpu.plan.machine import compare_formats_for_facts, plan_for_facts
-    from omni_cpu.plan.support import facts_refusal
+    from omni_cpu.plan.support import unsupported_machine
     from omni_cpu.profile import dump_profile
 
     if output is not None:
@@ -129,12 +128,10 @@ def probe(
         else:
             console.print(facts_table(facts))
         raise
-    refusal = facts_refusal(facts)
-    if refusal is not None and not force:
-        unsupported = UnsupportedMachineError(
-            f"the runtime cannot serve this machine: {refusal}",
-            "plan the machine that will run it; --force plans this one anyway",
-        )
+    unsupported = unsupported_machine(
+        facts, "plan the machine that will run it; --force plans this one anyway"
+    )
+    if unsupported is not None and not force:
         if as_json:
             print_json(
                 {

@@ -17,7 +17,8 @@ to preload are in this runtime; no two stages share a CPU; a stage stays on one
 NUMA node; memory fits; the dtype and the weight format's instructions are
 supported; with --model, that the profile was planned for that kind of model
 (custom-voice, voice-design, base) and its memory. One line per problem; exit 1
-if any, 5 (one line) when the shape does not fit at all.
+if any, 5 (one line) when the shape does not fit at all or the runtime cannot serve
+the machine (as probe judges it).
 
 Examples:
 
@@ -58,11 +59,18 @@ def validate(
     from omni_cpu.plan.bind import bind_profile
     from omni_cpu.plan.fit import check_problems, kernel_notes
     from omni_cpu.plan.footprint import footprint_for_model
+    from omni_cpu.plan.support import unsupported_machine
     from omni_cpu.profile import load_profile
     from omni_cpu.profile.reader import key_lines_of, where
 
     profile = load_profile(profile_path)
     facts = read_facts(sysroot)
+    # Judged as probe judges it (plan.support): nothing fits where the runtime cannot run.
+    unsupported = unsupported_machine(facts, "validate against a machine the runtime serves")
+    if unsupported is not None:
+        if as_json:
+            print_json({"ok": False, "problems": [unsupported.one_line()], "binding": None})
+        raise unsupported
     if model is not None:
         footprint = footprint_for_model(model)  # a model named by the user must be readable
     else:

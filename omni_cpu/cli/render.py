@@ -47,6 +47,8 @@ def facts_table(facts: Facts) -> Table:
         kind = node.kind
         if node.duplicate_of is not None:
             kind = f"repeats node {node.duplicate_of}"
+        elif node.overlaps is not None:
+            kind = f"lists node {node.overlaps}'s CPUs: one node with it"
         table.add_row(
             f"  node {node.id}",
             f"CPUs {node.cpus or '-'}, memory {gib(node.memory_bytes)} ({kind})",

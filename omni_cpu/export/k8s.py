@@ -47,7 +47,9 @@ KUBELET_NOTES = """\
 # omni-cpu {version}: Kubernetes objects for the deploy profile {profile}
 # (model {model}, {dtype}), each pod sized from replica {replica}:
 #   CPUs: {cores} cores x {threads} thread(s) per core = {cpus} ({threads_source})
-#   memory: {memory_gib:.1f} GiB
+#   memory: {memory_gib:.1f} GiB; ephemeral storage: {storage_gib:.1f} GiB
+# Rollouts replace one pod at a time (maxSurge 0): a surge pod would wait for exclusive
+# cores no node keeps spare.
 # The pods run this profile as written, mounted from the ConfigMap, bound onto the
 # CPUs the kubelet gives them.
 #
@@ -84,7 +86,12 @@ def k8s_manifests(
     max_unavailable: int | None = None,
 ) -> list[dict[str, Any]]:
     """ConfigMap (the profile), Deployment, Service and, given `max_unavailable`, a PDB."""
-    resources = {"cpu": str(size.cpus), "memory": f"{size.memory_bytes // MIB}Mi"}
+    storage = size.ephemeral_storage_bytes(data_on_node=not options.model_claim)
+    resources = {
+        "cpu": str(size.cpus),
+        "memory": f"{size.memory_bytes // MIB}Mi",
+        "ephemeral-storage": f"{-(-storage // MIB)}Mi",
+    }
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "omni-cpu"}
     config_map = f"{name}-profile"
     digest = hashlib.sha256(profile_text.encode()).hexdigest()
@@ -93,16 +100,40 @@ def k8s_manifests(
         # SIGTERM drains in-flight requests; the grace covers preStop, drain and stop.
         "terminationGracePeriodSeconds": termination_grace_s(options.drain_timeout_s),
         "containers": [serve_container(options, replica, resources)],
-        "volumes": pod_volumes(options, config_map),
+        "volumes": pod_volumes(options, config_map, size.data_bytes),
     }
+    strategy = rolling_update(max_unavailable)
     manifests = [
         profile_config_map(config_map, labels, profile_text),
-        _deployment(name, labels, replicas, pod, {PROFILE_HASH_ANNOTATION: digest}),
+        _deployment(name, labels, replicas, pod, {PROFILE_HASH_ANNOTATION: digest}, strategy),
         _service(name, labels, options.port),
     ]
     if max_unavailable is not None:
         manifests.append(_disruption_budget(name, labels, max_unavailable))
     return manifests
+
+
+def rolling_update(max_unavailable: int | None) -> dict[str, Any]:
+    """Replace pods in place: a surge pod would need exclusive cores no node keeps spare, so
+    it would sit Pending and stall the rollout; one pod (or the PDB's count) goes at a time."""
+    return {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": max_unavailable or 1},
+    }
+
+
+def check_disruption(replicas: int, max_unavailable: int | None) -> tuple[str, str] | None:
+    """(why, the fix) where `max_unavailable` does not suit `replicas` pods: a budget that
+    lets a drain evict every pod protects nothing. None where it suits, or none is asked."""
+    if max_unavailable is None or max_unavailable < replicas:
+        return None
+    why = (
+        f"--max-unavailable {max_unavailable} with --replicas {replicas} lets a drain evict "
+        f"every pod"
+    )
+    if replicas == 1:
+        return why, "give --replicas 2 or more, or leave --max-unavailable out"
+    return why, f"give --max-unavailable {replicas - 1} or less"
 
 
 def _deployment(
@@ -111,6 +142,7 @@ def _deployment(
     replicas: int,
     pod: dict[str, Any],
     annotations: dict[str, str],
+    strategy: dict[str, Any],
 ) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
@@ -118,6 +150,7 @@ def _deployment(
         "metadata": {"name": name, "labels": labels},
         "spec": {
             "replicas": replicas,
+            "strategy": strategy,
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels, "annotations": annotations},
@@ -158,8 +191,10 @@ def render_manifests(
     dtype: str,
     replica: int = 0,
     threads_source: str = "--threads-per-core",
+    storage_bytes: int = 0,
 ) -> str:
-    """Multi-document YAML with the kubelet notes on top."""
+    """Multi-document YAML with the kubelet notes on top (`storage_bytes`: the pod's
+    ephemeral-storage request)."""
     header = KUBELET_NOTES.format(
         version=__version__,
         profile=profile_name,
@@ -171,6 +206,7 @@ def render_manifests(
         threads_source=threads_source,
         cpus=size.cpus,
         memory_gib=size.memory_bytes / 2**30,
+        storage_gib=storage_bytes / 2**30,
     )
     body = "---\n".join(yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False) for doc in manifests)
     return header + "---\n" + body

@@ -20,7 +20,7 @@ from omni_cpu.export.image import (
     IMAGE_USER_ID,
     SERVE_COMMAND,
 )
-from omni_cpu.export.sizing import MIB, SHM_BYTES
+from omni_cpu.export.sizing import HOME_BYTES, MIB, SHM_BYTES, TMP_BYTES
 
 # The ConfigMap's profile, mounted read-only.
 PROFILE_DIR = "/etc/omni-cpu"
@@ -33,8 +33,6 @@ DATA_DIR = "/var/lib/omni-cpu"
 HF_HOME = f"{DATA_DIR}/huggingface"
 WEIGHT_CACHE_DIR = f"{DATA_DIR}/packed"
 VOICES_DIR = f"{DATA_DIR}/voices"
-# `serve`'s own folder (deploy config, drain flag), vLLM's locks and Python's temp files.
-TMP_BYTES = 1024 * MIB
 # SIGTERM comes after the preStop hook: by then the endpoints controller has taken the
 # pod out of the Service, so the drain sees no new requests from it.
 PRESTOP_SLEEP_S = 5
@@ -122,21 +120,26 @@ def serve_container(options: PodOptions, replica: int, resources: dict[str, str]
     }
 
 
-def pod_volumes(options: PodOptions, config_map: str) -> list[dict[str, Any]]:
-    """The profile (read-only), the model volume, and the writable scratch the caches use."""
-    data: dict[str, Any] = (
-        {"persistentVolumeClaim": {"claimName": options.model_claim}}
-        if options.model_claim
-        else {"emptyDir": {}}
-    )
+def pod_volumes(
+    options: PodOptions, config_map: str, data_bytes: int | None = None
+) -> list[dict[str, Any]]:
+    """The profile (read-only), the model volume (`data_bytes` its emptyDir's limit, where
+    the model's size is known), and the writable scratch the caches use."""
+    data: dict[str, Any] = {"persistentVolumeClaim": {"claimName": options.model_claim}}
+    if not options.model_claim:
+        data = {"emptyDir": {} if data_bytes is None else {"sizeLimit": _mib(data_bytes)}}
     return [
         {"name": "profile", "configMap": {"name": config_map}},
         {"name": "data", **data},
         # ~/.cache and ~/.config of vLLM, torch and vLLM-Omni.
-        {"name": "home", "emptyDir": {}},
-        {"name": "tmp", "emptyDir": {"sizeLimit": f"{TMP_BYTES // MIB}Mi"}},
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_BYTES // MIB}Mi"}},
+        {"name": "home", "emptyDir": {"sizeLimit": _mib(HOME_BYTES)}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": _mib(TMP_BYTES)}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _mib(SHM_BYTES)}},
     ]
+
+
+def _mib(size_bytes: int) -> str:
+    return f"{-(-size_bytes // MIB)}Mi"
 
 
 def pod_security_context() -> dict[str, Any]:

@@ -5,11 +5,13 @@ memory node, and drops the rest):
 
 - **CPUs**: the online CPUs the cgroup's cpuset.cpus allows (every online CPU where it
   allows none of them).
-- **NUMA nodes** listed: those holding an allowed CPU or memory cpuset.mems allows; a
-  node's CPU list keeps its allowed CPUs only. Counted: where cpuset.mems is stated, the
-  nodes it allows (a node is its memory: CPUs allowed on a node whose memory is not
-  make no node of this view, and a memoryless node is never in the kernel's mems);
-  without it, every node holding CPUs or stated memory (omni_cpu.hardware.numa).
+- **NUMA nodes** in view: those holding an allowed CPU or memory cpuset.mems allows; a
+  node's CPU list keeps its allowed CPUs only. Listed and counted: where cpuset.mems is
+  stated, the nodes it allows (a node is its memory: hwloc removes the nodes outside its
+  allowed nodeset, so CPUs allowed on a node whose memory is not sit in no listed node,
+  and a CPU-only node, never in the kernel's mems, is never listed); without it, every
+  node in view is listed and those holding CPUs or stated memory are counted
+  (omni_cpu.hardware.numa).
 - **Packages**: those holding an allowed CPU or a counted node. A node sits in the
   package that holds its locality: its own online CPUs, else the CPUs of the nodes that
   reach it best (HMAT initiators), else those of the nodes strictly nearest to it by
@@ -61,6 +63,15 @@ def allowed_nodes(
         if cpus or memory:
             kept.append(dataclasses.replace(node, cpus=format_cpu_list(cpus)))
     return kept or nodes
+
+
+def listed_nodes(nodes: list[NumaNode], limits: Limits) -> list[NumaNode]:
+    """The nodes in view that cpuset.mems allows, where it states any of them (hwloc's
+    default view drops the rest); every node in view where it does not."""
+    mems = memory_allowed(limits)
+    if mems is None or not any(node.id in mems for node in nodes):
+        return nodes
+    return [node for node in nodes if node.id in mems]
 
 
 def count_allowed_nodes(nodes: list[NumaNode], stated: bool, limits: Limits) -> tuple[int, str]:

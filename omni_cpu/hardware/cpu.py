@@ -5,13 +5,15 @@ cores are the distinct thread-sibling sets, sockets the distinct core-sibling
 (package) sets, threads per core the size of the thread-sibling sets (a list
 of the distinct sizes where cores differ, e.g. SMT off on some cores); s390
 states cores per socket in /proc/sysinfo instead. Where a kernel does not
-describe sockets (s390 reports books/drawers; aarch64 without an ACPI PPTT
-table, on kernels that predate `cluster_id`, calls its clusters packages)
-sockets is None. A kernel that states clusters apart from packages means its
-packages (`package_cpus_list`, `physical_package_id`), PPTT or not. Where no
-package sibling list is given (old kernels) or every one is empty, the package
-ids group the CPUs. CPUs that /proc/cpuinfo leaves out (LXCFS lists a
-container's CPUs only) are of the first listed CPU's type.
+describe sockets (aarch64 without an ACPI PPTT table, on kernels that predate
+`cluster_id`, calls its clusters packages) sockets is None. s390 states books and
+drawers above its packages, mostly with package ids of -1: its packages are its
+core sibling groups, as hwloc counts them (lscpu prints them per book). A kernel
+that states clusters apart from packages means its packages (`package_cpus_list`,
+`physical_package_id`), PPTT or not. Where no package sibling list is given (old
+kernels) or every one is empty, the package ids group the CPUs. CPUs that
+/proc/cpuinfo leaves out (LXCFS lists a container's CPUs only) are of the first
+listed CPU's type.
 
 Sockets are counted once over every CPU, not per core type, as hwloc counts
 packages: the distinct package sibling sets (`package_cpus`, else `core_siblings`,
@@ -71,8 +73,6 @@ class _Sibling:
     cluster_id: int | None
     threads: frozenset[int] | None
     package: frozenset[int] | None
-    book: frozenset[int] | None
-    drawer: frozenset[int] | None
     capacity: int | None
 
 
@@ -170,8 +170,6 @@ def read_topology(
     package_of, basis = package_keys(siblings)
     if sockets_unstated:
         sockets, source = None, "unstated: aarch64 without ACPI PPTT calls clusters packages"
-    elif any(s.book for s in siblings):
-        sockets, source = None, "unstated: s390 states books and drawers, not sockets"
     elif not package_of:
         sockets, source = 0, "no package sibling list or id on any CPU: no package counted"
     else:
@@ -219,8 +217,6 @@ def _read_siblings(sysroot: SysRoot, cpu: int) -> _Sibling:
         cluster_id=ident("cluster_id"),
         threads=cpu_set("thread_siblings", "core_cpus"),
         package=cpu_set("package_cpus", "core_siblings"),
-        book=cpu_set("book_siblings"),
-        drawer=cpu_set("drawer_siblings"),
         capacity=sysroot.read_int(f"{CPU_DIR}/cpu{cpu}/cpu_capacity"),
     )
 
@@ -340,7 +336,6 @@ def _count(
             if m.package_id is not None:
                 by_id.setdefault(m.package_id, set()).add(m.cpu)
         packages = {frozenset(cpus) for cpus in by_id.values()}
-    books = {m.book for m in members if m.book}
     if not any(m.threads for m in members) and not packages:
         return None, None, None
     sizes = sorted({len(m.threads) for m in members if m.threads}) or [1]
@@ -351,8 +346,8 @@ def _count(
         cores_per_socket: int | None = sw_cores_per_socket
     else:
         cores_per_socket = max(1, len(cores) // len(packages)) if packages else None
-    # s390 counts books/drawers, not sockets; DT-based aarch64 calls clusters packages.
-    sockets = None if books or sockets_unstated or not packages else len(packages)
+    # DT-based aarch64 calls clusters packages.
+    sockets = None if sockets_unstated or not packages else len(packages)
     return sockets, cores_per_socket, threads
 
 

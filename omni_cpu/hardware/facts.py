@@ -20,13 +20,14 @@ from omni_cpu.cpulist import parse_cpu_list
 # under `host`), nodes carry their kind and duplicates, sockets is one integer (the
 # per-core-type counts in `sockets_by_core_type`), `numa_node_count` says how it counted.
 # 4: `sockets_source` says where `sockets` came from; nodes outside cpuset.mems are
-# not counted.
+# not counted (nor listed); nodes may be of kind NVM and may overlap an earlier node.
 # Older dicts still load (new fields default).
 SCHEMA_VERSION = 4
 
 # What a NUMA node is, from the kernel's node state masks (Documentation/ABI/stable/
 # sysfs-devices-node): has_cpu, has_memory, has_normal_memory, has_generic_initiator.
 CPUS_AND_MEMORY = "CPUs and memory"
+NVM = "NVM"  # CPU-less persistent memory a kmem DAX device onlines (hwloc: DAXType NVM)
 CPUS_ONLY = "CPUs only"  # memoryless: its CPUs allocate from the nearest node with memory
 MEMORY_ONLY = "memory only"  # CXL, HBM or far memory in the kernel's normal zones
 DEVICE_MEMORY = "device memory"  # memory only in ZONE_MOVABLE (a GPU's, hot-plugged)
@@ -50,7 +51,7 @@ class LogicalCpu:
     package_id: int | None = None
     die_id: int | None = None
     cluster_id: int | None = None
-    node: int | None = None
+    node: int | None = None  # the kernel's node for it, listed in numa_nodes or not
     # Thread siblings (this CPU included), kernel list syntax.
     thread_siblings: str = ""
     # Index into Facts.core_types (hybrid / big.LITTLE); 0 on uniform machines.
@@ -99,6 +100,10 @@ class NumaNode:
     # The earlier node this one repeats exactly (same CPUs, same memory): firmware
     # that lists one node several times. Such a node is no home and is not counted.
     duplicate_of: int | None = None
+    # The earlier node whose CPUs this one lists again, with memory of its own (buggy
+    # firmware whose every node names every CPU): hwloc drops such a node; its memory is
+    # real, and is counted as part of that earlier node's.
+    overlaps: int | None = None
 
     def holds_memory(self) -> bool:
         """Whether allocations can land here: the mask where stated, else MemTotal."""
@@ -244,12 +249,26 @@ class Facts:
         return next((entry for entry in self.numa_nodes if entry.id == node_id), None)
 
     def node_of_cpu(self) -> dict[int, int]:
-        """CPU -> the first node listing it (a node that repeats an earlier one adds nothing)."""
+        """CPU -> the first node listing it (a node that repeats an earlier one adds nothing),
+        else the node the kernel puts it on where that node is not listed (its memory is
+        outside cpuset.mems, or it holds none)."""
         nodes: dict[int, int] = {}
         for node in self.numa_nodes:
             for cpu in parse_cpu_list(node.cpus):
                 nodes.setdefault(cpu, node.id)
+        for entry in self.cpus:
+            if entry.node is not None:
+                nodes.setdefault(entry.cpu, entry.node)
         return nodes
+
+    def node_distance(self, first: int, second: int) -> int:
+        """SLIT distance between two nodes, read from whichever of them is listed (a node
+        outside the view has no row here, but the listed nodes' rows name it)."""
+        for here, there in ((first, second), (second, first)):
+            node = self.node(here)
+            if node is not None and there in node.distances:
+                return node.distances[there]
+        return 10 if first == second else 20
 
     def usable_cpus(self) -> tuple[int, ...]:
         """Online CPUs this process may use: cpuset and affinity applied."""

@@ -13,8 +13,9 @@ holds: the chain of single child directories below the mount, which is what a
 dump of one process's cgroup looks like.
 
 Quotas and memory limits bind at every level of the hierarchy, so the tightest
-value from the process's cgroup up to the mount point wins; the cpuset's
-effective lists already fold in their ancestors, and where the process's own
+value from the process's cgroup up to the mount point wins; v2's effective
+cpuset lists already fold in their ancestors (v1's own lists, which hwloc reads,
+are a subset of their parent's), and where the process's own
 directory is absent (a dump that stopped short) its deepest present ancestor
 speaks for it.
 """
@@ -166,15 +167,18 @@ def _parse_v2_bytes(line: str | None) -> int | None:
 
 
 def _v1_cpuset(sysroot: SysRoot, dirs: list[str], noprefix: bool) -> tuple[str | None, str | None]:
-    # Mounted with `noprefix` (or as the legacy `cpuset` file system) the files drop
-    # their `cpuset.` prefix; try the mount's own spelling first, then the other.
+    # v1's own lists bind (a child's are a subset of its parent's), as hwloc reads them:
+    # the effective_* files can be narrower (cpuset_v2_mode, CPUs that went offline and
+    # back) and offline CPUs are dropped anyway; they speak only where the own lists are
+    # absent. Mounted with `noprefix` (or as the legacy `cpuset` file system) the files
+    # drop their `cpuset.` prefix; try the mount's own spelling first, then the other.
     prefixes = ("", "cpuset.") if noprefix else ("cpuset.", "")
 
     def files(kind: str) -> list[str]:
         return [
             f"{d}/{prefix}{name}"
             for d in dirs
-            for name in (f"effective_{kind}", kind)
+            for name in (kind, f"effective_{kind}")
             for prefix in prefixes
         ]
 

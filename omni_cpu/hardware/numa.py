@@ -9,8 +9,15 @@ far the others are and `access0/initiators` which nodes reach a memory node best
 (Documentation/admin-guide/mm/numaperf.rst). A node's cpulist can name CPUs that
 are not online (s390, hot-unplugged CPUs): only online CPUs are kept. A node that
 repeats an earlier one exactly (the same CPUs, the same memory: firmware listing one
-node several times) is marked a duplicate. A machine or dump without a node
-directory is one node holding every online CPU and all of /proc/meminfo.
+node several times) is marked a duplicate; one whose CPUs an earlier node already
+lists, with memory of its own (buggy firmware naming every CPU in every node), is
+marked as overlapping that node: hwloc drops both, as no CPU is in two nodes. A
+CPU-less node that a DAX device onlines through the kmem driver (its
+/sys/bus/dax/devices/daxX.Y/target_node) is memory like any other, ZONE_MOVABLE or
+not: of kind NVM where the device sits on an NVDIMM bus (`ndbus` in its sysfs
+path), memory-only otherwise (soft-reserved or CXL RAM), as hwloc's DAXType says.
+A machine or dump without a node directory is one node holding every online CPU
+and all of /proc/meminfo.
 """
 
 from __future__ import annotations
@@ -27,11 +34,13 @@ from omni_cpu.hardware.facts import (
     GENERIC_INITIATOR,
     MEMORY_ONLY,
     NO_CPUS_MEMORY_UNSTATED,
+    NVM,
     NumaNode,
 )
 from omni_cpu.hardware.sysroot import SysRoot, numbered_entries
 
 NODE_DIR = "/sys/devices/system/node"
+DAX_DIR = "/sys/bus/dax"
 
 
 def parse_meminfo(text: str | None) -> dict[str, int]:
@@ -69,6 +78,7 @@ def read_numa_nodes(
     # A node directory the kernel's online mask leaves out is no node (hwloc's rule).
     online_nodes = set(sysroot.read_cpu_list(f"{NODE_DIR}/online") or ())
     ids = [node for node in ids if node in online_nodes] or ids
+    dax_kinds = read_dax_kinds(sysroot)
     nodes = []
     for node_id in ids:
         base = f"{NODE_DIR}/node{node_id}"
@@ -87,9 +97,9 @@ def read_numa_nodes(
             normal_memory=None if has_normal is None else node_id in has_normal,
             initiators=_initiators(sysroot, base),
         )
-        nodes.append(dataclasses.replace(node, kind=node_kind(node)))
+        nodes.append(dataclasses.replace(node, kind=node_kind(node, dax_kinds.get(node_id))))
     if nodes:
-        return mark_duplicates(nodes), True
+        return mark_overlaps(mark_duplicates(nodes)), True
     fallback = NumaNode(
         id=0,
         cpus=format_cpu_list(online),
@@ -109,8 +119,23 @@ def _initiators(sysroot: SysRoot, base: str) -> tuple[int, ...]:
     return ()
 
 
-def node_kind(node: NumaNode) -> str:
-    """What the node is, from its CPUs and the kernel's node state masks."""
+def read_dax_kinds(sysroot: SysRoot) -> dict[int, str]:
+    """Node -> NVM or memory-only, for each node a kmem-onlined DAX device targets."""
+    kinds: dict[int, str] = {}
+    for device in sysroot.listdir(f"{DAX_DIR}/devices"):
+        if not sysroot.exists(f"{DAX_DIR}/drivers/kmem/{device}"):
+            continue  # a device DAX (a character device), not system memory
+        node = sysroot.read_int(f"{DAX_DIR}/devices/{device}/target_node")
+        if node is None or node < 0:
+            continue
+        parent = sysroot.read_link(f"{DAX_DIR}/devices/{device}") or ""
+        kinds[node] = NVM if "ndbus" in parent else MEMORY_ONLY
+    return kinds
+
+
+def node_kind(node: NumaNode, dax_kind: str | None = None) -> str:
+    """What the node is, from its CPUs, the kernel's node state masks and the DAX device
+    that onlined it (`dax_kind`, where one did)."""
     if node.generic_initiator and not node.cpus:
         return GENERIC_INITIATOR
     memory = node.holds_memory() or (node.has_memory is None and node.memory_bytes is None)
@@ -118,6 +143,8 @@ def node_kind(node: NumaNode) -> str:
         return CPUS_AND_MEMORY if memory else CPUS_ONLY
     if not memory:
         return EMPTY
+    if dax_kind is not None:
+        return dax_kind
     if node.has_memory is None and node.memory_bytes is None:
         return NO_CPUS_MEMORY_UNSTATED
     # Memory the kernel keeps out of its normal zones (ZONE_MOVABLE only) on a node
@@ -142,6 +169,27 @@ def mark_duplicates(nodes: list[NumaNode]) -> list[NumaNode]:
     return marked
 
 
+def mark_overlaps(nodes: list[NumaNode]) -> list[NumaNode]:
+    """Nodes naming CPUs an earlier node already names, without repeating it exactly.
+
+    hwloc ignores a node whose CPUs intersect the earlier nodes' (a buggy BIOS: Linux
+    puts each CPU in one node); the node's memory is still real, so it is kept as
+    overlapping the first earlier node it shares CPUs with.
+    """
+    owner: dict[int, int] = {}
+    marked = []
+    for node in nodes:
+        cpus = parse_cpu_list(node.cpus)
+        shared = [owner[cpu] for cpu in cpus if cpu in owner]
+        if node.duplicate_of is None and shared:
+            node = dataclasses.replace(node, overlaps=min(shared))
+        elif node.duplicate_of is None:
+            for cpu in cpus:
+                owner[cpu] = node.id
+        marked.append(node)
+    return marked
+
+
 def count_nodes(
     nodes: list[NumaNode], stated: bool, memory_allowed: frozenset[int] | None = None
 ) -> tuple[int, str]:
@@ -157,6 +205,8 @@ def count_nodes(
     for node in nodes:
         if node.duplicate_of is not None:
             left_out.setdefault("duplicates of earlier nodes", []).append(node.id)
+        elif node.overlaps is not None:
+            left_out.setdefault("CPUs of earlier nodes listed again", []).append(node.id)
         elif memory_allowed is not None and node.id not in memory_allowed:
             left_out.setdefault("memory outside cpuset.mems", []).append(node.id)
         elif not counts(node, memory_allowed):
@@ -166,7 +216,7 @@ def count_nodes(
         basis = "nodes whose memory cpuset.mems allows"
     if left_out:
         parts = [f"{what} {format_cpu_list(ids)}" for what, ids in left_out.items()]
-        basis += f" ({len(nodes)} listed; not counted: " + "; ".join(parts) + ")"
+        basis += f" ({len(nodes)} in view; not counted: " + "; ".join(parts) + ")"
     return len(counted), basis
 
 
@@ -177,7 +227,7 @@ def counts(node: NumaNode, memory_allowed: frozenset[int] | None = None) -> bool
     A CPU-less node that states nothing (no mask, no meminfo: a GPU's node in a dump
     that kept only cpumaps) is not known to hold usable memory, so it is not counted.
     """
-    if node.duplicate_of is not None:
+    if node.duplicate_of is not None or node.overlaps is not None:
         return False
     if memory_allowed is not None and node.id not in memory_allowed:
         return False

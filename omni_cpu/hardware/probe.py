@@ -21,6 +21,7 @@ from omni_cpu.hardware.allowed import (
     allowed_nodes,
     count_allowed_nodes,
     count_allowed_packages,
+    listed_nodes,
 )
 from omni_cpu.hardware.arch import read_architecture
 from omni_cpu.hardware.cpu import read_cpu_sets, read_topology
@@ -69,11 +70,12 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
     host_nodes, numa_stated = read_numa_nodes(
         sysroot, cpu_sets.online, meminfo.get("MemTotal"), meminfo.get("MemFree")
     )
-    nodes = allowed_nodes(host_nodes, allowed, limits)
-    node_count, node_basis = count_allowed_nodes(nodes, numa_stated, limits)
+    in_view = allowed_nodes(host_nodes, allowed, limits)
+    node_count, node_basis = count_allowed_nodes(in_view, numa_stated, limits)
     sockets, sockets_source = count_allowed_packages(
-        host_topology, allowed, host_nodes, nodes, numa_stated, limits
+        host_topology, allowed, host_nodes, in_view, numa_stated, limits
     )
+    nodes = listed_nodes(in_view, limits)
     host = Host(
         online_cpus=format_cpu_list(cpu_sets.online),
         cpu_count=len(cpu_sets.online),
@@ -81,7 +83,8 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
         numa_node_count=count_nodes(host_nodes, numa_stated)[0],
     )
     notes.extend(_duplicate_notes(nodes))
-    owner = node_of_cpus(nodes)
+    # A CPU keeps the node the kernel puts it on, listed or not (outside cpuset.mems).
+    owner = node_of_cpus(in_view)
     cpus = [dataclasses.replace(cpu, node=owner.get(cpu.cpu)) for cpu in topology.cpus]
 
     isa = read_isa(cpuinfo, architecture)
@@ -152,11 +155,22 @@ def _duplicate_notes(nodes: list[NumaNode]) -> list[str]:
     for node in nodes:
         if node.duplicate_of is not None:
             repeats.setdefault(node.duplicate_of, []).append(node.id)
-    return [
+    notes = [
         f"NUMA nodes {format_cpu_list(ids)} repeat node {first}'s CPUs and memory "
         f"(firmware lists one node {len(ids) + 1} times): merged into node {first}"
         for first, ids in repeats.items()
     ]
+    overlapping: dict[int, list[int]] = {}
+    for node in nodes:
+        if node.overlaps is not None:
+            overlapping.setdefault(node.overlaps, []).append(node.id)
+    notes.extend(
+        f"NUMA nodes {format_cpu_list(ids)} list CPUs node {first} already holds (buggy "
+        f"firmware NUMA table): read as one node, node {first}, as hwloc does; their "
+        f"memory is counted as node {first}'s"
+        for first, ids in overlapping.items()
+    )
+    return notes
 
 
 def _check_with_cpuid(

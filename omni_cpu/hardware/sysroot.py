@@ -91,6 +91,13 @@ class SysRoot:
             return None
         return parse_cpu_mask(line)
 
+    def read_link(self, rel: str) -> str | None:
+        """Where a symbolic link points, as written (never followed); None where not a link."""
+        try:
+            return os.readlink(self.path(rel))
+        except (OSError, ValueError):
+            return None
+
     def listdir(self, rel: str) -> list[str]:
         """Names in a directory, sorted; empty where it is missing."""
         try:

@@ -195,16 +195,21 @@ def _numa_problems(
 
 
 def _dtype_problems(profile: Profile, facts: Facts) -> list[Problem]:
-    bf16_stages = sorted(
-        {s.name for r in profile.replicas for s in r.stages if s.dtype == "bfloat16"}
-    )
-    if bf16_stages and choose_dtype(facts) != "bfloat16" and facts.isa_source is not None:
+    """Stages in bfloat16 on a CPU without it: named at the first such stage's own line."""
+    bf16 = [
+        (at, stage)
+        for at, r in enumerate(profile.replicas)
+        for stage in r.stages
+        if stage.dtype == "bfloat16"
+    ]
+    if bf16 and choose_dtype(facts) != "bfloat16" and facts.isa_source is not None:
+        names = sorted({stage.name for _, stage in bf16})
+        at, first = bf16[0]
         return [
             Problem(
                 "dtype",
-                f"stages[].dtype bfloat16 ({', '.join(bf16_stages)}): this CPU has no native "
-                "bf16 "
-                "(avx512_bf16/amx_bf16/bf16); use float32",
+                f"{_sizes_home(at, first.stage_id)}.dtype bfloat16 ({', '.join(names)}): this "
+                "CPU has no native bf16 (avx512_bf16/amx_bf16/bf16); use float32",
             )
         ]
     return []
@@ -245,7 +250,7 @@ def _memory_problems(
             problems.append(
                 Problem(
                     "memory",
-                    f"{_sizes_home(at)}.kv_cache_memory_bytes: replica "
+                    f"{_sizes_home(at, 0)}.kv_cache_memory_bytes: replica "
                     f"{replica.index} needs {need / 2**30:.1f} GiB "
                     f"but nodes {homes} / the memory limit allow {have / 2**30:.1f} GiB",
                 )
@@ -287,9 +292,12 @@ def _isa_problems(profile: Profile, facts: Facts) -> list[Problem]:
     return [Problem("isa", f"stages[0].additional_config.omni_cpu.weights {problem}: {fix}")]
 
 
-def _sizes_home(position: int) -> str:
-    """Where a replica's stage sizes are written: replica 0's in the deploy config's stages."""
-    return "stages[]" if position == 0 else f"omni_cpu.replicas[{position}].stages[]"
+def _sizes_home(position: int, stage_id: int) -> str:
+    """Where a replica's stage sizes are written (replica 0's in the deploy config's stages):
+    the stage's own key, so a problem points at its line, not at `stages:`. The talker
+    (stage 0) holds the KV bytes a memory problem is about."""
+    stages = "stages" if position == 0 else f"omni_cpu.replicas[{position}].stages"
+    return f"{stages}[{stage_id}]"
 
 
 KERNEL_CHOICES = (envs.AMX_ROWS, envs.GEMV)  # what `probe --calibrate` chose

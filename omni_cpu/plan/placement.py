@@ -2,8 +2,12 @@
 
 Pure, like the rest of the planner. A home (omni_cpu.plan.topology) whose memory
 cannot hold a whole replica is merged with its nearest home by the distance
-table, smallest first, until every replica fits. vLLM binds a worker's memory to
-its first CPU's node, so the talker must fit one node of its group; where no node
+table, smallest first, until every replica fits; the last home left too small
+adds the allowed memory no home binds (memory-only nodes, nodes whose CPUs the
+cpuset does not allow), nearest first, so one replica spans the fewest nodes
+that hold it. A buggy firmware table's one node is one node: its memory is all
+its listed nodes', and no one of them must hold the talker. vLLM binds a worker's
+memory to its first CPU's node, so the talker must fit one node of its group; where no node
 of the machine can hold it, the groups are formed again with the talker's memory
 interleaved over its group's nodes (a *spanning* replica, what vLLM's CPU
 backend does for a worker whose memory nodes are several). A machine that cannot
@@ -18,11 +22,19 @@ import dataclasses
 import math
 
 from omni_cpu import envs
+from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.errors import MachineTooSmallError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
 from omni_cpu.plan.footprint import DTYPE_BYTES, ModelFootprint, footprint_for_model
-from omni_cpu.plan.topology import NodeCores, home_distance, merge_homes, nodes_with_cores
+from omni_cpu.plan.topology import (
+    NodeCores,
+    home_distance,
+    merge_homes,
+    nodes_with_cores,
+    spare_memory_nodes,
+    with_memory_node,
+)
 from omni_cpu.weight_formats import INT8, MODEL
 
 
@@ -74,7 +86,7 @@ def talker_node_need_bytes(footprint: ModelFootprint, dtype: str, weights: str =
 
 def largest_node_room(facts: Facts, home: NodeCores) -> int | None:
     """What the biggest node of a multi-node home gives one stage; None for one node."""
-    if len(home.memory_node_ids()) < 2:
+    if len(home.memory_node_ids()) < 2 or home.overlapping_nodes:
         return None
     sizes = [node_memory_bytes(facts, home.node_memory.get(n), []) for n in home.memory_node_ids()]
     if not all(sizes):
@@ -164,7 +176,13 @@ def place_replicas(
     talker_need = talker_node_need_bytes(footprint, dtype, weights)
     for home in placed:
         nodes = "+".join(str(node) for node in home.memory_node_ids())
-        if home.spanning:
+        if home.overlapping_nodes:
+            notes.append(
+                f"the NUMA table lists node {home.node}'s CPUs in nodes "
+                f"{format_cpu_list(home.overlapping_nodes)} too (buggy firmware): planned as "
+                f"one node, its memory bound over nodes {nodes}"
+            )
+        elif home.spanning:
             room = largest_node_room(facts, home) or 0
             need_text, room_text = gib_pair(talker_need, room)
             notes.append(
@@ -208,6 +226,18 @@ def _group_homes(
         if not small:
             break
         if count == 1:
+            spare = spare_memory_nodes(facts, homes)
+            if spare:  # the nearest memory no home binds
+                home = homes[0]
+                nearest = min(
+                    spare,
+                    key=lambda n: (
+                        min(facts.node_distance(m, n) for m in home.memory_node_ids()),
+                        n,
+                    ),
+                )
+                homes = [with_memory_node(facts, home, nearest)]
+                continue
             budget = memory_budget(facts, homes[0], 1, fit_available, [])
             raise refusal(facts, footprint, dtype, weights, budget or 0, fit_available)
         # Smallest first; it joins its nearest home, preferring one that is too small too.

@@ -221,7 +221,8 @@ def _talker_node_room(
     """What the talker's own node holds for its KV where the replica's memory is on several
     nodes (vLLM binds a worker's memory to one); None where the home's budget holds it."""
     # A spanning replica's talker interleaves over all its nodes: the home's budget holds it.
-    if len(node.memory_node_ids()) < 2 or node.spanning:
+    # A buggy firmware table's one node: no one of its listed nodes must hold the talker.
+    if len(node.memory_node_ids()) < 2 or node.spanning or node.overlapping_nodes:
         return None
     own = node_memory_bytes(facts, node.node_memory.get(talker_node), notes)
     if not own:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from omni_cpu.cpulist import format_cpu_list
-from omni_cpu.hardware.facts import MEMORY_ONLY, Facts
+from omni_cpu.hardware.facts import MEMORY_ONLY, NVM, Facts
 from omni_cpu.plan.speed import SpeedInputs, talker_step_ms
 from omni_cpu.profile.model import Replica, StagePlan
 
@@ -31,10 +31,7 @@ def remote_distance(facts: Facts, stage: StagePlan) -> int | None:
     if cpu_nodes & memory_nodes:
         return None
     distances = [
-        node.distance_to(memory)
-        for cpu_node in cpu_nodes
-        if (node := facts.node(cpu_node)) is not None
-        for memory in memory_nodes
+        facts.node_distance(cpu_node, memory) for cpu_node in cpu_nodes for memory in memory_nodes
     ]
     return min(distances, default=2 * LOCAL_DISTANCE)
 
@@ -78,7 +75,7 @@ def unbound_tiers_note(facts: Facts, replicas: list[Replica]) -> str | None:
     tiers = [
         node.id
         for node in facts.numa_nodes
-        if node.kind == MEMORY_ONLY and node.id in usable and node.id not in bound
+        if node.kind in (MEMORY_ONLY, NVM) and node.id in usable and node.id not in bound
     ]
     if not tiers:
         return None

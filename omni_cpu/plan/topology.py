@@ -6,11 +6,15 @@ a node that repeats another). CPUs on a node without such memory (memoryless
 nodes, nodes outside cpuset.mems) take the nearest memory by the distance table:
 the nearest node with CPUs and memory where one is as near as any, else the
 nearest memory-only node, bound as their memory while the replica stays on their
-own node: a memory-only node is never a home.
+own node: a memory-only node is never a home. Nodes a buggy firmware table lists
+with CPUs an earlier node holds (hwloc's one node) join that node's home: its
+memory is theirs together. Allowed memory no home takes is spare: placement adds it
+to a home that cannot hold a replica alone, nearest first.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from omni_cpu.cpulist import parse_cpu_list
@@ -39,6 +43,9 @@ class NodeCores:
     node_memory: dict[int, int | None] = field(default_factory=dict)
     # No one node holds the talker: its memory interleaves over memory_nodes.
     spanning: bool = False
+    # Nodes of a buggy firmware table that are this one node (their CPUs are its CPUs):
+    # their memory is in memory_nodes, and the home is one node.
+    overlapping_nodes: tuple[int, ...] = ()
 
     def memory_node_ids(self) -> tuple[int, ...]:
         return self.memory_nodes or (self.node,)
@@ -95,7 +102,12 @@ def _homes(
     facts: Facts, by_node: dict[int, list[PhysicalCore]], memory: dict[int, int | None]
 ) -> list[NodeCores]:
     """Each CPU node's cores under the node its memory comes from."""
-    allowed = sorted(facts.usable_memory_nodes())
+    overlapping: dict[int, list[int]] = {}
+    for entry in facts.numa_nodes:
+        if entry.overlaps is not None and entry.id in facts.usable_memory_nodes():
+            overlapping.setdefault(entry.overlaps, []).append(entry.id)
+    joined = {node for nodes in overlapping.values() for node in nodes}
+    allowed = sorted(set(facts.usable_memory_nodes()) - joined)
     with_cpus = [node for node in allowed if node in by_node]
     home_of: dict[int, int] = {}
     for cpu_node in sorted(by_node):
@@ -106,46 +118,74 @@ def _homes(
         # rather than a second home on a memory-only node).
         closest = nearest(facts, cpu_node, allowed)
         with_own = nearest(facts, cpu_node, with_cpus) if with_cpus else None
-        node = facts.node(cpu_node)
-        if with_own is not None and (
-            node is None or node.distance_to(with_own) <= node.distance_to(closest)
+        if with_own is not None and facts.node_distance(cpu_node, with_own) <= (
+            facts.node_distance(cpu_node, closest)
         ):
             closest = with_own
         home_of[cpu_node] = closest
     grouped: dict[int, list[int]] = {}
     for cpu_node, home in home_of.items():
         grouped.setdefault(home, []).append(cpu_node)
-    return [
-        NodeCores(
-            # A home without usable CPUs of its own (a memory-only node, a node whose CPUs
-            # the cpuset does not allow) is where memory comes from, not where the
-            # replica lives: the replica sits on its CPUs' node, its memory bound there.
-            node=home if home in by_node else min(cpu_nodes),
-            cores=tuple(sorted((c for n in cpu_nodes for c in by_node[n]), key=lambda c: c.cpu)),
-            memory_bytes=memory.get(home),
-            memory_nodes=(home,),
-            cpu_nodes=tuple(cpu_nodes),
-            node_memory={home: memory.get(home)},
+    homes = []
+    for home, cpu_nodes in sorted(grouped.items(), key=lambda item: min(item[1])):
+        extra = tuple(overlapping.get(home, ()))
+        memory_nodes = (home, *extra)
+        sizes = [memory.get(node) for node in memory_nodes]
+        homes.append(
+            NodeCores(
+                # A home without usable CPUs of its own (a memory-only node, a node whose
+                # CPUs the cpuset does not allow) is where memory comes from, not where
+                # the replica lives: the replica sits on its CPUs' node, memory bound there.
+                node=home if home in by_node else min(cpu_nodes),
+                cores=tuple(
+                    sorted((c for n in cpu_nodes for c in by_node[n]), key=lambda c: c.cpu)
+                ),
+                memory_bytes=None if None in sizes else sum(sizes),  # type: ignore[arg-type]
+                memory_nodes=memory_nodes,
+                cpu_nodes=tuple(cpu_nodes),
+                node_memory={node: memory.get(node) for node in memory_nodes},
+                overlapping_nodes=extra,
+            )
         )
-        for home, cpu_nodes in sorted(grouped.items(), key=lambda item: min(item[1]))
+    return homes
+
+
+def spare_memory_nodes(facts: Facts, homes: list[NodeCores]) -> list[int]:
+    """Allowed memory nodes no home binds (memory-only nodes, nodes whose CPUs the cpuset
+    does not allow), each a node of its own (not a buggy table's repeat)."""
+    taken = {node for home in homes for node in home.memory_node_ids()}
+    return [
+        node
+        for node in facts.usable_memory_nodes()
+        if node not in taken and (entry := facts.node(node)) is not None and entry.overlaps is None
     ]
+
+
+def with_memory_node(facts: Facts, home: NodeCores, node_id: int) -> NodeCores:
+    """The home with one more node's memory bound to it."""
+    entry = facts.node(node_id)
+    size = entry.memory_bytes if entry is not None else None
+    total = None if home.memory_bytes is None or size is None else home.memory_bytes + size
+    return dataclasses.replace(
+        home,
+        memory_bytes=total,
+        memory_nodes=tuple(sorted({*home.memory_node_ids(), node_id})),
+        node_memory={**home.node_memory, node_id: size},
+    )
 
 
 def nearest(facts: Facts, node_id: int, candidates: list[int]) -> int:
     """The candidate closest to `node_id` by the SLIT table (ties: the lowest id)."""
-    node = facts.node(node_id)
-    if node is None:
-        return candidates[0]
-    return min(candidates, key=lambda other: (node.distance_to(other), other))
+    return min(candidates, key=lambda other: (facts.node_distance(node_id, other), other))
 
 
 def home_distance(facts: Facts, a: NodeCores, b: NodeCores) -> int:
     """How far apart two homes are: the closest pair of their nodes."""
-    distances = []
-    for first in a.memory_node_ids():
-        node = facts.node(first)
-        for second in b.memory_node_ids():
-            distances.append(node.distance_to(second) if node else 20)
+    distances = [
+        facts.node_distance(first, second)
+        for first in a.memory_node_ids()
+        for second in b.memory_node_ids()
+    ]
     return min(distances, default=20)
 
 
@@ -164,4 +204,5 @@ def merge_homes(a: NodeCores, b: NodeCores) -> NodeCores:
         memory_nodes=tuple(sorted({*first.memory_node_ids(), *second.memory_node_ids()})),
         cpu_nodes=tuple(sorted({*first.cpu_nodes, *second.cpu_nodes})),
         node_memory={**first.node_memory, **second.node_memory},
+        overlapping_nodes=(*first.overlapping_nodes, *second.overlapping_nodes),
     )

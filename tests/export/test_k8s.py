@@ -278,7 +278,7 @@ def test_no_disruption_budget_unless_asked(profile_file):
 
 
 def test_json_is_one_list_of_the_same_objects(profile_file):
-    args = ("--profile", str(profile_file[0]), "--max-unavailable", "2")
+    args = ("--profile", str(profile_file[0]), "--replicas", "3", "--max-unavailable", "2")
     done = export(*args, "--json")
     assert done.returncode == 0, done.stderr
     listed = json.loads(done.stdout)
@@ -334,3 +334,60 @@ def test_the_pod_needs_no_kernel_cache_the_image_carries_its_kernels_built_ahead
     assert not [
         m for m in serving["volumeMounts"] if "kernels" in m["mountPath"] + m.get("subPath", "")
     ]
+
+
+# -- the pod's disk, its rollout and its budget ------------------------------------------
+
+
+def _storage(container: dict) -> int:
+    quantity = container["resources"]["requests"]["ephemeral-storage"]
+    assert container["resources"]["limits"]["ephemeral-storage"] == quantity
+    assert quantity.endswith("Mi")
+    return int(quantity[:-2]) << 20
+
+
+def test_the_model_volume_and_the_disk_request_are_sized_from_the_footprint(profile_file):
+    from omni_cpu.plan import footprint_for_model
+
+    pod = pod_of(exported("--profile", str(profile_file[0])))
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    data_limit = int(volumes["data"]["emptyDir"]["sizeLimit"][:-2]) << 20
+    footprint = footprint_for_model("0.6b")
+    download = 2 * (footprint.talker_params + footprint.code2wav_params)
+    assert download < data_limit < 3 * download
+    limits = sum(
+        int(volume["emptyDir"]["sizeLimit"][:-2]) << 20
+        for volume in volumes.values()
+        if "sizeLimit" in volume.get("emptyDir", {})
+        and volume["emptyDir"].get("medium") != "Memory"
+    )
+    assert _storage(pod["containers"][0]) == limits
+    for doc in exported("--profile", str(profile_file[0])):
+        kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
+
+
+def test_a_model_claim_keeps_the_model_off_the_disk_request(documents, profile_file):
+    claimed = pod_of(documents)
+    on_node = pod_of(exported("--profile", str(profile_file[0])))
+    assert _storage(claimed["containers"][0]) < _storage(on_node["containers"][0])
+    (data,) = [v for v in claimed["volumes"] if v["name"] == "data"]
+    assert data == {"name": "data", "persistentVolumeClaim": {"claimName": "tts-models"}}
+
+
+def test_rollouts_replace_pods_without_a_surge(documents, profile_file):
+    strategy = by_kind(documents, "Deployment")["spec"]["strategy"]
+    assert strategy == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+    default = by_kind(exported("--profile", str(profile_file[0])), "Deployment")
+    assert default["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+
+
+@pytest.mark.parametrize(("replicas", "most"), [("2", "5"), ("3", "3"), ("1", "1")])
+def test_a_budget_that_lets_a_drain_evict_every_pod_is_refused(profile_file, replicas, most):
+    args = ("--profile", str(profile_file[0]), "--replicas", replicas)
+    done = export(*args, "--max-unavailable", most)
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert f"--max-unavailable {most} with --replicas {replicas}" in line

@@ -5,11 +5,16 @@ trimmed sysfs, and sockets told apart by their sibling lists."""
 
 from __future__ import annotations
 
+from omni_cpu.hardware.facts import NVM
 from omni_cpu.hardware.probe import read_facts
 from tests.helpers.machines import (
     FakeMachine,
+    cgroup1_job,
     cgroup2_job,
+    every_node_lists_every_cpu,
     node_per_socket,
+    nvm_tiered_machine,
+    s390_lpar,
     tiered_memory_machine,
 )
 
@@ -166,3 +171,50 @@ def test_a_node_directory_the_online_mask_leaves_out_is_no_node(machine):
     facts = read_facts(machine.root)
     assert [node.id for node in facts.numa_nodes] == [0, 1]
     assert facts.numa_node_count == 2
+
+
+# -- 5. issue 48's shapes: each as hwloc's default view reads it --------------------------
+
+
+def test_nodes_whose_memory_cpuset_mems_forbids_are_not_listed(machine):
+    # CPUs of node 0 only, memory of nodes 2-3: hwloc's view holds nodes 2 and 3 alone.
+    cgroup2_job(node_per_socket(machine, sockets=4, cores=8, node_gib=8), "0-7", "2-3")
+    facts = read_facts(machine.root)
+    assert [node.id for node in facts.numa_nodes] == [2, 3]
+    assert facts.numa_node_count == 2
+    assert {cpu.node for cpu in facts.cpus} == {0}  # where the kernel puts them
+
+
+def test_cpu_only_nodes_are_not_listed_and_dax_kmem_nvm_nodes_count_as_nvm(machine):
+    facts = read_facts(nvm_tiered_machine(machine).root)
+    assert [node.id for node in facts.numa_nodes] == [5, 6, 7, 8, 9]
+    assert {node.id: node.kind for node in facts.numa_nodes if node.id in (7, 8)} == {
+        7: NVM,
+        8: NVM,
+    }
+    assert facts.numa_node_count == 5
+    assert facts.sockets == 2
+
+
+def test_firmware_whose_every_node_lists_every_cpu_is_one_node(machine):
+    # Eight nodes of slightly different sizes, each naming CPUs 0-7: hwloc keeps node 0.
+    every_node_lists_every_cpu(machine, [2.0, 1.9, 2.1, 1.8, 2.2, 1.85, 1.95, 2.05])
+    facts = read_facts(machine.root)
+    assert facts.numa_node_count == 1
+    assert [node.overlaps for node in facts.numa_nodes] == [None] + [0] * 7
+    assert any("buggy firmware" in note for note in facts.notes)
+
+
+def test_cgroup_v1_reads_cpuset_cpus_and_mems_not_their_effective_lists(machine):
+    # hwloc reads v1's cpuset.cpus / cpuset.mems (offline CPUs are dropped anyway).
+    node_per_socket(machine, sockets=2, cores=16)
+    cgroup1_job(machine, "0-31", "0-1", effective_cpus="0-15", effective_mems="0")
+    facts = read_facts(machine.root)
+    assert (facts.online_cpus, facts.sockets, facts.numa_node_count) == ("0-31", 2, 2)
+
+
+def test_s390_without_package_ids_counts_its_core_sibling_groups_as_sockets(machine):
+    facts = read_facts(s390_lpar(machine, sockets=8, cores=2).root)
+    assert facts.architecture == "s390x"
+    assert facts.sockets == 8
+    assert facts.sockets_source.startswith("package sibling lists")

@@ -170,12 +170,44 @@ def cgroup2_job(machine: FakeMachine, cpus: str | None, mems: str) -> FakeMachin
     return machine.write("/sys/fs/cgroup/job/cpuset.mems.effective", mems)
 
 
-def node_per_socket(machine: FakeMachine, sockets: int, cores: int) -> FakeMachine:
-    """`sockets` packages of `cores` cores, one 16 GiB NUMA node each, no distance table."""
+def node_per_socket(
+    machine: FakeMachine, sockets: int, cores: int, node_gib: int = 16
+) -> FakeMachine:
+    """`sockets` packages of `cores` cores, one `node_gib` GiB NUMA node each, no distances."""
     machine.cpus(online=list(range(sockets * cores)), cores_per_socket=cores)
     for node in range(sockets):
-        machine.node(node, f"{node * cores}-{node * cores + cores - 1}", memory_kib=16 * GIB_KIB)
-    return machine.meminfo(total_kib=sockets * 16 * GIB_KIB, available_kib=sockets * GIB_KIB)
+        machine.node(
+            node, f"{node * cores}-{node * cores + cores - 1}", memory_kib=node_gib * GIB_KIB
+        )
+    total_kib = sockets * node_gib * GIB_KIB
+    return machine.meminfo(total_kib=total_kib, available_kib=sockets * GIB_KIB)
+
+
+def cgroup1_job(
+    machine: FakeMachine, cpus: str, mems: str, effective_cpus: str, effective_mems: str
+) -> FakeMachine:
+    """This process in cgroup v1's cpuset /job, whose effective lists differ from its own
+    (a v1 cpuset mounted with cpuset_v2_mode, or one whose CPUs went offline and back)."""
+    machine.write("/proc/self/cgroup", "3:cpuset:/job\n")
+    base = "/sys/fs/cgroup/cpuset/job"
+    machine.write(f"{base}/cpuset.cpus", cpus).write(f"{base}/cpuset.mems", mems)
+    machine.write(f"{base}/cpuset.effective_cpus", effective_cpus)
+    return machine.write(f"{base}/cpuset.effective_mems", effective_mems)
+
+
+def dax_kmem_node(machine: FakeMachine, device: str, node: int, parent: str) -> FakeMachine:
+    """DAX device `device` onlined by the kmem driver as NUMA node `node`; `parent` is the
+    device path its sysfs link names (an NVDIMM's `.../ndbus0/region0`, hmem's `hmem.0`)."""
+    target = machine.root / f"sys/devices/{parent}/{device}"
+    machine.write(f"/sys/devices/{parent}/{device}/target_node", str(node))
+    bus = machine.root / "sys/bus/dax/devices"
+    bus.mkdir(parents=True, exist_ok=True)
+    (bus / device).symlink_to(f"../../../devices/{parent}/{device}")
+    kmem = machine.root / "sys/bus/dax/drivers/kmem"
+    kmem.mkdir(parents=True, exist_ok=True)
+    (kmem / device).symlink_to(f"../../../../devices/{parent}/{device}")
+    assert (bus / device / "target_node").is_file() and target.is_dir()
+    return machine
 
 
 def tiered_memory_machine(machine: FakeMachine) -> FakeMachine:
@@ -220,3 +252,49 @@ def tiered_memory_machine(machine: FakeMachine) -> FakeMachine:
     # The kernel's top cpuset allows every node with memory: nodes 5-9.
     cgroup2_job(machine, None, "5-9")
     return machine.meminfo(total_kib=1088 * GIB_KIB, available_kib=1000 * GIB_KIB)
+
+
+def nvm_tiered_machine(machine: FakeMachine) -> FakeMachine:
+    """The tiered machine with its NVM nodes 7 and 8 as a persistent-memory box onlines them:
+    NVDIMM regions' DAX devices given to the kmem driver, all ZONE_MOVABLE."""
+    tiered_memory_machine(machine)
+    machine.write(f"{NODE_DIR}/has_normal_memory", "5-6,9")
+    nvdimm_bus = "LNXSYSTM:00/LNXSYBUS:00/ACPI0012:00/ndbus0"
+    dax_kmem_node(machine, "dax0.0", 7, f"{nvdimm_bus}/region0/dax0.0")
+    return dax_kmem_node(machine, "dax1.0", 8, f"{nvdimm_bus}/region1/dax1.0")
+
+
+def every_node_lists_every_cpu(machine: FakeMachine, node_gib: list[float]) -> FakeMachine:
+    """Buggy firmware NUMA: 2 sockets of 4 cores, one node per entry of `node_gib`, each
+    naming every CPU; the memory is split over them (sizes differ, so none is a copy)."""
+    machine.cpus(online=list(range(8)), cores_per_socket=4)
+    for node, gib in enumerate(node_gib):
+        machine.node(node, "0-7", memory_kib=int(gib * GIB_KIB))
+    total_kib = int(sum(node_gib) * GIB_KIB)
+    return machine.meminfo(total_kib=total_kib, available_kib=total_kib - GIB_KIB)
+
+
+def s390_lpar(machine: FakeMachine, sockets: int, cores: int) -> FakeMachine:
+    """An s390 LPAR: `sockets` groups of `cores` CPUs by their core_siblings lists, two books,
+    every physical_package_id -1 (the kernel states no package id on s390)."""
+    cpus = sockets * cores
+    machine.write("/sys/devices/system/cpu/online", f"0-{cpus - 1}")
+    machine.write("/sys/devices/system/cpu/possible", f"0-{cpus - 1}")
+    per_book = cpus // 2
+    for cpu in range(cpus):
+        group, book = cpu // cores, cpu // per_book
+        base = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        machine.write(f"{base}/physical_package_id", "-1")
+        machine.write(f"{base}/core_id", str(cpu))
+        machine.write(f"{base}/thread_siblings_list", str(cpu))
+        machine.write(f"{base}/core_siblings_list", f"{group * cores}-{group * cores + cores - 1}")
+        machine.write(
+            f"{base}/book_siblings_list", f"{book * per_book}-{book * per_book + per_book - 1}"
+        )
+        machine.write(f"{base}/book_id", str(book))
+    blocks = f"vendor_id       : IBM/S390\n# processors    : {cpus}\nfeatures\t: esan3 zarch\n"
+    blocks += "".join(
+        f"processor {cpu}: version = FF,  identification = 0{cpu},  machine = 8561\n"
+        for cpu in range(cpus)
+    )
+    return machine.write("/proc/cpuinfo", blocks)

@@ -118,8 +118,8 @@ def test_each_problem_names_the_field_to_edit():
     memory = check_profile(PROFILE, small_memory, FOOTPRINT)
     # Replica 0's sizes are written in the deploy config's stages, the others' in their entry.
     assert [p.split(":")[0] for p in memory] == [
-        "stages[].kv_cache_memory_bytes",
-        "omni_cpu.replicas[1].stages[].kv_cache_memory_bytes",
+        "stages[0].kv_cache_memory_bytes",
+        "omni_cpu.replicas[1].stages[0].kv_cache_memory_bytes",
     ]
     both = f"{PROFILE.replicas[0].stage(0).cpus},{PROFILE.replicas[0].stage(1).cpus}"
     (overlap, *_) = check_profile(with_stage_cpus(PROFILE, both, stage_id=1), BIG, FOOTPRINT)

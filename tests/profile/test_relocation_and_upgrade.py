@@ -128,6 +128,22 @@ def test_diff_names_the_file_a_problem_is_in(planned_on_four, tmp_path):
         assert len(done.stderr.strip().splitlines()) == 1
 
 
+def test_a_dtype_problem_points_at_the_dtype_line_not_at_stages(planned_on_four, tmp_path):
+    # Planned bf16 on a box with avx512_bf16; validated on one with AVX2 alone.
+    no_bf16 = tmp_path / "no-bf16"
+    FakeMachine(no_bf16).cpus(online=list(range(4)), flags="fpu lm avx avx2").node(
+        0, "0-3", memory_kib=64 * GIB_KIB
+    ).meminfo(64 * GIB_KIB, 60 * GIB_KIB)
+    dtype_line = next(
+        number
+        for number, line in enumerate(planned_on_four.read_text().splitlines(), start=1)
+        if line.split("#")[0].strip() == 'dtype: "bfloat16"'
+    )
+    done = omni_cpu("validate", str(planned_on_four), "--sysroot", str(no_bf16))
+    assert done.returncode == 1
+    assert f"problem: {planned_on_four} line {dtype_line}: stages[0].dtype bfloat16" in done.stderr
+
+
 def test_a_validate_problem_names_the_file_and_the_line_of_its_field(planned_on_four, tmp_path):
     text = planned_on_four.read_text()
     over = tmp_path / "over.yaml"
@@ -139,14 +155,15 @@ def test_a_validate_problem_names_the_file_and_the_line_of_its_field(planned_on_
             count=1,
         )
     )
-    stages_line = next(
+    # The field's own line (the one edited), not the `stages:` line above it.
+    field_line = next(
         number
         for number, line in enumerate(over.read_text().splitlines(), start=1)
-        if line.startswith("stages:")
+        if "kv_cache_memory_bytes: 10" + "0" * 14 in line
     )
     done = omni_cpu("validate", str(over), "--sysroot", str(box(tmp_path / "box", 4)))
     assert done.returncode == 1
     assert (
-        f"problem: {over} line {stages_line}: stages[].kv_cache_memory_bytes: replica 0 needs"
+        f"problem: {over} line {field_line}: stages[0].kv_cache_memory_bytes: replica 0 needs"
         in done.stderr
     )
