@@ -313,7 +313,7 @@ def run_bench(
                 for concurrency in levels:
                     measure(concurrency)
             else:
-                max_streams = plan.profile.replicas[plan.replica].stage(0).max_num_seqs
+                max_streams = plan.profile.replicas[plan.replica].talker.max_num_seqs
                 search = search_capacity(
                     lambda n: measure(n).summary["safe_start_p95_s"],
                     safe_start_limit_s,

@@ -48,7 +48,7 @@ def _compute_cpus(profile: Profile) -> tuple[int, ...]:
 
 def auto_point(profile: Profile) -> GridPoint:
     """The point the planner chose."""
-    talker, code2wav = profile.stages[0], profile.stages[1]
+    talker, code2wav = profile.replicas[0].talker, profile.replicas[0].code2wav
     shared = talker.cpus == code2wav.cpus
     return GridPoint(
         SHARED if shared else len(talker.cpu_ids()),

@@ -153,7 +153,7 @@ class PipelineSession:
 
     @property
     def talker_max_model_len(self) -> int:
-        return self.plan.profile.replicas[self.plan.replica].stage(0).max_model_len
+        return self.plan.profile.replicas[self.plan.replica].talker.max_model_len
 
     def __enter__(self) -> PipelineSession:
         for key, value in DRIVER_ENV_DEFAULTS.items():

@@ -43,8 +43,8 @@ BUILT_IN = "built-in"
 
 def stage_cores(replica: Replica) -> StageCores:
     """The split a replica's CPU lists make: shared when both stages list the same CPUs."""
-    talker = replica.stage(0).cpu_ids()
-    code2wav = replica.stage(1).cpu_ids()
+    talker = replica.talker.cpu_ids()
+    code2wav = replica.code2wav.cpu_ids()
     if talker == code2wav:
         return StageCores(SHARED, len(talker))
     return StageCores(len(talker), len(talker | code2wav))
@@ -123,7 +123,7 @@ def replica_capacity(replica: Replica, schedule: Schedule, speed: SpeedInputs) -
     """The capacity of one planned replica, streaming in `schedule`'s chunks."""
     cores = stage_cores(replica)
     chunk, first_chunk = schedule.steady, schedule.first
-    max_seqs = replica.stage(0).max_num_seqs
+    max_seqs = replica.talker.max_num_seqs
     streams, why = realtime_streams(cores, chunk, speed, max_seqs)
     return ReplicaCapacity(
         source=source_of(speed),
@@ -243,11 +243,11 @@ def profile_speed_inputs(
     calibration = profile.machine.calibration
     return SpeedInputs(
         footprint=footprint,
-        talker_dtype=replica.stage(0).dtype,
-        code2wav_dtype=replica.stage(1).dtype,
-        weights=weights or replica.stage(0).choice(envs.WEIGHTS),
+        talker_dtype=replica.talker.dtype,
+        code2wav_dtype=replica.code2wav.dtype,
+        weights=weights or replica.talker.choice(envs.WEIGHTS),
         calibration=None if calibration is None else Calibration.from_dict(calibration),
-        code2wav_decode=code2wav_decode or replica.stage(1).choice(envs.CODE2WAV),
+        code2wav_decode=code2wav_decode or replica.code2wav.choice(envs.CODE2WAV),
         cpu_class=profile_class(profile),
     )
 

@@ -239,7 +239,7 @@ def _memory_problems(
     for at, replica in enumerate(profile.replicas):
         need = sum(stage.kv_cache_memory_bytes for stage in replica.stages)
         if footprint is not None:
-            need += replica_fixed_memory_bytes(footprint, replica.stage(0).dtype, weights)
+            need += replica_fixed_memory_bytes(footprint, replica.talker.dtype, weights)
         homes = sorted({node for stage in replica.stages for node in stage.memory_node_ids()})
         known = [memory.get(node) for node in homes]
         have = sum(known) if known and all(known) else None  # type: ignore[arg-type]
@@ -306,7 +306,7 @@ KERNEL_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_
 
 def kernel_notes(profile: Profile, facts: Facts) -> list[str]:
     """Why a profile's measured kernel choice may not suit this machine (not a failure)."""
-    talker = profile.replicas[0].stage(0).choices
+    talker = profile.replicas[0].talker.choices
     chosen = {
         name: talker[name]
         for name in (choices.NAME_OF[knob.name] for knob in KERNEL_CHOICES)

@@ -110,8 +110,8 @@ def profile_options(profile: Profile) -> PlanOptions:
     calibration = profile.machine.calibration
     replica = profile.replicas[0]
     return PlanOptions(
-        dtype=replica.stage(0).dtype,
-        code2wav_dtype=replica.stage(1).dtype,
-        weights=replica.stage(0).choice(envs.WEIGHTS),
+        dtype=replica.talker.dtype,
+        code2wav_dtype=replica.code2wav.dtype,
+        weights=replica.talker.choice(envs.WEIGHTS),
         calibration=None if calibration is None else Calibration.from_dict(calibration),
     )

@@ -44,7 +44,16 @@ from omni_cpu.plan.support import facts_refusal
 from omni_cpu.plan.topology import NodeCores, PhysicalCore
 from omni_cpu.profile import choices
 from omni_cpu.profile.deploy import default_stage_settings
-from omni_cpu.profile.model import DTYPES, MachineStamp, Profile, Replica, StagePlan, Streaming
+from omni_cpu.profile.model import (
+    CODE2WAV_STAGE,
+    DTYPES,
+    TALKER_STAGE,
+    MachineStamp,
+    Profile,
+    Replica,
+    StagePlan,
+    Streaming,
+)
 
 BF16_ISA = {"x86_64": ("avx512_bf16", "amx_bf16"), "aarch64": ("bf16",)}
 
@@ -279,7 +288,7 @@ def _replica(
 
     stages = (
         StagePlan(
-            stage_id=0,
+            stage_id=TALKER_STAGE,
             cpus=cpu_list(split.talker),
             numa_node=stage_node(split.talker),
             memory_nodes=memory_list,
@@ -291,7 +300,7 @@ def _replica(
             settings=talker_settings(),
         ),
         StagePlan(
-            stage_id=1,
+            stage_id=CODE2WAV_STAGE,
             cpus=cpu_list(split.code2wav),
             numa_node=stage_node(split.code2wav),
             memory_nodes=memory_list,

@@ -18,7 +18,7 @@ import dataclasses
 from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.hardware.facts import MEMORY_ONLY, NVM, Facts
 from omni_cpu.plan.speed import SpeedInputs, talker_step_ms
-from omni_cpu.profile.model import Replica, StagePlan
+from omni_cpu.profile.model import TALKER_STAGE, Replica, StagePlan
 
 LOCAL_DISTANCE = 10  # the SLIT's distance of a node to itself
 
@@ -38,7 +38,7 @@ def remote_distance(facts: Facts, stage: StagePlan) -> int | None:
 
 def remote_speed(facts: Facts, replica: Replica, speed: SpeedInputs) -> SpeedInputs:
     """The cost model's inputs for this replica: its talker's remote memory priced in."""
-    distance = remote_distance(facts, replica.stage(0))
+    distance = remote_distance(facts, replica.talker)
     if distance is None or distance <= LOCAL_DISTANCE:
         return speed
     return dataclasses.replace(speed, memory_bandwidth_share=LOCAL_DISTANCE / distance)
@@ -56,7 +56,7 @@ def remote_notes(facts: Facts, replica: Replica, speed: SpeedInputs) -> list[str
             f"{stage.numa_node}) has no local memory: its memory is remote on node(s) "
             f"{stage.memory_nodes or stage.numa_node}, SLIT distance {distance}"
         )
-        if stage.stage_id == 0 and distance > LOCAL_DISTANCE:
+        if stage.stage_id == TALKER_STAGE and distance > LOCAL_DISTANCE:
             cores = len(stage.cpu_ids())
             remote = remote_speed(facts, replica, speed)
             local_ms, remote_ms = talker_step_ms(cores, speed), talker_step_ms(cores, remote)

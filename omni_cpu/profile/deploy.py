@@ -13,7 +13,7 @@ from typing import Any
 from omni_cpu import envs
 from omni_cpu.cpulist import parse_cpu_list
 from omni_cpu.profile import choices
-from omni_cpu.profile.model import Profile
+from omni_cpu.profile.model import TALKER_STAGE, Profile
 
 CONNECTOR = "connector_of_shared_memory"
 
@@ -133,7 +133,7 @@ def stage_env(profile: Profile, replica: int, stage_id: int) -> dict[str, str]:
         **({"LD_PRELOAD": preload} if preload else {}),
         **profile.env,
     }
-    if profile.replicas[replica].spanning and stage_id == 0:
+    if profile.replicas[replica].spanning and stage_id == TALKER_STAGE:
         # No one node holds this talker: its memory interleaves over all its nodes.
         env[envs.INTERLEAVE_MEMORY.name] = "1"
     return env

@@ -24,7 +24,11 @@ from omni_cpu.profile import choices
 # shape that start binds onto the CPUs this process may use (omni_cpu.plan.bind).
 PROFILE_SCHEMA_VERSION = 4
 READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
-STAGE_NAMES = {0: "talker", 1: "code2wav"}
+# The pipeline's two stages, by the ids vLLM-Omni's Qwen3-TTS deploy config gives them: the
+# one home of each id (every other room names a stage by these, or by Replica.talker).
+TALKER_STAGE = 0
+CODE2WAV_STAGE = 1
+STAGE_NAMES = {TALKER_STAGE: "talker", CODE2WAV_STAGE: "code2wav"}
 
 
 def stage_name(stage_id: int) -> str:
@@ -149,6 +153,14 @@ class Replica:
             if stage.stage_id == stage_id:
                 return stage
         raise KeyError(stage_id)
+
+    @property
+    def talker(self) -> StagePlan:
+        return self.stage(TALKER_STAGE)
+
+    @property
+    def code2wav(self) -> StagePlan:
+        return self.stage(CODE2WAV_STAGE)
 
 
 @dataclass(frozen=True)

@@ -189,7 +189,7 @@ def _profile(data: Any) -> Profile:
         machine=read_machine(omni.child("machine")),
         model=omni.get("model", str),
         model_kind=omni.get("model_kind", str, optional=True) or "",
-        dtype=replicas[0].stages[0].dtype,
+        dtype=replicas[0].talker.dtype,
         streaming=read_streaming(root),
         replicas=tuple(replicas),
         env=dict(env),

@@ -21,9 +21,8 @@ from typing import Any
 
 from omni_cpu.errors import InputError
 from omni_cpu.profile.deploy import default_stage_settings
-from omni_cpu.profile.model import Profile
+from omni_cpu.profile.model import TALKER_STAGE, Profile
 
-TALKER_STAGE = 0
 TALKER_KEY = "default_sampling_params"
 PREDICTOR_KEY = "subtalker_sampling_params"
 SEED_EXTRA_ARG = "tts_local_seed"  # vllm_omni/worker/gpu_model_runner.py (0.30.0)

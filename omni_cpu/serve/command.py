@@ -23,10 +23,9 @@ from omni_cpu.launch import logs, startup
 from omni_cpu.platform import DRIVER_ENV
 from omni_cpu.process.watch import stall_seconds
 from omni_cpu.profile import Profile, deploy_config_dict
-from omni_cpu.profile.model import Replica
+from omni_cpu.profile.model import TALKER_STAGE, Replica
 from omni_cpu.serve.knobs import MIDDLEWARE_PATH, AdmissionLimits
 
-TALKER_STAGE = 0
 # vLLM-Omni's own CLI (the `vllm-omni` console script) behind a wrapper that skips the
 # interpreter teardown (omni_cpu.serve.server): `serve MODEL --omni` starts its
 # OpenAI-compatible server; run as a module so it is the venv's, whatever PATH says.
