@@ -275,6 +275,8 @@ def _body(
         sock.settimeout(deadline.left())
         chunk = reply.read1(1 << 16)
         if not chunk:
+            if deadline.passed:  # the deadline's timer cut the body short: not the end
+                raise TimeoutError
             break
         size += len(chunk)
         if policy.max_bytes and size > policy.max_bytes:
