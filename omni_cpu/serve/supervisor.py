@@ -171,6 +171,22 @@ def prepare_workdir(plan: ServePlan) -> None:
         Path(plan.limits.down_file).unlink(missing_ok=True)
 
 
+def server_exit_error(code: int, pid: int, oom_note: str) -> StageError:
+    """The one line for an API server that exited by itself: killed by the kernel's OOM
+    killer (a SIGKILL while it ran: `oom_note` says so) is said as such, not as a stage."""
+    if code == -signal.SIGKILL and oom_note:
+        return StageError(
+            f"the kernel's OOM killer killed the vLLM-Omni API server (pid {pid})"
+            + oom_note.removeprefix("; the kernel's OOM killer ran"),
+            "give the server more memory (the pod's limit, the cgroup's memory.max) or plan "
+            "a lighter format (`--weights int4`); `omni-cpu probe` says what fits",
+        )
+    return StageError(
+        f"the vLLM-Omni API server exited with code {code}",
+        "see its log above; `omni-cpu doctor` checks the runtime",
+    )
+
+
 def _child_setup(replica_cpus: tuple[int, ...]) -> Callable[[], None]:
     def setup() -> None:
         proctree.die_with_parent(signal.SIGTERM)
@@ -274,10 +290,7 @@ class Supervisor:
         while self.stop_requests == 0:
             code = self.child.poll()
             if code is not None:
-                raise StageError(
-                    f"the vLLM-Omni API server exited with code {code}",
-                    "see its log above; `omni-cpu doctor` checks the runtime",
-                )
+                raise server_exit_error(code, self.child.pid, watch.oom_note())
             now = time.monotonic()
             if now - last_census >= 1.0:  # stage processes appear while the server starts
                 last_census = now

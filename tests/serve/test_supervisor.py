@@ -96,3 +96,20 @@ def test_drain_survives_its_folder_being_removed(tmp_path: Path):
         finally:
             child.kill()
     assert "stopping the server" in log.getvalue()
+
+
+def test_an_api_server_the_oom_killer_took_is_named_not_a_stage():
+    from omni_cpu.serve.supervisor import server_exit_error
+
+    oom = "; the kernel's OOM killer ran (memory limit 3 GiB)"
+    line = server_exit_error(-9, 4242, oom).one_line()
+    assert line.startswith("the kernel's OOM killer killed the vLLM-Omni API server (pid 4242)")
+    assert "(memory limit 3 GiB)" in line and "stage" not in line.split("(")[0]
+    assert "--weights int4" in line
+
+
+def test_an_api_server_that_exited_without_the_oom_killer_says_its_code():
+    from omni_cpu.serve.supervisor import server_exit_error
+
+    assert "exited with code -9" in server_exit_error(-9, 1, "").one_line()
+    assert "exited with code 1" in server_exit_error(1, 1, "; the kernel's OOM ...").one_line()
