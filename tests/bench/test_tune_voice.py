@@ -9,6 +9,8 @@ checkpoints of each kind; the mistakes are one line and exit 2 before planning.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,13 +26,25 @@ OMNI_CPU = str(Path(sys.executable).with_name("omni-cpu"))
 HUB_ID = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 
 
-def _omni_cpu(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([OMNI_CPU, *args], capture_output=True, text=True, timeout=600)
+def _omni_cpu(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([OMNI_CPU, *args], capture_output=True, text=True, timeout=600, env=env)
 
 
 @pytest.fixture(scope="module")
 def kinds(tiny_kinds: dict[str, Path]) -> dict[str, Path]:
     return tiny_kinds
+
+
+@pytest.fixture(scope="module")
+def offline_with_hub_id(kinds, tmp_path_factory) -> dict[str, str]:
+    """An environment whose hub cache holds HUB_ID (a tiny CustomVoice), the hub kept out:
+    the model check passes as it does for a downloaded model, and nothing is fetched."""
+    cache = tmp_path_factory.mktemp("hub-cache")
+    repo = cache / ("models--" + HUB_ID.replace("/", "--"))
+    shutil.copytree(kinds["custom-voice"], repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    return {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
 
 
 def _wav(path: Path, seconds: float, amplitude: float, rate: int = 16000) -> Path:
@@ -47,9 +61,11 @@ def voice_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _wav(tmp_path_factory.mktemp("ref") / "voice.wav", 2.0, 0.3)
 
 
-def _tune_dry_run(model: Path | str, *extra: str) -> subprocess.CompletedProcess[str]:
+def _tune_dry_run(
+    model: Path | str, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return _omni_cpu(
-        "tune", "--model", str(model), "--dry-run", "--max-points", "2", "--json", *extra
+        "tune", "--model", str(model), "--dry-run", "--max-points", "2", "--json", *extra, env=env
     )
 
 
@@ -86,12 +102,13 @@ def test_tune_plans_a_voice_design_model_with_an_instruction(kinds):
     ],
 )
 def test_tune_voice_mistakes_are_one_line_and_exit_2(
-    kinds, voice_wav, tmp_path, kind, extra, words
+    kinds, voice_wav, tmp_path, kind, extra, words, offline_with_hub_id
 ):
     silent = _wav(tmp_path / "silent.wav", 2.0, 0.0)
     paths = {"VOICE": str(voice_wav), "SILENT": str(silent)}
     model = kinds.get(kind, kind)
-    done = _tune_dry_run(model, *(paths.get(arg, arg) for arg in extra))
+    env = offline_with_hub_id if kind == HUB_ID else None
+    done = _tune_dry_run(model, *(paths.get(arg, arg) for arg in extra), env=env)
     assert done.returncode == 2, done.stdout
     assert done.stderr.strip().count("\n") == 0, done.stderr
     assert words in done.stderr
