@@ -148,18 +148,23 @@ def check_model(spec: str, *, timeout_s: float = HUB_LOOKUP_TIMEOUT_S) -> ModelS
                 )
         return ModelSource(spec, folder, hub_id)
     assert hub_id is not None  # checkpoint_folder refused every other spec
-    missing = f"no folder {spec} and no hub model {spec} in the cache {hub_cache()}"
+    # `checkpoints/tyni` beside a checkpoints/ folder is a mistyped path before a hub id.
+    owner_is_here = Path(spec.split("/")[0]).expanduser().is_dir()
+    missing = (f"no folder {spec} and " if owner_is_here else "") + (
+        f"no hub model {spec} in the cache {hub_cache()}"
+    )
     if hub_offline():
         raise ModelError(
             f"{missing}, and HF_HUB_OFFLINE keeps the hub out",
-            f"pass a checkpoint folder, or unset HF_HUB_OFFLINE to download a hub id like "
-            f"{EXAMPLE_HUB_ID}; {MAKE_ONE}",
+            "pass a checkpoint folder (mounted, in a container), or unset HF_HUB_OFFLINE to "
+            f"download the hub model; {MAKE_ONE}",
         )
     problem = _hub_lookup(spec, timeout_s)
     if problem is not None:
         raise ModelError(
             f"{missing}, and {problem}",
-            f"pass a checkpoint folder or a hub id like {EXAMPLE_HUB_ID}; {MAKE_ONE}",
+            "pass a checkpoint folder (mounted, in a container) or a hub id like "
+            f"{EXAMPLE_HUB_ID} with the hub in reach; {MAKE_ONE}",
         )
     return ModelSource(spec, None, hub_id)
 

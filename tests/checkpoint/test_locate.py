@@ -88,6 +88,7 @@ def test_a_missing_relative_path_that_reads_as_a_hub_id_is_refused_offline(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoints" / "tiny").mkdir(parents=True)  # what make demo leaves
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(locate, "_ask_hub", lambda *_: pytest.fail("offline: no look-up"))
     with pytest.raises(ModelError) as refused:
@@ -95,6 +96,19 @@ def test_a_missing_relative_path_that_reads_as_a_hub_id_is_refused_offline(
     line = refused.value.one_line()
     assert line.startswith("no folder checkpoints/tyni and no hub model checkpoints/tyni")
     assert "HF_HUB_OFFLINE" in line and "\n" not in line
+
+
+def test_a_hub_id_offline_and_not_cached_names_the_cache_and_the_fix(
+    monkeypatch: pytest.MonkeyPatch, empty_hub_cache: Path
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelError) as refused:
+        check_model(HUB_ID)
+    assert str(refused.value) == (
+        f"no hub model {HUB_ID} in the cache {empty_hub_cache}, and HF_HUB_OFFLINE keeps the "
+        "hub out"
+    )
+    assert "pass a checkpoint folder (mounted, in a container)" in refused.value.one_line()
 
 
 def test_a_hub_id_in_the_cache_is_read_from_it_offline(
