@@ -30,7 +30,7 @@ test-platform:
 
 # The pure floors' tests (hardware facts, plan, profile, the import rules): no engine
 # starts. About 80 s (1,205 tests) on a busy 2-core Xeon guest; every test
-# without an engine ("not e2e and not cpu", ~2,000) took minutes there.
+# without an engine ("not e2e and not cpu", ~2,000) took minutes (issue 47).
 FAST_TESTS := tests/hardware tests/plan tests/profile tests/test_cpulist.py \
 	tests/test_architecture.py tests/test_errors.py
 test-fast:
