@@ -130,6 +130,17 @@ def tune_command(
     _print_runs(result)
 
 
+# Plain words: what each figure is for a listener, with its unit.
+RUN_COLUMNS = (
+    "",
+    "point",
+    "RTF, 1 stream (median; below 1 keeps up)",
+    "first audio, 1 stream (median, s)",
+    "audio s per wall s, 4 streams",
+    "error",
+)
+
+
 def _print_runs(result: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -140,7 +151,7 @@ def _print_runs(result: dict[str, Any]) -> None:
         title=f"omni-cpu tune · {result['model']} · {result['query_type']} · "
         f"{result['frames']} frames"
     )
-    for column in ("", "point", "RTF 1 stream", "TTFA 1 s", "audio-s/wall-s 4 streams", "error"):
+    for column in RUN_COLUMNS:
         out.add_column(column)
     for row in result["runs"]:
         out.add_row(

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from omni_cpu.cli.tune_cmd import RUN_COLUMNS
 from omni_cpu.cli.voice import BENCH_VOICE, Voice, bench_request
 from omni_cpu.errors import InputError
 from omni_cpu.speech.request import read_model_info
@@ -153,3 +154,18 @@ def test_run_bench_and_tune_offer_the_same_voice_options():
         options = {opt: param for param in command.params for opt in param.opts}
         offered[name] = {opt: (options[opt].help, options[opt].default) for opt in VOICE_OPTIONS}
     assert offered["run"] == offered["bench"] == offered["tune"]
+
+
+def test_tune_heads_its_table_in_plain_words(kinds):
+    done = subprocess.run(
+        [OMNI_CPU, "tune", "--model", str(kinds["custom-voice"]), "--dry-run", "--max-points", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, done.stderr
+    header = next(line for line in done.stdout.splitlines() if "point" in line)
+    for column in RUN_COLUMNS[1:]:
+        assert column in header, header
+    assert "TTFA" not in done.stdout and "audio-s/wall-s" not in done.stdout
