@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from omni_cpu.cli.tune_cmd import RUN_COLUMNS
 from omni_cpu.cli.voice import BENCH_VOICE, Voice, bench_request
 from omni_cpu.errors import InputError
 from omni_cpu.speech.request import read_model_info
+from tests.helpers.hub import cache_model, offline_env
 
 OMNI_CPU = str(Path(sys.executable).with_name("omni-cpu"))
 HUB_ID = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
@@ -41,11 +41,8 @@ def offline_with_hub_id(kinds, tmp_path_factory) -> dict[str, str]:
     """An environment whose hub cache holds HUB_ID (a tiny CustomVoice), the hub kept out:
     the model check passes as it does for a downloaded model, and nothing is fetched."""
     cache = tmp_path_factory.mktemp("hub-cache")
-    repo = cache / ("models--" + HUB_ID.replace("/", "--"))
-    shutil.copytree(kinds["custom-voice"], repo / "snapshots" / "0123abcd")
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text("0123abcd")
-    return {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    cache_model(cache, HUB_ID, kinds["custom-voice"])
+    return offline_env(cache)
 
 
 def _wav(path: Path, seconds: float, amplitude: float, rate: int = 16000) -> Path:

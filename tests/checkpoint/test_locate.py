@@ -14,6 +14,7 @@ from omni_cpu.checkpoint.locate import check_model, checkpoint_folder, looks_lik
 from omni_cpu.errors import ModelError
 from omni_cpu.plan.footprint import footprint_for_model
 from omni_cpu.plan.resolve import model_footprint
+from tests.helpers.hub import cache_model
 
 HUB_ID = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 
@@ -26,16 +27,6 @@ def empty_hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     return cache
-
-
-def cache_snapshot(cache: Path, hub_id: str, checkpoint: Path) -> Path:
-    """Lay `checkpoint` out as huggingface_hub's cache holds a download of `hub_id`."""
-    repo = cache / ("models--" + hub_id.replace("/", "--"))
-    snapshot = repo / "snapshots" / "0123abcd"
-    shutil.copytree(checkpoint, snapshot)
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text("0123abcd")
-    return snapshot
 
 
 def test_owner_slash_name_reads_as_a_hub_id_and_paths_do_not() -> None:
@@ -114,7 +105,7 @@ def test_a_hub_id_offline_and_not_cached_names_the_cache_and_the_fix(
 def test_a_hub_id_in_the_cache_is_read_from_it_offline(
     monkeypatch: pytest.MonkeyPatch, empty_hub_cache: Path, tiny_checkpoint: Path
 ) -> None:
-    snapshot = cache_snapshot(empty_hub_cache, "me/tiny-tts", tiny_checkpoint)
+    snapshot = cache_model(empty_hub_cache, "me/tiny-tts", tiny_checkpoint)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     source = check_model("me/tiny-tts")
     assert source.folder == snapshot and source.hub_id == "me/tiny-tts"
