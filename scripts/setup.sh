@@ -11,7 +11,7 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   exit 2
 fi
 # A .venv set up from these very files is current: re-runs (make demo, make test) skip the
-# install, so they work offline. The stamp is the files' hash and the probe-only choice;
+# install, so they work offline. The stamp is a hash of those files and the probe-only choice;
 # a change to any of them installs again (or remove the stamp to force it).
 inputs=(pyproject.toml requirements/*.txt scripts/setup.sh scripts/install-runtime.sh)
 stamp=.venv/.omni-cpu-setup-stamp

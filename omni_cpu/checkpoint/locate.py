@@ -16,15 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omni_cpu.checkpoint.layout import MODEL_FILE, SPEECH_TOKENIZER_FILE
 from omni_cpu.errors import ModelError
 
 CONFIG_FILE = "config.json"
 SPEECH_TOKENIZER_CONFIG = "speech_tokenizer/config.json"
 # A weights file or a sharded checkpoint's index: one of each must be there to load.
-WEIGHT_FILES = (
-    ("model.safetensors", "model.safetensors.index.json"),
-    ("speech_tokenizer/model.safetensors", "speech_tokenizer/model.safetensors.index.json"),
-)
+WEIGHT_FILES = tuple((name, f"{name}.index.json") for name in (MODEL_FILE, SPEECH_TOKENIZER_FILE))
 MODEL_TYPE = "qwen3_tts"
 HUB_LOOKUP_TIMEOUT_S = 10.0  # the whole look-up, DNS included: well inside 15 s
 EXAMPLE_HUB_ID = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
