@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make .venv at the repo root with omni-cpu (editable, with dev tools) and its pinned
 # CPU inference runtime (scripts/install-runtime.sh). Safe to run again: it only adds
-# what is missing. OMNI_CPU_PROBE_ONLY=1 skips the runtime (probe/plan/validate only).
+# what is missing, and nothing at all when .venv is current (below). OMNI_CPU_PROBE_ONLY=1 skips the runtime (probe/plan/validate only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,9 +10,21 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "error: omni-cpu needs Python >= 3.11 ($python is $("$python" -V 2>&1)); set PYTHON=python3.11" >&2
   exit 2
 fi
+# A .venv set up from these very files is current: re-runs (make demo, make test) skip the
+# install, so they work offline. The stamp is a hash of those files and the probe-only choice;
+# a change to any of them installs again (or remove the stamp to force it).
+inputs=(pyproject.toml requirements/*.txt scripts/setup.sh scripts/install-runtime.sh)
+stamp=.venv/.omni-cpu-setup-stamp
+want="$(cat "${inputs[@]}" | "$python" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())') probe-only=${OMNI_CPU_PROBE_ONLY:-0}"
+if [ -x .venv/bin/omni-cpu ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  echo "ready: .venv/bin/omni-cpu (current with pyproject.toml and requirements/: install skipped; rm $stamp to force it)"
+  exit 0
+fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
+rm -f "$stamp"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 if [ "${OMNI_CPU_PROBE_ONLY:-0}" != 1 ]; then
   bash scripts/install-runtime.sh .venv
 fi
+echo "$want" >"$stamp"
 echo "ready: .venv/bin/omni-cpu"

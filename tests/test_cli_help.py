@@ -99,3 +99,13 @@ def test_every_command_teaches_with_examples_that_parse(command: list[str]) -> N
     for args in shown:
         assert args[: len(command)] == command, args
         parse(args)  # the CLI's own parser takes it: the options exist, the values fit
+
+
+@pytest.mark.parametrize("command", [*COMMANDS[1:], ["profile", "upgrade"]], ids=" ".join)
+def test_a_flag_shows_no_type_as_if_it_took_a_value(command: list[str]) -> None:
+    lines = rendered_help(*command)
+    help_line = next(line for line in lines if "--help" in line)
+    assert "<bool>" not in "\n".join(lines)
+    assert help_line.split("--help", 1)[1].split()[0] == "Show"  # nothing between
+    typed = [line for line in lines if re.search(r" <[a-z]+> ", line)]
+    assert typed or command == ["doctor"], "what takes a value still shows its type"

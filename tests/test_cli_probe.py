@@ -159,6 +159,22 @@ def test_probe_shows_what_each_weight_format_gives_and_which_plays(unpacked_dump
     assert int4["formats_hint"] is None
 
 
+def test_probe_says_first_after_the_plan_that_another_format_keeps_up(unpacked_dumps):
+    dump = next(d for d in sysroots.load_dumps() if d.id == "ul-x86_64-epyc_7451")
+    args = ("probe", "--sysroot", str(unpacked_dumps.root(dump)), "--model", "0.6b")
+    data = json.loads(omni_cpu(*args, "--json").stdout)
+    headline = data["formats_headline"]
+    assert headline is not None and " cannot keep up here (RTF " in headline
+    assert "; --weights int4 plays from " in headline
+    lines = omni_cpu(*args, env_columns=200).stdout.splitlines()
+    at = lines.index(headline)
+    assert lines[at - 1].startswith("└")  # the plan's table ends just above it
+    assert lines[at + 1].startswith("Predicted capacity")
+    assumes = [index for index, line in enumerate(lines) if line.startswith("assumes:")]
+    hint = next(index for index, line in enumerate(lines) if line.startswith("hint:"))
+    assert assumes and min(assumes) > hint > at  # the assumptions come last, for who reads on
+
+
 def test_help_teaches_with_examples():
     for command in ("probe", "validate", "diff", "doctor"):
         done = omni_cpu(command, "--help")

@@ -209,28 +209,29 @@ def test_a_value_is_written_back_as_the_text_that_reads_as_it() -> None:
 
 
 def test_a_launch_refuses_a_bad_value_its_stages_would_get(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"))
     bad = dataclasses.replace(profile, env={envs.STAGE_START.name: "fastest"})
     save_profile(bad, tmp_path / "p.yaml")
     # Refused as the file loads (so `validate` finds it too), naming the field.
     with pytest.raises(ProfileError, match=r"omni_cpu\.env\.OMNI_CPU_STAGE_START 'fastest'"):
-        make_launch_plan("ckpt", str(tmp_path / "p.yaml"))
+        make_launch_plan(str(tiny_checkpoint), str(tmp_path / "p.yaml"))
     # A stage's choice lives in its entry now: the profile itself is refused, naming it.
     save_profile(profile.with_choice(envs.CODE2WAV, "fast"), tmp_path / "p.yaml")
     with pytest.raises(ProfileError, match=r"omni_cpu.code2wav 'fast' is not allowed"):
-        make_launch_plan("ckpt", str(tmp_path / "p.yaml"))
+        make_launch_plan(str(tiny_checkpoint), str(tmp_path / "p.yaml"))
     save_profile(profile, tmp_path / "p.yaml")
     monkeypatch.setenv(envs.GEMV.name, "fastest")  # from the shell that starts it, likewise
     with pytest.raises(SettingError, match="OMNI_CPU_GEMV='fastest'"):
-        make_launch_plan("ckpt", str(tmp_path / "p.yaml"))
+        make_launch_plan(str(tiny_checkpoint), str(tmp_path / "p.yaml"))
 
 
-def test_serve_refuses_a_bad_value_in_one_line_before_anything_starts() -> None:
+def test_serve_refuses_a_bad_value_in_one_line_before_anything_starts(tiny_checkpoint) -> None:
     env = {**os.environ, envs.WEIGHTS.name: "int9"}
     done = subprocess.run(
-        [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", "ckpt", "--dry-run"],
+        [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(tiny_checkpoint),
+         "--dry-run"],
         capture_output=True, text=True, cwd=REPO, env=env, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr

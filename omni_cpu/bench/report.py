@@ -61,12 +61,8 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
         )
     prediction = data.get("prediction") or {}
     if prediction:
-        console.print(
-            f"[dim]model: {prediction['source']} constants, {prediction['weights']} weights; "
-            + "; ".join(prediction["assumptions"])
-            + "[/]",
-            highlight=False,
-        )
+        style = "dim" if prediction.get("measured_size", True) else "yellow"
+        console.print(f"[{style}]{prediction_line(prediction)}[/]", highlight=False)
     stages = list(levels[0]["busy_fraction"]) if levels else []
     memory = list(levels[0]["peak_rss_bytes"]) if levels else []
     resources = Table(title="per stage")
@@ -120,6 +116,22 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
     )
     for key, text in data["derivations"].items():
         console.print(f"[dim]{key}: {text}[/]", highlight=False)
+
+
+def prediction_line(prediction: dict[str, Any]) -> str:
+    """The model the predictions (the `/ model` columns) are for, and what they assume."""
+    constants = f"{prediction['source']} constants, {prediction['weights']} weights"
+    model = prediction.get("for_model")
+    if model is None:  # a report written before predictions named their model
+        head = f"model: {constants}"
+    elif prediction.get("measured_size", True):
+        head = f"predicted for the {model}: {constants}"
+    else:
+        head = (
+            f"predicted for {model} at the pace of the published sizes (their step overhead "
+            f"and code2wav cost, not {model}'s): a 0.6B-paced estimate; {constants}"
+        )
+    return "; ".join([head, *prediction["assumptions"]])
 
 
 def listener_table(data: dict[str, Any]) -> Table:

@@ -24,6 +24,7 @@ from omni_cpu.errors import InputError
 from omni_cpu.launch.plan import LaunchPlan
 from omni_cpu.launch.results import startup_dict
 from omni_cpu.plan import capacity
+from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.speed import SpeedInputs
 from omni_cpu.platform import steplog
 from omni_cpu.process import procfs
@@ -355,8 +356,21 @@ def _measure_memory(
         weight_bytes,
         speed.weights,
         stage_read=talker_read,
-        prediction=capacity.prediction_dict(plan.profile, plan.replica, speed),
+        prediction={
+            **capacity.prediction_dict(plan.profile, plan.replica, speed),
+            **predicted_for(speed.footprint),
+        },
     )
+
+
+def predicted_for(footprint: ModelFootprint) -> dict[str, Any]:
+    """Which model the predictions are for: a published size, whose step overhead and
+    code2wav cost the cost model's constants were measured on, or another (a tiny test
+    checkpoint) that they only pace as a published size would run."""
+    from omni_cpu.export.served_model import published_size
+
+    size = published_size(footprint)
+    return {"for_model": size.upper() if size else footprint.name, "measured_size": bool(size)}
 
 
 @contextlib.contextmanager

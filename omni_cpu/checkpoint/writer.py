@@ -86,6 +86,23 @@ def _check_out_dir(out_dir: Path, force: bool) -> None:
         )
 
 
+def holds_checkpoint(out_dir: Path, plan: CheckpointPlan) -> bool:
+    """Whether `out_dir` already holds every file of `plan`'s checkpoint: the same JSON
+    files, weights files of the planned sizes (their values, the seed's, are not read)."""
+    if not all((out_dir / name).is_file() for name in CHECKPOINT_FILES):
+        return False
+    try:
+        same_json = all(
+            json.loads((out_dir / name).read_text(encoding="utf-8")) == content
+            for name, content in plan.json_files.items()
+        )
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return same_json and all(
+        (out_dir / name).stat().st_size == size for name, size in plan.file_bytes.items()
+    )
+
+
 def _replace_when_done(path: Path) -> tuple[Path, Callable[[], None]]:
     partial = path.with_name(path.name + ".partial")
     return partial, lambda: os.replace(partial, path)

@@ -25,7 +25,7 @@ from omni_cpu.cli import (
     tune_cmd,
 )
 from omni_cpu.cli.common import err_console, state, stdout_closed
-from omni_cpu.cli.helptext import reflow_app
+from omni_cpu.cli.helptext import plain_flags, reflow_app
 from omni_cpu.errors import OmniCpuError
 
 app = typer.Typer(
@@ -75,6 +75,7 @@ for _module in (
 ):
     _module.register(app)
 reflow_app(app)  # every command's help: paragraphs rich wraps once, examples kept
+plain_flags()  # --json, --force, --help: no `<bool>` as if they took a value
 
 
 def _exit(code: int) -> None:

@@ -9,6 +9,7 @@ import typer
 from omni_cpu.cli.common import (
     VERBOSE_HELP,
     WEIGHTS_HELP,
+    check_model,
     console,
     err_console,
     print_json,
@@ -107,6 +108,7 @@ def bench_command(
     from omni_cpu.launch.plan import make_launch_plan
     from omni_cpu.speech.request import read_model_info
 
+    check_model(model)
     levels = parse_concurrency(concurrency)
     if plot is not None:
         from omni_cpu.output import check_output_path

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from omni_cpu import envs
-from omni_cpu.cli.common import VERBOSE_HELP, console, err_console, print_json
+from omni_cpu.cli.common import VERBOSE_HELP, check_model, console, err_console, print_json
 from omni_cpu.cli.voice import BENCH_TEXT, BENCH_VOICE, Voice, voice_options
 from omni_cpu.errors import InputError, RuntimeMissingError
 
@@ -122,6 +122,7 @@ def check_weights_command(
     from omni_cpu.output import check_output_path
     from omni_cpu.speech.request import read_model_info, read_texts
 
+    check_model(str(model))
     formats = parse_formats(weights)
     dtype = _talker_dtype(dtype)
     info = read_model_info(str(model))

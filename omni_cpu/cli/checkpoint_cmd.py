@@ -45,7 +45,12 @@ def make_checkpoint_command(
         help="Model kind: custom-voice, voice-design or base.",
         case_sensitive=False,
     ),
-    out: Path = typer.Option(..., "--out", help="Directory to write (must be empty or new)."),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="Directory to write: empty or new, or already holding this size and kind "
+        "(kept as it is).",
+    ),
     seed: int = typer.Option(0, "--seed", help="Random seed; the same seed writes the same bytes."),
     force: bool = typer.Option(
         False, "--force", help="Write into a non-empty directory, overwriting checkpoint files."
@@ -54,7 +59,12 @@ def make_checkpoint_command(
 ) -> None:
     # Imported here: numpy and tokenizers are not needed by the other commands.
     from omni_cpu.checkpoint import configs
-    from omni_cpu.checkpoint.writer import make_checkpoint, plan_checkpoint, summarize
+    from omni_cpu.checkpoint.writer import (
+        holds_checkpoint,
+        make_checkpoint,
+        plan_checkpoint,
+        summarize,
+    )
     from omni_cpu.errors import ModelError, OutputError
     from omni_cpu.output import check_output_folder, why, write_fix
 
@@ -73,6 +83,18 @@ def make_checkpoint_command(
         raise ModelError(str(error), fix="pick a size Qwen publishes for it, or tiny") from None
     plan = plan_checkpoint(size, kind)
     check_output_folder(out)
+    if not force and holds_checkpoint(out, plan):
+        # Asked for what is already there (make demo wrote it): keep it, say so, exit 0.
+        summary = {**summarize(plan, out), "kept": True}
+        if as_json:
+            print_json(summary)
+        else:
+            err_console.print(
+                f"{out} already holds a {size} {kind} checkpoint: kept it as it is "
+                "(--force writes it again)",
+                highlight=False,
+            )
+        return
     try:
         if as_json or size == "tiny":
             directory = make_checkpoint(size, out, seed, force=force, kind=kind)
@@ -80,7 +102,7 @@ def make_checkpoint_command(
             directory = _with_progress(plan.tensor_bytes, size, kind, out, seed, force)
     except OSError as error:  # a full disk part-way: each file is replaced only when whole
         raise OutputError(f"cannot write --out {out}: {why(error)}", write_fix(error)) from None
-    summary = summarize(plan, directory)
+    summary = {**summarize(plan, directory), "kept": False}
     if as_json:
         print_json(summary)
         return

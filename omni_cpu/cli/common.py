@@ -86,3 +86,11 @@ def print_json(data: Any) -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         stdout_closed()
+
+
+def check_model(model: str) -> None:
+    """`--model` checked before anything is planned or started: one line where it is not
+    there (omni_cpu.checkpoint.locate; a hub id is looked up once, within seconds)."""
+    from omni_cpu.checkpoint.locate import check_model as locate
+
+    locate(model)

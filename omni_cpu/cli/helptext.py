@@ -42,3 +42,19 @@ def reflow_app(app: typer.Typer) -> None:
             group.help = reflow(group.help)
         if group.typer_instance is not None:
             reflow_app(group.typer_instance)
+
+
+def plain_flags() -> None:
+    """An on/off flag's help without a type, where typer (0.29) shows `<bool>` beside it as
+    if it took a value; a typer without the hook is left as it is."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "plain_flags", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich.plain_flags = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]

@@ -14,8 +14,10 @@ PROBE_HELP = """Read this machine (or a sysfs/procfs dump of one) and plan a dep
 The profile gives each pipeline stage its cores (VLLM_CPU_OMP_THREADS_BIND), KV cache
 bytes, batch limits, dtype and streaming chunk sizes: one pipeline replica per NUMA node.
 It ends with the plan's predicted capacity: streams in real time, one stream's RTF and
-first audio, what stops more streams, and what the prediction assumes; then what each
-weight format this CPU runs would give, and a hint where another plays better.
+first audio and what stops more streams; then what each weight format this CPU runs
+would give, and a hint where another plays better; then what the prediction assumes.
+Where the chosen format cannot keep real time here and another can, the first line
+after the plan says so, with both figures and the --weights to pass.
 
 Examples:
 
@@ -99,7 +101,7 @@ def probe(
     from omni_cpu.hardware.probe import read_facts
     from omni_cpu.output import check_output_path, write_text_output
     from omni_cpu.plan import PlanError
-    from omni_cpu.plan.formats import format_hint
+    from omni_cpu.plan.formats import format_headline, format_hint
     from omni_cpu.plan.machine import compare_formats_for_facts, plan_for_facts
     from omni_cpu.plan.support import unsupported_machine
     from omni_cpu.profile import dump_profile
@@ -156,13 +158,18 @@ def probe(
                 "profile": profile.to_dict(),
                 "formats": [row.to_dict() for row in formats],
                 "formats_hint": format_hint(formats),
+                "formats_headline": format_headline(formats),
             }
         )
         return
     console.print(facts_table(facts))
     console.print(profile_table(profile))
+    if (headline := format_headline(formats)) is not None:
+        # What matters first: the plan's own format cannot keep real time, another can.
+        console.print(f"[bold yellow]{headline}[/]", highlight=False)
     print_capacity(profile)
     print_formats(formats, facts.architecture)
+    print_assumptions(profile)
     for note in profile.notes:
         console.print(f"[yellow]note:[/] {note}")
     if output is not None:
@@ -172,7 +179,7 @@ def probe(
 
 
 def print_capacity(profile) -> None:
-    """The predicted capacity, why each replica stops where it does, and what it assumes."""
+    """The predicted capacity and why each replica stops where it does."""
     from omni_cpu.cpulist import format_cpu_list
 
     table = capacity_table(profile)
@@ -186,6 +193,12 @@ def print_capacity(profile) -> None:
     for limit, indexes in limits.items():
         which = "replica" + ("s" if len(indexes) > 1 else "")
         console.print(f"[dim]{which} {format_cpu_list(indexes)} limit:[/] {limit}", highlight=False)
+
+
+def print_assumptions(profile) -> None:
+    """What the prediction assumes: after the figures and the hint, for who reads on."""
+    if profile.capacity is None:
+        return
     for line in profile.capacity.assumptions:
         console.print(f"[dim]assumes:[/] {line}", highlight=False)
 

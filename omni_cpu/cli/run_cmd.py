@@ -9,6 +9,7 @@ import typer
 from omni_cpu.cli.common import (
     VERBOSE_HELP,
     WEIGHTS_HELP,
+    check_model,
     console,
     err_console,
     print_json,
@@ -118,6 +119,7 @@ def run_command(
     from omni_cpu.speech.request import read_model_info, read_texts
     from omni_cpu.speech.wav import check_output_path
 
+    check_model(model)
     sampling = Sampling(temperature, top_k, top_p, repetition_penalty, greedy, seed)
     info = read_model_info(model)
     plan = make_launch_plan(model, deploy_profile, weights=weights, force=force, sampling=sampling)

@@ -181,6 +181,9 @@ def serve(
         accept_frame_limit=accept_frame_limit,
         verbose=verbose_requested(verbose),
     )
+    from omni_cpu.cli.common import check_model
+
+    check_model(model)  # before the machine is planned: one line for a model not there
     # The same resolver as run/bench/tune: a profile naming CPUs this machine cannot
     # give refuses to start instead of serving with its binding silently dropped.
     resolved = resolve(deploy_profile, model, weights, fatal=FORCED if force else FATAL_TO_START)

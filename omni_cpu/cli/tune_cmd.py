@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from omni_cpu.cli.common import WEIGHTS_HELP, console, err_console, print_json, state
+from omni_cpu.cli.common import WEIGHTS_HELP, check_model, console, err_console, print_json, state
 from omni_cpu.cli.voice import Voice, bench_request, voice_options
 
 _HELP = """\
@@ -66,10 +66,11 @@ def tune_command(
     from omni_cpu.profile.model import DTYPES
     from omni_cpu.speech.request import read_model_info
 
-    # Checks the outputs and the voice (and reads the reference) before any engine.
+    # Checks the outputs, the model and the voice (and reads the reference) before any engine.
     for path, option in ((output, "--output"), (table, "--table")):
         if path is not None:
             check_output_path(path, option=option)
+    check_model(model)
     request = bench_request(read_model_info(model), frames, voice)
     # The auto plan already carries the weights in its env; every variant is planned
     # from the same facts and options with one or more choices fixed.
@@ -129,6 +130,17 @@ def tune_command(
     _print_runs(result)
 
 
+# Plain words: what each figure is for a listener, with its unit.
+RUN_COLUMNS = (
+    "",
+    "point",
+    "RTF, 1 stream (median; below 1 keeps up)",
+    "first audio, 1 stream (median, s)",
+    "audio s per wall s, 4 streams",
+    "error",
+)
+
+
 def _print_runs(result: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -139,7 +151,7 @@ def _print_runs(result: dict[str, Any]) -> None:
         title=f"omni-cpu tune · {result['model']} · {result['query_type']} · "
         f"{result['frames']} frames"
     )
-    for column in ("", "point", "RTF 1 stream", "TTFA 1 s", "audio-s/wall-s 4 streams", "error"):
+    for column in RUN_COLUMNS:
         out.add_column(column)
     for row in result["runs"]:
         out.add_row(

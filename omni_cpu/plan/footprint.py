@@ -12,7 +12,6 @@ always cast to bfloat16); the code2wav stage holds only the tokenizer's decoder.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -204,25 +203,20 @@ def _size_from_name(spec: str) -> str | None:
 def footprint_for_model(spec: str | None) -> ModelFootprint:
     """Footprint for a size name ("0.6b"), a checkpoint directory, or a hub id.
 
-    A directory's own config.json wins. A hub id is matched to a known size by its
-    name, since the probe never downloads anything.
+    A directory's own config.json wins, then a hub id's in the hub's cache; a hub id
+    not in the cache is matched to a known size by its name (nothing is downloaded).
     """
     from omni_cpu.checkpoint.configs import model_config, speech_tokenizer_config
+    from omni_cpu.checkpoint.locate import cached_snapshot, looks_like_hub_id, read_configs
 
     spec = spec or "0.6b"
     path = Path(spec).expanduser()
     if path.is_dir():
-        try:
-            config = json.loads((path / "config.json").read_text())
-            st_config = json.loads((path / "speech_tokenizer" / "config.json").read_text())
-        except FileNotFoundError as missing:
-            raise ModelError(
-                f"{path} is not a Qwen3-TTS checkpoint: {missing.filename} is missing",
-                "point --model at the directory holding config.json and speech_tokenizer/",
-            ) from None
-        except json.JSONDecodeError as bad:
-            raise ModelError(f"{path}: a config file is not valid JSON ({bad})") from None
+        config, st_config = read_configs(path)
         return footprint_from_configs(path.name, config, st_config)
+    if looks_like_hub_id(spec) and (snapshot := cached_snapshot(spec)) is not None:
+        config, st_config = read_configs(snapshot)
+        return footprint_from_configs(spec.split("/")[1].lower(), config, st_config)
     size = _size_from_name(spec)
     if size is None:
         raise ModelError(

@@ -73,9 +73,11 @@ def compare_formats(
     return tuple(rows)
 
 
-def format_hint(rows: tuple[FormatCapacity, ...]) -> str | None:
-    """One line where the chosen format plays no stream without a gap and another would:
-    which, what it gives, and that a quantized format is checked on the checkpoint first."""
+def _chosen_and_better(
+    rows: tuple[FormatCapacity, ...],
+) -> tuple[FormatCapacity, FormatCapacity] | None:
+    """The chosen format and the one that plays most streams without a gap, where the
+    chosen plays none and another plays some; None otherwise."""
     chosen = next((row for row in rows if row.chosen), None)
     if chosen is None or chosen.stall_free_streams != 0:
         return None
@@ -83,6 +85,35 @@ def format_hint(rows: tuple[FormatCapacity, ...]) -> str | None:
     if not better:
         return None
     best = min(better, key=lambda r: (-(r.stall_free_streams or 0), r.safe_start_s or 0.0))
+    return chosen, best
+
+
+def format_headline(rows: tuple[FormatCapacity, ...]) -> str | None:
+    """What matters first, in one short line after the plan: the chosen format cannot keep
+    real time here and another can, with both figures and the flag; None otherwise."""
+    pair = _chosen_and_better(rows)
+    if pair is None:
+        return None
+    chosen, best = pair
+    name = chosen.talker if chosen.weights == weight_formats.MODEL.name else chosen.weights
+    rtf, safe_start = chosen.rtf_one_stream, chosen.safe_start_s
+    if rtf is not None and rtf > 1:
+        why = f"cannot keep up here (RTF {rtf:.2f})"
+    else:  # keeps up once started, but only after a longer wait than a listener gives
+        why = "plays no stream without a gap here" + (
+            f" (safe start {safe_start:.1f} s)" if safe_start is not None else ""
+        )
+    start = f" from {best.safe_start_s:.2f} s" if best.safe_start_s is not None else ""
+    return f"{name} {why}; --weights {best.weights} plays{start}"
+
+
+def format_hint(rows: tuple[FormatCapacity, ...]) -> str | None:
+    """One line where the chosen format plays no stream without a gap and another would:
+    which, what it gives, and that a quantized format is checked on the checkpoint first."""
+    pair = _chosen_and_better(rows)
+    if pair is None:
+        return None
+    chosen, best = pair
     seconds = REFERENCE_FRAMES * costs.FRAME_AUDIO_MS / 1000
     where = (
         f"predicted safe start {chosen.safe_start_s:.1f} s for a {seconds:.0f} s sentence"

@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
+from omni_cpu.checkpoint.locate import checkpoint_folder, looks_like_hub_id
 from omni_cpu.errors import ModelError, ProfileMismatchError, ShapeMismatchError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan.bind import Binding, bind_profile
@@ -50,10 +50,15 @@ class Resolved:
 
 
 def model_footprint(model: str | None) -> ModelFootprint | None:
-    """The footprint of a checkpoint folder or size name; None where it cannot be told."""
+    """The footprint of `--model` (the 0.6B's for None); None for a hub id not in the cache
+    whose name says no size (its memory goes unchecked). A path that is not a checkpoint
+    is refused (ModelError), never planned as the default model."""
+    folder = checkpoint_folder(model) if model else None
     try:
-        return footprint_for_model(model if model and Path(model).exists() else None)
+        return footprint_for_model(model)
     except ModelError:
+        if not model or folder is not None or not looks_like_hub_id(model):
+            raise
         return None
 
 

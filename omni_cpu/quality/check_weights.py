@@ -320,6 +320,6 @@ def check_weights(
 
 
 def _config(checkpoint: Path) -> dict[str, Any]:
-    import json
+    from omni_cpu.checkpoint.locate import read_configs
 
-    return json.loads((checkpoint / "config.json").read_text())
+    return read_configs(checkpoint)[0]

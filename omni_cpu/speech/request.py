@@ -10,14 +10,14 @@ before any engine starts.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omni_cpu.checkpoint.configs import KIND_TABLE
 from omni_cpu.checkpoint.geometry import SAMPLE_RATE
-from omni_cpu.errors import InputError, ModelError
+from omni_cpu.checkpoint.locate import checkpoint_folder, read_configs
+from omni_cpu.errors import InputError
 
 if TYPE_CHECKING:
     from omni_cpu.speech.ref_audio import ReferenceAudio
@@ -89,37 +89,17 @@ class ModelInfo:
         return self.size != "0b6"
 
 
-def _looks_like_path(model: str) -> bool:
-    return model.startswith(("/", ".", "~")) or Path(model).exists() or model.count("/") != 1
-
-
 def read_model_info(model: str) -> ModelInfo:
-    """Speakers, languages and size of a local checkpoint; an unknown hub id passes unchecked."""
-    path = Path(model).expanduser()
-    if not path.exists():
-        if _looks_like_path(model):
-            raise ModelError(
-                f"model path {model} does not exist",
-                "pass a checkpoint directory (omni-cpu make-checkpoint --size tiny --out DIR) "
-                "or a Hugging Face id like Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
-            )
+    """Speakers, languages and size of a local (or cached) checkpoint; a hub id not in the
+    cache passes unchecked (omni_cpu.checkpoint.locate.check_model looks it up)."""
+    folder = checkpoint_folder(model)
+    if folder is None:
         return ModelInfo(None, (), (), "", _task_from_hub_id(model))
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise ModelError(f"{path} has no config.json", "pass a Qwen3-TTS checkpoint directory")
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise ModelError(f"{config_file} does not read: {error}", "re-download it") from None
-    if config.get("model_type") != "qwen3_tts":
-        raise ModelError(
-            f"{path} is a {config.get('model_type')!r} model, not Qwen3-TTS (qwen3_tts)",
-            "pass a Qwen3-TTS checkpoint",
-        )
+    config, _ = read_configs(folder)
     talker = config.get("talker_config") or {}
     languages = tuple(sorted(talker.get("codec_language_id") or {}))
     return ModelInfo(
-        path=path,
+        path=folder,
         speakers=tuple(sorted(talker.get("spk_id") or {})),
         languages=languages,
         size=str(config.get("tts_model_size", "")),

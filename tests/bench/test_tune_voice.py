@@ -9,6 +9,7 @@ checkpoints of each kind; the mistakes are one line and exit 2 before planning.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,21 +17,32 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from omni_cpu.cli.tune_cmd import RUN_COLUMNS
 from omni_cpu.cli.voice import BENCH_VOICE, Voice, bench_request
 from omni_cpu.errors import InputError
 from omni_cpu.speech.request import read_model_info
+from tests.helpers.hub import cache_model, offline_env
 
 OMNI_CPU = str(Path(sys.executable).with_name("omni-cpu"))
 HUB_ID = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 
 
-def _omni_cpu(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([OMNI_CPU, *args], capture_output=True, text=True, timeout=600)
+def _omni_cpu(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([OMNI_CPU, *args], capture_output=True, text=True, timeout=600, env=env)
 
 
 @pytest.fixture(scope="module")
 def kinds(tiny_kinds: dict[str, Path]) -> dict[str, Path]:
     return tiny_kinds
+
+
+@pytest.fixture(scope="module")
+def offline_with_hub_id(kinds, tmp_path_factory) -> dict[str, str]:
+    """An environment whose hub cache holds HUB_ID (a tiny CustomVoice), the hub kept out:
+    the model check passes as it does for a downloaded model, and nothing is fetched."""
+    cache = tmp_path_factory.mktemp("hub-cache")
+    cache_model(cache, HUB_ID, kinds["custom-voice"])
+    return offline_env(cache)
 
 
 def _wav(path: Path, seconds: float, amplitude: float, rate: int = 16000) -> Path:
@@ -47,9 +59,11 @@ def voice_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _wav(tmp_path_factory.mktemp("ref") / "voice.wav", 2.0, 0.3)
 
 
-def _tune_dry_run(model: Path | str, *extra: str) -> subprocess.CompletedProcess[str]:
+def _tune_dry_run(
+    model: Path | str, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return _omni_cpu(
-        "tune", "--model", str(model), "--dry-run", "--max-points", "2", "--json", *extra
+        "tune", "--model", str(model), "--dry-run", "--max-points", "2", "--json", *extra, env=env
     )
 
 
@@ -86,12 +100,13 @@ def test_tune_plans_a_voice_design_model_with_an_instruction(kinds):
     ],
 )
 def test_tune_voice_mistakes_are_one_line_and_exit_2(
-    kinds, voice_wav, tmp_path, kind, extra, words
+    kinds, voice_wav, tmp_path, kind, extra, words, offline_with_hub_id
 ):
     silent = _wav(tmp_path / "silent.wav", 2.0, 0.0)
     paths = {"VOICE": str(voice_wav), "SILENT": str(silent)}
     model = kinds.get(kind, kind)
-    done = _tune_dry_run(model, *(paths.get(arg, arg) for arg in extra))
+    env = offline_with_hub_id if kind == HUB_ID else None
+    done = _tune_dry_run(model, *(paths.get(arg, arg) for arg in extra), env=env)
     assert done.returncode == 2, done.stdout
     assert done.stderr.strip().count("\n") == 0, done.stderr
     assert words in done.stderr
@@ -136,3 +151,18 @@ def test_run_bench_and_tune_offer_the_same_voice_options():
         options = {opt: param for param in command.params for opt in param.opts}
         offered[name] = {opt: (options[opt].help, options[opt].default) for opt in VOICE_OPTIONS}
     assert offered["run"] == offered["bench"] == offered["tune"]
+
+
+def test_tune_heads_its_table_in_plain_words(kinds):
+    done = subprocess.run(
+        [OMNI_CPU, "tune", "--model", str(kinds["custom-voice"]), "--dry-run", "--max-points", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, done.stderr
+    header = next(line for line in done.stdout.splitlines() if "point" in line)
+    for column in RUN_COLUMNS[1:]:
+        assert column in header, header
+    assert "TTFA" not in done.stdout and "audio-s/wall-s" not in done.stdout

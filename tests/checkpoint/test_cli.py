@@ -32,11 +32,38 @@ def test_json_summary_lists_files_params_and_bytes(monkeypatch, capsys, tmp_path
     code = _run(monkeypatch, "--size", "tiny", "--out", str(out), "--json")
     summary = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert set(summary) == {"size", "kind", "out", "files", "params", "params_by_file", "bytes"}
+    assert set(summary) == {
+        "size",
+        "kind",
+        "out",
+        "files",
+        "params",
+        "params_by_file",
+        "bytes",
+        "kept",
+    }
+    assert summary["kept"] is False
     assert summary["size"] == "tiny" and summary["out"] == str(out)
     assert {f["path"] for f in summary["files"]} >= {"config.json", "model.safetensors"}
     assert summary["bytes"] == sum(f["bytes"] for f in summary["files"])
     assert summary["params"] == sum(summary["params_by_file"].values()) > 0
+
+
+def test_the_same_checkpoint_asked_for_again_is_kept_and_said_so(monkeypatch, capsys, tmp_path):
+    out = tmp_path / "tiny"
+    assert _run(monkeypatch, "--size", "tiny", "--out", str(out)) == 0
+    written = {path: path.stat().st_mtime_ns for path in out.rglob("*") if path.is_file()}
+    capsys.readouterr()
+    assert _run(monkeypatch, "--size", "tiny", "--out", str(out)) == 0
+    err = capsys.readouterr().err
+    assert f"{out} already holds a tiny custom-voice checkpoint: kept it" in " ".join(err.split())
+    assert {path: path.stat().st_mtime_ns for path in written} == written  # nothing rewritten
+    # Another kind, or a checkpoint with a file short, is not what was asked: refused.
+    assert _run(monkeypatch, "--size", "tiny", "--kind", "base", "--out", str(out)) == 2
+    assert "not empty" in capsys.readouterr().err
+    (out / "model.safetensors").write_bytes(b"cut short")
+    assert _run(monkeypatch, "--size", "tiny", "--out", str(out)) == 2
+    assert "not empty" in capsys.readouterr().err
 
 
 def test_force_overwrites_a_previous_checkpoint(monkeypatch, capsys, tmp_path):

@@ -184,3 +184,31 @@ def test_without_a_container_engine_the_image_targets_say_so_in_one_line(step, t
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "not installed" in line and "apt-get install" in line
+
+
+def _default_command(tmp_path, **env: str) -> subprocess.CompletedProcess[str]:
+    """The image's ENTRYPOINT + CMD with no model mounted, an empty hub cache, no proxy."""
+    recipe = instructions(RECIPE.read_text())
+    argv = [*exec_form(last(recipe, "ENTRYPOINT")), *exec_form(last(recipe, "CMD"))]
+    assert argv[0] == "omni-cpu"
+    quiet = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    return omni_cpu(
+        *argv[1:], env={**quiet, "HF_HUB_CACHE": str(tmp_path / "hub"), **env}, timeout_s=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE keeps the hub out"),
+        # A port nothing listens on: refused at once, as a network without the hub would be.
+        ({"HF_HUB_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9"}, "the hub is unreachable"),
+    ],
+    ids=["offline", "hub-unreachable"],
+)
+def test_the_default_command_without_a_model_or_network_says_so_in_one_line(tmp_path, env, says):
+    done = _default_command(tmp_path, **env)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert says in lines[0] and "checkpoint folder (mounted, in a container)" in lines[0]

@@ -9,7 +9,13 @@ import pytest
 
 from omni_cpu import weight_formats
 from omni_cpu.plan.footprint import footprint_for_model
-from omni_cpu.plan.formats import compare_formats, format_hint, profile_options
+from omni_cpu.plan.formats import (
+    FormatCapacity,
+    compare_formats,
+    format_headline,
+    format_hint,
+    profile_options,
+)
 from omni_cpu.plan.policy import PlanOptions, plan_profile
 from tests.helpers.machines import GIB, machine
 
@@ -84,3 +90,31 @@ def test_a_loaded_profile_gives_back_the_options_it_states():
     assert dataclasses.replace(again, calibration=None) == PlanOptions(
         weights="int8", dtype="float32", code2wav_dtype="bfloat16"
     )
+
+
+def test_the_headline_says_the_chosen_format_cannot_keep_up_and_which_flag_plays():
+    rows = compare_formats(AVX2_6, FOOTPRINT, PlanOptions())
+    chosen = next(row for row in rows if row.chosen)
+    int4 = next(row for row in rows if row.weights == "int4")
+    assert chosen.rtf_one_stream is not None and chosen.rtf_one_stream > 1
+    assert format_headline(rows) == (
+        f"float32 cannot keep up here (RTF {chosen.rtf_one_stream:.2f}); "
+        f"--weights int4 plays from {int4.safe_start_s:.2f} s"
+    )
+
+
+def test_a_format_fast_enough_but_slow_to_start_is_said_so_in_the_headline():
+    slow_start = FormatCapacity("model", "bfloat16", "built-in", 0.9, 15.04, 0, 1, chosen=True)
+    plays = FormatCapacity("int4", "int4", "built-in", 0.4, 0.2, 2, 2)
+    assert format_headline((slow_start, plays)) == (
+        "bfloat16 plays no stream without a gap here (safe start 15.0 s); "
+        "--weights int4 plays from 0.20 s"
+    )
+
+
+@pytest.mark.parametrize(
+    ("facts", "weights"),
+    [(AVX2_6, "int4"), (machine({0: [0, 1]}, isa=("avx2", "fma")), "model"), (ARM_4, "model")],
+)
+def test_no_headline_where_the_hint_has_nothing_to_say(facts, weights):
+    assert format_headline(compare_formats(facts, FOOTPRINT, PlanOptions(weights=weights))) is None

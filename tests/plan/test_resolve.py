@@ -48,9 +48,9 @@ def test_a_profile_from_another_machine_is_refused_by_kind_not_by_message():
     assert {problem.kind for problem in resolved.problems} >= {"shape"}
 
 
-def test_serve_refuses_a_profile_whose_shape_this_machine_cannot_bind_with_exit_5():
+def test_serve_refuses_a_profile_whose_shape_this_machine_cannot_bind_with_exit_5(tiny_checkpoint):
     done = subprocess.run(
-        [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", "ckpt",
+        [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(tiny_checkpoint),
          "--deploy-profile", str(EIGHT_NODES), "--dry-run"],
         capture_output=True, text=True, cwd=REPO, timeout=120,
     )  # fmt: skip
@@ -102,11 +102,11 @@ def test_a_profile_planned_here_binds_as_planned_through_resolve(tmp_path):
     assert resolved.profile.replicas == load_profile(path).replicas
 
 
-def test_per_stage_dtype_reaches_the_written_deploy_config(tmp_path):
+def test_per_stage_dtype_reaches_the_written_deploy_config(tiny_checkpoint, tmp_path):
     options = PlanOptions(dtype="float32", code2wav_dtype="bfloat16")
     profile = plan_profile(read_facts("/"), footprint_for_model("0.6b"), options)
     save_profile(profile, tmp_path / "deploy.yaml")
-    plan = make_launch_plan("ckpt", str(tmp_path / "deploy.yaml"))
+    plan = make_launch_plan(str(tiny_checkpoint), str(tmp_path / "deploy.yaml"))
     written = yaml.safe_load(plan.write_deploy_config(tmp_path).read_text())
     assert [(s["stage_id"], s["dtype"]) for s in written["stages"]] == [
         (0, "float32"),
@@ -122,18 +122,20 @@ def _over_memory_profile(tmp_path: Path) -> Path:
     return path
 
 
-def test_run_refuses_a_profile_that_cannot_fit_unless_forced(tmp_path):
+def test_run_refuses_a_profile_that_cannot_fit_unless_forced(tiny_checkpoint, tmp_path):
     path = _over_memory_profile(tmp_path)
     with pytest.raises(ProfileMismatchError, match=r"needs .* GiB") as refused:
-        make_launch_plan("ckpt", str(path))
+        make_launch_plan(str(tiny_checkpoint), str(path))
     assert "--force" in refused.value.one_line()
-    plan = make_launch_plan("ckpt", str(path), force=True)
+    plan = make_launch_plan(str(tiny_checkpoint), str(path), force=True)
     assert any("GiB" in problem for problem in plan.problems)  # still shown as a warning
 
 
-def test_serve_refuses_a_profile_that_cannot_fit_in_one_line_unless_forced(tmp_path):
+def test_serve_refuses_a_profile_that_cannot_fit_in_one_line_unless_forced(
+    tiny_checkpoint, tmp_path
+):
     path = _over_memory_profile(tmp_path)
-    command = [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", "ckpt",
+    command = [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(tiny_checkpoint),
                "--deploy-profile", str(path), "--dry-run"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 1, done.stderr
@@ -147,12 +149,12 @@ def test_serve_refuses_a_profile_that_cannot_fit_in_one_line_unless_forced(tmp_p
 @pytest.mark.skipif(
     find_library(INTEL_OPENMP) is None, reason="Intel OpenMP (libiomp5) is not installed"
 )
-def test_serve_runs_with_the_preloads_found_in_this_runtime(tmp_path):
+def test_serve_runs_with_the_preloads_found_in_this_runtime(tiny_checkpoint, tmp_path):
     path = _planned_here(tmp_path)
     assert "intel-openmp" in load_profile(path).preload
     assert "libiomp5" not in path.read_text()  # named, not a path
     done = subprocess.run(
-        [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", "ckpt",
+        [sys.executable, "-m", "omni_cpu.cli", "serve", "--model", str(tiny_checkpoint),
          "--deploy-profile", str(path), "--dry-run"],
         capture_output=True, text=True, cwd=REPO, timeout=120,
     )  # fmt: skip

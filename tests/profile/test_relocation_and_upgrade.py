@@ -107,9 +107,12 @@ def test_an_unwritable_output_is_one_line_and_leaves_nothing(tmp_path: Path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("command", [["validate"], ["serve", "--model", "ckpt", "--dry-run",
+@pytest.mark.parametrize("command", [["validate"], ["serve", "--model", "CKPT", "--dry-run",
                                                     "--deploy-profile"]])  # fmt: skip
-def test_a_negative_size_is_refused_by_validate_and_by_start(command, planned_on_four, tmp_path):
+def test_a_negative_size_is_refused_by_validate_and_by_start(
+    command, planned_on_four, tmp_path, tiny_checkpoint
+):
+    command = [str(tiny_checkpoint) if arg == "CKPT" else arg for arg in command]
     text = planned_on_four.read_text()
     bad = tmp_path / "negative.yaml"
     bad.write_text(re.sub(r"max_num_seqs: (\d+)", r"max_num_seqs: -\1", text, count=1))

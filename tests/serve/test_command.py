@@ -122,32 +122,32 @@ def test_replica_past_the_profile_is_a_user_error():
         build_serve_plan("m", load_profile(EIGHT_NODES), ServeOptions(replica=8))
 
 
-def test_dry_run_prints_command_env_and_config(tmp_path):
+def test_dry_run_prints_command_env_and_config(tiny_checkpoint, tmp_path):
     # Without importing the runtime: tests/test_import_light.py.
     profile = plan_profile(machine({0: [0, 1]}), footprint_for_model("tiny"), PlanOptions())
     save_profile(profile, tmp_path / "deploy.yaml")
     done = omni_cpu(
-        "serve", "--model", "ckpt", "--deploy-profile", str(tmp_path / "deploy.yaml"),
+        "serve", "--model", str(tiny_checkpoint), "--deploy-profile", str(tmp_path / "deploy.yaml"),
         "--port", "8099", "--dry-run",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "VLLM_TARGET_DEVICE=cpu" in done.stdout
-    assert "omni_cpu.serve.server serve ckpt" in done.stdout
+    assert f"omni_cpu.serve.server serve {tiny_checkpoint}" in done.stdout
     assert "--deploy-config /" in done.stdout
     config_text = done.stdout.split("deploy-replica0.yaml:\n", 1)[1]
     assert yaml.safe_load(config_text)["stages"][0]["stage_id"] == 0
 
 
-def test_dry_run_json_is_the_plan(tmp_path):
+def test_dry_run_json_is_the_plan(tiny_checkpoint, tmp_path):
     profile = plan_profile(machine({0: [0, 1]}), footprint_for_model("tiny"), PlanOptions())
     save_profile(profile, tmp_path / "deploy.yaml")
     done = omni_cpu(
-        "serve", "--model", "ckpt", "--deploy-profile", str(tmp_path / "deploy.yaml"),
+        "serve", "--model", str(tiny_checkpoint), "--deploy-profile", str(tmp_path / "deploy.yaml"),
         "--dry-run", "--json",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
-    assert plan["argv"][3:5] == ["serve", "ckpt"]
+    assert plan["argv"][3:5] == ["serve", str(tiny_checkpoint)]
     assert plan["env"]["CPU_VISIBLE_MEMORY_NODES"] == "0"
     assert plan["limits"]["max_in_flight"] > 0
 
