@@ -95,12 +95,11 @@ def test_a_read_only_folder_is_refused_before_the_engines(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
     with small_tmpfs(tmp_path / "ro", "1m", read_only=True) as folder:
-        started = time.monotonic()
+        # No engine loaded: the suite's engine bar fails this (unmarked) test if one started.
         code, line = refused(
             "--model", str(tiny_checkpoint), "--text", "Hi", "--out", str(folder / "a.wav")
         )
         assert code == 2 and "Read-only file system" in line
-        assert time.monotonic() - started < 60  # no engine was loaded
         assert list(folder.iterdir()) == []
 
 
@@ -119,12 +118,13 @@ def test_a_full_disk_is_refused_before_the_engines(tiny_checkpoint: Path, tmp_pa
 def test_text_over_the_talkers_context_is_refused_before_the_engines(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
-    started = time.monotonic()
+    # Not marked e2e: the suite's engine bar (tests/conftest.py) fails this test if a stage
+    # engine started, which is what "before the engines" means (a wall-clock bound was not:
+    # a busy box took over its minute to refuse).
     code, line = refused(
         "--model", str(tiny_checkpoint), "--text", "😀" * 1100, "--out", str(tmp_path / "a.wav")
     )
     assert code == 2 and "max_model_len" in line
-    assert time.monotonic() - started < 60  # the engines take about a minute to load
     assert list(tmp_path.iterdir()) == []
 
 

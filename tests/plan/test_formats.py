@@ -114,7 +114,7 @@ def test_a_format_fast_enough_but_slow_to_start_is_said_so_in_the_headline():
 
 @pytest.mark.parametrize(
     ("facts", "weights"),
-    [(AVX2_6, "int4"), (machine({0: [0, 1]}, isa=("avx2", "fma")), "model"), (ARM_4, "model")],
+    [(AVX2_6, "int4"), (machine({0: [0, 1]}, isa=("avx2", "fma")), "model"), (ARM_4, "int4")],
 )
 def test_no_headline_where_the_hint_has_nothing_to_say(facts, weights):
     assert format_headline(compare_formats(facts, FOOTPRINT, PlanOptions(weights=weights))) is None

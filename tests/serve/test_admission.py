@@ -58,7 +58,9 @@ async def call(
 
 
 def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, timeout=10))
+    # A hang guard, not a speed bound: a busy box's first long-input split imports
+    # vLLM-Omni's splitter in a thread, which took over 10 s beside other work.
+    return asyncio.run(asyncio.wait_for(coro, timeout=120))
 
 
 def test_requests_past_the_limit_get_429_with_a_json_error():
