@@ -68,6 +68,18 @@ class Outgoing:
         self.fields = fields
         self.limits = limits
 
+    @property
+    def fetches(self) -> bool:
+        """Whether judging it fetches a reference over the network (which can take a while)."""
+        items = self.fields.get("items")
+        parts = [self.fields, *(items if isinstance(items, list) else [])]
+        return any(
+            isinstance(value, str) and value.lstrip().lower().startswith(("http://", "https://"))
+            for part in parts
+            if isinstance(part, dict)
+            for _, value in audio_values(part)
+        )
+
     def fetch_references(self) -> None:
         if fetch_references(self.fields, self.limits):
             self.body = json.dumps(self.fields).encode()
@@ -149,8 +161,43 @@ def with_body(handle: BodyHandler) -> Handler:
     return handled
 
 
-async def admitted(gate: Admission, send: Send, places: int, judge: Any, answer: Any) -> None:
-    """Take `places`, run `judge` (decoding: off the loop), then `answer`; refusals as JSON."""
+async def client_left(receive: Receive) -> None:
+    """Return once the client has gone (its connection closed while the body is judged)."""
+    while (await receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)  # a server that has nothing more to say answers at once
+
+
+async def judged(judge: Any, receive: Receive | None) -> bool:
+    """Run `judge` off the loop (BadBody propagates); False when the client left first.
+
+    A reference fetch can take its whole deadline: a client that goes away meanwhile gets its
+    place back at once, and the fetch runs out its deadline holding none.
+    """
+    judging = asyncio.ensure_future(asyncio.to_thread(judge))
+    if receive is None:
+        await judging
+        return True
+    leaving = asyncio.ensure_future(client_left(receive))
+    await asyncio.wait({judging, leaving}, return_when=asyncio.FIRST_COMPLETED)
+    if not judging.done():
+        judging.add_done_callback(lambda done: done.exception())  # nobody waits for it now
+        return False
+    leaving.cancel()
+    judging.result()
+    return True
+
+
+async def admitted(
+    gate: Admission,
+    send: Send,
+    places: int,
+    judge: Any,
+    answer: Any,
+    receive: Receive | None = None,
+) -> None:
+    """Take `places`, run `judge` (decoding: off the loop), then `answer`; refusals as JSON.
+
+    With `receive`, a client that leaves while it is judged frees its places then."""
     try:
         gate.admit_or_raise(places)
     except BadBody as bad:
@@ -163,7 +210,9 @@ async def admitted(gate: Admission, send: Send, places: int, judge: Any, answer:
         # Fetching and decoding a reference holds no stage: the stall watch must not count it.
         gate.client_waits(+1)
         try:
-            await asyncio.to_thread(judge)
+            if not await judged(judge, receive):
+                gate.count_rejected("client_left")
+                return
         except BadBody as bad:
             await turned_away(gate, send, bad)
             return
@@ -213,7 +262,7 @@ async def speech(
         else:
             await speak_in_parts(gate.answer, scope, replayed, send, fields, parts, timeout_s)
 
-    await admitted(gate, send, 1, judge, answer)
+    await admitted(gate, send, 1, judge, answer, receive if outgoing.fetches else None)
 
 
 async def batch(
@@ -260,6 +309,7 @@ async def batch(
         max(1, len(items)),
         judge,
         lambda: gate.answer(scope, replay(outgoing.body, receive), send, timeout_s),
+        receive if outgoing.fetches else None,
     )
 
 

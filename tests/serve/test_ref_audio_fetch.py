@@ -241,3 +241,37 @@ def test_the_host_header_carries_a_port_that_is_not_the_schemes(port: int):
     finally:
         Host.do_GET = original  # type: ignore[method-assign]
     assert status == 200 and seen == [f"127.0.0.1:{port}"]
+
+
+def test_a_client_that_leaves_during_a_fetch_gets_its_place_back_at_once():
+    # The fetch still runs out its deadline, in its thread, but it holds no place: four
+    # clients gone from a host that never answers no longer fill the server (it answered 429).
+    with silent_host() as port:
+        inner = SlowApp(released=True)
+        limits = AdmissionLimits(allow_ref_audio_urls="127.0.0.1", ref_audio_fetch_s=5.0)
+        app = SpeechAdmission(inner, limits)
+        raw = json.dumps({**CLONE, "ref_audio": f"http://127.0.0.1:{port}/voice.wav"}).encode()
+        left = asyncio.Event()
+        messages = [{"type": "http.request", "body": raw, "more_body": False}]
+
+        async def receive() -> dict:
+            if messages:
+                return messages.pop(0)
+            await left.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            pass
+
+        async def scenario() -> tuple[int, int]:
+            scope = {"type": "http", "path": "/v1/audio/speech", "method": "POST", "headers": []}
+            request = asyncio.create_task(app(scope, receive, send))
+            while app.in_flight == 0:
+                await asyncio.sleep(0.01)
+            held = app.in_flight
+            left.set()  # the client goes away while its reference is being fetched
+            await asyncio.wait_for(request, 3)  # well before the 10 s fetch deadline
+            return held, app.in_flight
+
+        held, after = asyncio.run(scenario())
+    assert (held, after) == (1, 0) and inner.started == 0
