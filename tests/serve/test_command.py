@@ -294,17 +294,17 @@ def test_stages_count_their_steps_in_the_servers_folder(tmp_path):
     assert plan.progress_dir.startswith(str(tmp_path / "work"))
 
 
-def _dry_run(tmp_path: Path, **environ: str) -> object:
+def _dry_run(tmp_path: Path, model: Path, **environ: str) -> object:
     profile = plan_profile(machine({0: [0, 1]}), footprint_for_model("tiny"), PlanOptions())
     save_profile(profile, tmp_path / "deploy.yaml")
     return omni_cpu(
-        "serve", "--model", "ckpt", "--deploy-profile", str(tmp_path / "deploy.yaml"),
+        "serve", "--model", str(model), "--deploy-profile", str(tmp_path / "deploy.yaml"),
         "--dry-run", "--json", env={**os.environ, **environ},
     )  # fmt: skip
 
 
-def test_the_body_limit_a_user_sets_reaches_the_server(tmp_path):
-    done = _dry_run(tmp_path, OMNI_CPU_SERVE_MAX_BODY_BYTES="4096")
+def test_the_body_limit_a_user_sets_reaches_the_server(tmp_path, tiny_checkpoint):
+    done = _dry_run(tmp_path, tiny_checkpoint, OMNI_CPU_SERVE_MAX_BODY_BYTES="4096")
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert plan["limits"]["max_body_bytes"] == 4096
@@ -315,8 +315,10 @@ def test_the_body_limit_a_user_sets_reaches_the_server(tmp_path):
     ("name", "value"),
     [("OMNI_CPU_STAGE_STALL_S", "30s"), ("OMNI_CPU_SERVE_MAX_BODY_BYTES", "24M")],
 )
-def test_a_knob_with_a_typo_is_refused_in_one_line_before_anything_starts(tmp_path, name, value):
-    done = _dry_run(tmp_path, **{name: value})
+def test_a_knob_with_a_typo_is_refused_in_one_line_before_anything_starts(
+    tmp_path, tiny_checkpoint, name, value
+):
+    done = _dry_run(tmp_path, tiny_checkpoint, **{name: value})
     assert done.returncode == 2, done.stdout
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{name}={value!r} is not allowed" in lines[0], done.stderr
