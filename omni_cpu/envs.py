@@ -133,6 +133,9 @@ class Knob:
     choices: tuple[str, ...] = ()
     form: str = ""  # the values a refusing `parse` takes, in words
     audience: str = ""  # who sets it: one of AUDIENCES
+    # The command-line option that sets the same thing (`serve --max-in-flight`): its
+    # help is `doc`, and a value given by it is read by `read`, refused in the same words.
+    flag: str = ""
 
     @property
     def allowed(self) -> str:
@@ -359,10 +362,11 @@ SERVE_REQUEST_TIMEOUT_S = _declare(
     Knob(
         "OMNI_CPU_SERVE_REQUEST_TIMEOUT_S",
         "0",
-        "serve --request-timeout: seconds a speech request may take (a request's `timeout` "
-        "field may ask for less); past it: 504, or the stream ends. 0 = none",
+        "seconds a speech request may take (504, or its stream ends); a request's `timeout` "
+        "field may ask for less. 0 = none",
         "serve",
         _seconds,
+        flag="--request-timeout",
         audience="internal",
     )
 )
@@ -370,9 +374,12 @@ SERVE_MAX_IN_FLIGHT = _declare(
     Knob(
         "OMNI_CPU_SERVE_MAX_IN_FLIGHT",
         "0",
-        "speech requests admitted at once (running + waiting); past it: 429. 0 = no limit",
+        "speech requests admitted at once (running + waiting); more get 429. serve's default: the "
+        "streams the profile predicts its replica carries without a gap (where it predicts none, "
+        "max_num_seqs + --max-waiting)",
         "serve",
         _count,
+        flag="--max-in-flight",
         audience="internal",
     )
 )
@@ -380,9 +387,11 @@ SERVE_MAX_INPUT_CHARS = _declare(
     Knob(
         "OMNI_CPU_SERVE_MAX_INPUT_CHARS",
         "0",
-        "longest `input` text in characters; longer: 400. 0 = no limit",
+        "longest `input` text in characters; longer: 400. serve's default: half the talker's "
+        "max_model_len. 0 = no limit",
         "serve",
         _count,
+        flag="--max-input-chars",
         audience="internal",
     )
 )
@@ -390,10 +399,12 @@ SERVE_MAX_LONG_INPUT_CHARS = _declare(
     Knob(
         "OMNI_CPU_SERVE_MAX_LONG_INPUT_CHARS",
         "0",
-        "longest `input` a non-streamed speech request may send when it is split into "
-        "sentences (parts of at most the input limit, audio joined); longer: 400. 0 = no split",
+        "longest `input` a non-streamed speech request may send, spoken in sentences of at most "
+        "the input limit each (one answer); longer: 400. serve's default: 4 times the input "
+        "limit. 0 = no split",
         "serve",
         _count,
+        flag="--max-long-input-chars",
         audience="internal",
     )
 )
@@ -402,18 +413,20 @@ SERVE_MAX_BODY_BYTES = _declare(
         "OMNI_CPU_SERVE_MAX_BODY_BYTES",
         str(24 << 20),
         "largest request body in bytes (30 s of 48 kHz stereo float WAV as base64 fits); "
-        "larger: 413. 0 = no limit",
+        "larger: 413. Default 24 MiB; 0 = no limit",
         "serve",
         _count,
-        audience="user",
+        flag="--max-body-bytes",
+        audience="internal",
     )
 )
 SERVE_REF_AUDIO_DIR = _declare(
     Knob(
         "OMNI_CPU_SERVE_REF_AUDIO_DIR",
         "",
-        "the folder file:// `ref_audio` may name (serve --ref-audio-dir); checked like base64",
+        "the folder whose files requests may name as file:// `ref_audio` (checked like base64)",
         "serve",
+        flag="--ref-audio-dir",
         audience="internal",
     )
 )
@@ -430,12 +443,13 @@ SERVE_ALLOW_REF_AUDIO_URLS = _declare(
     Knob(
         "OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS",
         "",
-        "serve --allow-ref-audio-urls: host names, addresses or CIDRs (comma-separated; `*` = "
-        "any public host) whose http(s) reference audio the server fetches; loopback, "
-        "link-local and private addresses only when listed; other URLs get 400",
+        "host names, addresses or CIDRs (comma-separated; `*` = any public host) whose http(s) "
+        "reference audio the server fetches; loopback, link-local and private addresses only "
+        "when listed; other URLs get 400",
         "serve",
         _host_list,
         form="host names, addresses or CIDRs, comma-separated, or *",
+        flag="--allow-ref-audio-urls",
         audience="internal",
     )
 )
@@ -443,20 +457,24 @@ SERVE_REF_AUDIO_FETCH_S = _declare(
     Knob(
         "OMNI_CPU_SERVE_REF_AUDIO_FETCH_S",
         "10",
-        "seconds `serve` gives an allowed reference audio URL's host to accept the "
-        "connection, and again to send the audio; past either: 504 naming the host. 0 = none",
+        "seconds the server gives an allowed reference audio URL's host to accept the "
+        "connection, and again to send the audio; past either: 504 naming the host. "
+        "Default 10; 0 = none",
         "serve",
         _seconds,
-        audience="user",
+        flag="--ref-audio-fetch-timeout",
+        audience="internal",
     )
 )
 SERVE_ACCEPT_FRAME_LIMIT = _declare(
     Knob(
         "OMNI_CPU_SERVE_ACCEPT_FRAME_LIMIT",
         "0",
-        "1: a Base request that reaches its frame budget returns its audio; 0: vLLM-Omni's 500",
+        "1: a Base request that reaches its frame budget returns its audio instead of "
+        "vLLM-Omni's 500 (random-weight checkpoints never emit end-of-speech)",
         "serve",
         _flag,
+        flag="--accept-frame-limit",
         audience="internal",
     )
 )
@@ -493,9 +511,11 @@ SERVE_BODY_TIMEOUT_S = _declare(
         "OMNI_CPU_SERVE_BODY_TIMEOUT_S",
         "30",
         "seconds a client has to send a request's headers (else the connection is closed) "
-        "and then its body (else 408); the request holds no place while it sends. 0 = none",
+        "and then its body (else 408); the request holds no place while it sends. Default 30; "
+        "0 = none",
         "serve",
         _seconds,
+        flag="--body-timeout",
         audience="internal",
     )
 )
@@ -503,10 +523,11 @@ SERVE_SEND_TIMEOUT_S = _declare(
     Knob(
         "OMNI_CPU_SERVE_SEND_TIMEOUT_S",
         "30",
-        "serve --send-timeout: seconds a client may leave a reply's data untaken; past it the "
-        "stream is cut and its place returned (while draining too). 0 = none",
+        "seconds a client may leave a reply's data untaken; past it the stream is cut and its "
+        "place returned (while draining too). Default 30; 0 = none",
         "serve",
         _seconds,
+        flag="--send-timeout",
         audience="internal",
     )
 )
@@ -636,6 +657,7 @@ def markdown_table(audiences: tuple[str, ...] = ("user",)) -> list[str]:
     return rows
 
 
+# serve's knobs are typed once, as omni_cpu.serve.knobs.AdmissionLimits' fields.
 if TYPE_CHECKING:
     OMNI_CPU_VERBOSE: bool
     OMNI_CPU_WEIGHTS: str
@@ -652,21 +674,6 @@ if TYPE_CHECKING:
     OMNI_CPU_TORCH_PROFILE: str
     OMNI_CPU_ENGINES_BARRED: str
     OMNI_CPU_STAGE_STALL_S: float
-    OMNI_CPU_SERVE_REQUEST_TIMEOUT_S: float
-    OMNI_CPU_SERVE_MAX_IN_FLIGHT: int
-    OMNI_CPU_SERVE_MAX_INPUT_CHARS: int
-    OMNI_CPU_SERVE_MAX_LONG_INPUT_CHARS: int
-    OMNI_CPU_SERVE_MAX_BODY_BYTES: int
-    OMNI_CPU_SERVE_REF_AUDIO_DIR: str
-    OMNI_CPU_SERVE_DRAIN_FILE: str
-    OMNI_CPU_SERVE_ALLOW_REF_AUDIO_URLS: str
-    OMNI_CPU_SERVE_REF_AUDIO_FETCH_S: float
-    OMNI_CPU_SERVE_ACCEPT_FRAME_LIMIT: bool
-    OMNI_CPU_SERVE_DOWN_FILE: str
-    OMNI_CPU_SERVE_TALKER_MAX_MODEL_LEN: int
-    OMNI_CPU_SERVE_TOKENIZER: str
-    OMNI_CPU_SERVE_BODY_TIMEOUT_S: float
-    OMNI_CPU_SERVE_SEND_TIMEOUT_S: float
     OMNI_CPU_STAGE_PROGRESS_DIR: str
     OMNI_CPU_OWNER: str
     OMNI_CPU_DRIVER: str

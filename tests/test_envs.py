@@ -54,8 +54,8 @@ def test_what_only_carries_a_flag_is_not_a_users_knob_and_a_set_up_choice_is() -
     # on `make setup`'s command line (the README shows them), so they are a user's.
     options = serve_options()
     for knob in envs.KNOBS.values():
-        field = knob.name.removeprefix(envs.SERVE_PREFIX).lower().removesuffix("_s")
-        carried = knob.read_by == "serve" and f"--{field.replace('_', '-')}" in options
+        carried = knob.read_by == "serve" and knob.flag in options
+        assert not knob.flag or knob.flag in options, f"{knob.name}: serve has no {knob.flag}"
         if carried or "not by hand" in knob.doc:
             assert knob.audience == "internal", knob.name
         if knob.read_by == "setup":

@@ -26,6 +26,31 @@ def _ratio(measured: Any, predicted: Any) -> str:
 
 def print_bench(console: Console, data: dict[str, Any]) -> None:
     """Latency and resource tables per level, bandwidth, and how each number is derived."""
+    console.print(_latency_table(data))
+    console.print(listener_table(data))
+    capacity = data.get("capacity")
+    if capacity is not None:
+        console.print(
+            f"stall-free streams: {capacity['stall_free_streams']} (p95 safe start within "
+            f"{capacity['safe_start_limit_s']:g} s; tried "
+            + ", ".join(
+                f"{n}: {'n/a' if s is None else f'{s:.2f} s'}" for n, s in capacity["tried"].items()
+            )
+            + ")",
+            highlight=False,
+        )
+    prediction = data.get("prediction") or {}
+    if prediction:
+        style = "dim" if prediction.get("measured_size", True) else "yellow"
+        console.print(f"[{style}]{prediction_line(prediction)}[/]", highlight=False)
+    console.print(_resources_table(data["levels"]))
+    console.print(_bandwidth_line(data), highlight=False)
+    for key, text in data["derivations"].items():
+        console.print(f"[dim]{key}: {text}[/]", highlight=False)
+
+
+def _latency_table(data: dict[str, Any]) -> Table:
+    """Per level: streams, latency percentiles, throughput, and measured over predicted."""
     levels = data["levels"]
     latency = Table(title=f"omni-cpu bench · {data['model']} · {data['frames']} frames/request")
     for column in ("streams", "reqs", "TTFA p50 s", "TTFA p95 s", "RTF p50", "RTF p95"):
@@ -46,23 +71,11 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
             _ratio(level["rtf_p50"], level.get("predicted_rtf")),
             _ratio(level["ttfa_p50_s"], level.get("predicted_ttfa_s")),
         )
-    console.print(latency)
-    console.print(listener_table(data))
-    capacity = data.get("capacity")
-    if capacity is not None:
-        console.print(
-            f"stall-free streams: {capacity['stall_free_streams']} (p95 safe start within "
-            f"{capacity['safe_start_limit_s']:g} s; tried "
-            + ", ".join(
-                f"{n}: {'n/a' if s is None else f'{s:.2f} s'}" for n, s in capacity["tried"].items()
-            )
-            + ")",
-            highlight=False,
-        )
-    prediction = data.get("prediction") or {}
-    if prediction:
-        style = "dim" if prediction.get("measured_size", True) else "yellow"
-        console.print(f"[{style}]{prediction_line(prediction)}[/]", highlight=False)
+    return latency
+
+
+def _resources_table(levels: list[dict[str, Any]]) -> Table:
+    """Per level: each stage's step times, busy fraction and peak memory."""
     stages = list(levels[0]["busy_fraction"]) if levels else []
     memory = list(levels[0]["peak_rss_bytes"]) if levels else []
     resources = Table(title="per stage")
@@ -87,11 +100,15 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
             *(_num(level["busy_fraction"].get(name)) for name in stages),
             *(_num(level["peak_rss_bytes"].get(name, 0) / GIB) for name in memory),
         )
-    console.print(resources)
+    return resources
+
+
+def _bandwidth_line(data: dict[str, Any]) -> str:
+    """Memory bandwidth, the talker's weight streaming against it, and start-up's phases."""
     bandwidth = data["memory_bandwidth"]
     streaming = data["weight_streaming"]
     fraction = streaming["fraction_of_triad"]
-    console.print(
+    return (
         f"memory bandwidth (triad, {bandwidth['threads']} threads): "
         f"{bandwidth['gb_per_s']:.1f} GB/s · talker weight streaming at 1 stream: "
         + (
@@ -111,11 +128,8 @@ def print_bench(console: Console, data: dict[str, Any]) -> None:
             for name, seconds in data["startup"].items()
             if name != "total_s" and isinstance(seconds, (int, float))
         )
-        + ")",
-        highlight=False,
+        + ")"
     )
-    for key, text in data["derivations"].items():
-        console.print(f"[dim]{key}: {text}[/]", highlight=False)
 
 
 def prediction_line(prediction: dict[str, Any]) -> str:

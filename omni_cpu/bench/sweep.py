@@ -259,18 +259,8 @@ def run_bench(
     With `safe_start_limit_s`, the levels are not `levels` but a search for the most
     streams whose p95 safe start stays within it (`bench --find-capacity`).
     """
-    from omni_cpu.plan.footprint import footprint_for_model
-
     stage_cpus = stage_cpus_of(plan)
-    talker, code2wav = (plan.profile.replicas[plan.replica].stage(i) for i in (0, 1))
-    # What the stages run with: their entries', or this environment's override.
-    speed = capacity.profile_speed_inputs(
-        plan.profile,
-        plan.replica,
-        footprint_for_model(plan.model),
-        choices.resolve(envs.CODE2WAV, code2wav.choices),
-        choices.resolve(envs.WEIGHTS, talker.choices),
-    )
+    speed = _speed_inputs(plan)
     result = _measure_memory(
         plan, stage_cpus, speed, query_type, frames, warmup, triad_bytes, progress
     )
@@ -323,6 +313,21 @@ def run_bench(
                 result.capacity = search.to_dict()
                 result.levels.sort(key=lambda level: level.concurrency)
     return result
+
+
+def _speed_inputs(plan: LaunchPlan):
+    """The cost model's inputs for the replica as its stages run it (each level's prediction)."""
+    from omni_cpu.plan.footprint import footprint_for_model
+
+    talker, code2wav = (plan.profile.replicas[plan.replica].stage(i) for i in (0, 1))
+    # What the stages run with: their entries', or this environment's override.
+    return capacity.profile_speed_inputs(
+        plan.profile,
+        plan.replica,
+        footprint_for_model(plan.model),
+        choices.resolve(envs.CODE2WAV, code2wav.choices),
+        choices.resolve(envs.WEIGHTS, talker.choices),
+    )
 
 
 def _measure_memory(

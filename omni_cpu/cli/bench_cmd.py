@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -55,53 +56,82 @@ def register(app: typer.Typer) -> None:
     app.command("bench", help=_HELP)(bench_command)
 
 
-@voice_options
-def bench_command(
-    model: str = typer.Option(..., "--model", help="Checkpoint directory or Hugging Face id."),
-    deploy_profile: str = typer.Option(
-        "auto", "--deploy-profile", help="`auto` (plan this machine) or a profile YAML file."
+# `bench_command`'s options (typer's Annotated style): the signature is one line each.
+Model = Annotated[str, typer.Option("--model", help="Checkpoint directory or Hugging Face id.")]
+DeployProfile = Annotated[
+    str, typer.Option("--deploy-profile", help="`auto` (plan this machine) or a profile YAML file.")
+]
+Concurrency = Annotated[
+    str, typer.Option("--concurrency", help="Comma-separated concurrent stream counts.")
+]
+Requests = Annotated[
+    int | None,
+    typer.Option(
+        "--requests", min=1, help="Requests per level (default: the level's concurrency)."
     ),
-    concurrency: str = typer.Option(
-        "1,2,4,8", "--concurrency", help="Comma-separated concurrent stream counts."
-    ),
-    requests: int | None = typer.Option(
-        None, "--requests", min=1, help="Requests per level (default: the level's concurrency)."
-    ),
-    frames: int = typer.Option(
-        124,
+]
+Frames = Annotated[
+    int,
+    typer.Option(
         "--frames",
         min=2,
         help="Codec frames per request (80 ms of audio each; 124 is a 10 s sentence).",
     ),
-    warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured requests before level 1."),
-    voice: Voice = Voice(),
-    weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
-    verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
-    play_buffer_ms: int = typer.Option(
-        PLAY_BUFFER_MS,
+]
+Warmup = Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured requests before level 1.")]
+Weights = Annotated[str, typer.Option("--weights", help=WEIGHTS_HELP)]
+Verbose = Annotated[bool, typer.Option("--verbose", help=VERBOSE_HELP)]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the results as JSON.")]
+PlayBufferMs = Annotated[
+    int,
+    typer.Option(
         "--play-buffer-ms",
         min=0,
         help="The player's buffer past first audio, for stalled_streams and stall_s_p95.",
     ),
-    find_capacity: bool = typer.Option(
-        False,
+]
+FindCapacity = Annotated[
+    bool,
+    typer.Option(
         "--find-capacity",
         help="Raise the streams until safe_start_p95_s passes --safe-start-limit; "
         "report capacity.stall_free_streams (replaces --concurrency).",
     ),
-    safe_start_limit: float = typer.Option(
-        SAFE_START_LIMIT_S,
+]
+SafeStartLimit = Annotated[
+    float,
+    typer.Option(
         "--safe-start-limit",
         min=0.05,
         help="Seconds: the latest p95 safe start --find-capacity calls stall-free.",
     ),
-    plot: Path | None = typer.Option(
-        None,
+]
+Plot = Annotated[
+    Path | None,
+    typer.Option(
         "--plot",
         help="Write a PNG: RTF/TTFA against concurrency, and per stream the audio "
         "arrived against the audio played.",
     ),
+]
+
+
+@voice_options
+def bench_command(
+    model: Model,
+    deploy_profile: DeployProfile = "auto",
+    concurrency: Concurrency = "1,2,4,8",
+    requests: Requests = None,
+    frames: Frames = 124,
+    warmup: Warmup = 1,
+    voice: Voice = Voice(),
+    weights: Weights = "model",
+    verbose: Verbose = False,
+    as_json: AsJson = False,
+    play_buffer_ms: PlayBufferMs = PLAY_BUFFER_MS,
+    find_capacity: FindCapacity = False,
+    safe_start_limit: SafeStartLimit = SAFE_START_LIMIT_S,
+    plot: Plot = None,
 ) -> None:
     from omni_cpu.bench.report import print_bench, require_matplotlib, write_plot
     from omni_cpu.bench.sweep import parse_concurrency, run_bench

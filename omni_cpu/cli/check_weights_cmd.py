@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -85,36 +85,57 @@ def _talker_dtype(dtype: str | None) -> str:
     return dtype
 
 
-@voice_options
-def check_weights_command(
-    model: Path = typer.Option(..., "--model", help="Checkpoint directory (local)."),
-    weights: str | None = typer.Option(
-        None,
-        "--weights",
-        help=f"Comma-separated formats to check (default: {','.join(QUANTIZED)}).",
+# `check_weights_command`'s options (typer's Annotated style): the signature is one line each.
+Model = Annotated[Path, typer.Option("--model", help="Checkpoint directory (local).")]
+Weights = Annotated[
+    str | None,
+    typer.Option(
+        "--weights", help=f"Comma-separated formats to check (default: {','.join(QUANTIZED)})."
     ),
-    text: str | None = typer.Option(None, "--text", help="What to say (default: one sentence)."),
-    text_file: Path | None = typer.Option(
-        None, "--text-file", help="A file with one utterance per line."
-    ),
-    voice: Voice = Voice(),
-    language: str = typer.Option("auto", "--language", help="auto, english, chinese, ..."),
-    frames: int = typer.Option(
-        DEFAULT_FRAMES, "--frames", min=1, help="At most this many codec frames per text (80 ms)."
-    ),
-    dtype: str | None = typer.Option(
-        None,
+]
+Text = Annotated[str | None, typer.Option("--text", help="What to say (default: one sentence).")]
+TextFile = Annotated[
+    Path | None, typer.Option("--text-file", help="A file with one utterance per line.")
+]
+Language = Annotated[str, typer.Option("--language", help="auto, english, chinese, ...")]
+Frames = Annotated[
+    int, typer.Option("--frames", min=1, help="At most this many codec frames per text (80 ms).")
+]
+Dtype = Annotated[
+    str | None,
+    typer.Option(
         "--dtype",
         help="The talker's dtype: bfloat16 or float32 (default: what `probe` plans here).",
     ),
-    threads: int = typer.Option(
-        1, "--threads", min=1, help="Threads for the models (1: a talker stage's own count)."
+]
+Threads = Annotated[
+    int,
+    typer.Option(
+        "--threads", min=1, help="Threads for the models (1: a talker stage's own count)."
     ),
-    verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print every figure as JSON."),
-    plot: Path | None = typer.Option(
-        None, "--plot", help="Write the per-frame KL and log-mel distance as a PNG."
-    ),
+]
+Verbose = Annotated[bool, typer.Option("--verbose", help=VERBOSE_HELP)]
+AsJson = Annotated[bool, typer.Option("--json", help="Print every figure as JSON.")]
+Plot = Annotated[
+    Path | None,
+    typer.Option("--plot", help="Write the per-frame KL and log-mel distance as a PNG."),
+]
+
+
+@voice_options
+def check_weights_command(
+    model: Model,
+    weights: Weights = None,
+    text: Text = None,
+    text_file: TextFile = None,
+    voice: Voice = Voice(),
+    language: Language = "auto",
+    frames: Frames = DEFAULT_FRAMES,
+    dtype: Dtype = None,
+    threads: Threads = 1,
+    verbose: Verbose = False,
+    as_json: AsJson = False,
+    plot: Plot = None,
 ) -> None:
     from omni_cpu.bench.report import require_matplotlib
     from omni_cpu.bench.sweep import check_query_type

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -45,67 +46,89 @@ Examples:
 export_app = typer.Typer(help=EXPORT_HELP, no_args_is_help=True)
 
 
-@export_app.command("k8s", help=K8S_HELP.format(image=IMAGE))
-def k8s(
-    profile_path: Path = typer.Option(..., "--profile", help="The deploy profile (YAML)."),
-    replicas: int = typer.Option(1, "--replicas", min=1, help="Pods in the Deployment."),
-    image: str = typer.Option(
-        IMAGE, "--image", help="Container image with omni-cpu and its runtime (Containerfile)."
+# `k8s`'s options (typer's Annotated style): the signature is one line each.
+ProfilePath = Annotated[Path, typer.Option("--profile", help="The deploy profile (YAML).")]
+Replicas = Annotated[int, typer.Option("--replicas", min=1, help="Pods in the Deployment.")]
+Image = Annotated[
+    str,
+    typer.Option("--image", help="Container image with omni-cpu and its runtime (Containerfile)."),
+]
+Model = Annotated[
+    str | None,
+    typer.Option(
+        "--model", help="Model the pods serve (default: the profile's, by its Hugging Face id)."
     ),
-    model: str | None = typer.Option(
-        None,
-        "--model",
-        help="Model the pods serve (default: the profile's, by its Hugging Face id).",
-    ),
-    port: int = typer.Option(DEFAULT_PORT, "--port", help="Container and Service port."),
-    name: str = typer.Option("omni-cpu-tts", "--name", help="Name of the Kubernetes objects."),
-    replica: int = typer.Option(
-        0, "--replica", min=0, help="Which of the profile's replicas each pod runs."
-    ),
-    threads_per_core: int | None = typer.Option(
-        None,
+]
+Port = Annotated[int, typer.Option("--port", help="Container and Service port.")]
+Name = Annotated[str, typer.Option("--name", help="Name of the Kubernetes objects.")]
+Replica = Annotated[
+    int, typer.Option("--replica", min=0, help="Which of the profile's replicas each pod runs.")
+]
+ThreadsPerCore = Annotated[
+    int | None,
+    typer.Option(
         "--threads-per-core",
         min=1,
         help="SMT threads per core on the nodes (default: --sysroot's, else 1).",
     ),
-    sysroot: Path | None = typer.Option(
-        None,
+]
+Sysroot = Annotated[
+    Path | None,
+    typer.Option(
         "--sysroot",
         help="A dump of a node (omni-cpu probe --sysroot): its SMT width; exit 5 where "
         "the runtime cannot serve it, as probe judges it.",
     ),
-    model_claim: str | None = typer.Option(
-        None,
+]
+ModelClaim = Annotated[
+    str | None,
+    typer.Option(
         "--model-claim",
         help="PersistentVolumeClaim for the model, packed weights and voices (default: emptyDir).",
     ),
-    drain_timeout: int = typer.Option(
-        30, "--drain-timeout", min=0, help="Seconds a stopping pod drains requests in flight."
+]
+DrainTimeout = Annotated[
+    int,
+    typer.Option(
+        "--drain-timeout", min=0, help="Seconds a stopping pod drains requests in flight."
     ),
-    max_unavailable: int | None = typer.Option(
-        None,
+]
+MaxUnavailable = Annotated[
+    int | None,
+    typer.Option(
         "--max-unavailable",
         min=1,
         help="Also write a PodDisruptionBudget: at most this many pods evicted at once (fewer "
         "than --replicas); rollouts replace as many at a time (default 1).",
     ),
-    as_json: bool = typer.Option(False, "--json", help="One JSON v1 List, not YAML."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write here, not stdout."),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="One JSON v1 List, not YAML.")]
+Output = Annotated[Path | None, typer.Option("--output", "-o", help="Write here, not stdout.")]
+
+
+@export_app.command("k8s", help=K8S_HELP.format(image=IMAGE))
+def k8s(
+    profile_path: ProfilePath,
+    replicas: Replicas = 1,
+    image: Image = IMAGE,
+    model: Model = None,
+    port: Port = DEFAULT_PORT,
+    name: Name = "omni-cpu-tts",
+    replica: Replica = 0,
+    threads_per_core: ThreadsPerCore = None,
+    sysroot: Sysroot = None,
+    model_claim: ModelClaim = None,
+    drain_timeout: DrainTimeout = 30,
+    max_unavailable: MaxUnavailable = None,
+    as_json: AsJson = False,
+    output: Output = None,
 ) -> None:
-    from omni_cpu.errors import InputError, ModelError
-    from omni_cpu.export.k8s import (
-        check_disruption,
-        k8s_manifests,
-        render_json,
-        render_manifests,
-    )
+    from omni_cpu.errors import InputError
+    from omni_cpu.export.k8s import check_disruption, k8s_manifests
     from omni_cpu.export.pod import PodOptions
     from omni_cpu.export.served_model import served_model
-    from omni_cpu.export.sizing import node_threads_per_core, pod_size
-    from omni_cpu.hardware import read_facts
-    from omni_cpu.output import check_output_path, write_text_output
-    from omni_cpu.plan.footprint import footprint_for_model
-    from omni_cpu.plan.support import unsupported_machine
+    from omni_cpu.export.sizing import pod_size
+    from omni_cpu.output import check_output_path
     from omni_cpu.profile import load_profile
 
     if output is not None:
@@ -120,26 +143,8 @@ def k8s(
             f"use 0..{len(profile.replicas) - 1}",
         )
     pods_model = served_model(profile, model)
-    try:
-        footprint = footprint_for_model(profile.model)
-    except ModelError:
-        footprint = None
-    threads_source = "--threads-per-core"
-    if sysroot is not None:
-        node = read_facts(sysroot)
-        # The node is judged as probe judges it (plan.support), before anything is written.
-        unsupported = unsupported_machine(node, "export for nodes the runtime serves")
-        if unsupported is not None:
-            raise unsupported
-    if threads_per_core is None and sysroot is not None:
-        threads_per_core = node_threads_per_core(node)
-        # Not the dump's path: the manifest says nothing of the machine that exported it.
-        threads_source = "read from the node's dump (--sysroot)"
-    elif threads_per_core is None:
-        # Not stated: SMT-2 nodes would get half the cores; the notes on top say so.
-        threads_per_core = 1
-        threads_source = "assumed; give the nodes' with --threads-per-core or --sysroot"
-    size = pod_size(profile, footprint, replica, threads_per_core)
+    threads_per_core, threads_source = _node_threads(threads_per_core, sysroot)
+    size = pod_size(profile, _footprint(profile.model), replica, threads_per_core)
     options = PodOptions(
         image=image, model=pods_model, port=port, drain_timeout_s=drain_timeout,
         model_claim=model_claim,
@@ -149,13 +154,57 @@ def k8s(
         replica=replica, max_unavailable=max_unavailable,
     )  # fmt: skip
     if as_json:
+        from omni_cpu.export.k8s import render_json
+
         text = render_json(manifests)
     else:
+        from omni_cpu.export.k8s import render_manifests
+
         text = render_manifests(
             manifests, size, profile_name=profile_path.name, model=pods_model,
             dtype=profile.dtype, replica=replica, threads_source=threads_source,
             storage_bytes=size.ephemeral_storage_bytes(data_on_node=not model_claim),
         )  # fmt: skip
+    _write(text, output)
+
+
+def _footprint(model: str):
+    """The profile's model footprint, or None where the model is not one omni-cpu sizes."""
+    from omni_cpu.errors import ModelError
+    from omni_cpu.plan.footprint import footprint_for_model
+
+    try:
+        return footprint_for_model(model)
+    except ModelError:
+        return None
+
+
+def _node_threads(threads_per_core: int | None, sysroot: Path | None) -> tuple[int, str]:
+    """The nodes' threads per core, and where that number came from (the manifest says)."""
+    from omni_cpu.export.sizing import node_threads_per_core
+    from omni_cpu.hardware import read_facts
+    from omni_cpu.plan.support import unsupported_machine
+
+    threads_source = "--threads-per-core"
+    if sysroot is not None:
+        node = read_facts(sysroot)
+        # The node is judged as probe judges it (plan.support), before anything is written.
+        unsupported = unsupported_machine(node, "export for nodes the runtime serves")
+        if unsupported is not None:
+            raise unsupported
+        if threads_per_core is None:
+            # Not the dump's path: the manifest says nothing of the machine that exported it.
+            return node_threads_per_core(node), "read from the node's dump (--sysroot)"
+    if threads_per_core is None:
+        # Not stated: SMT-2 nodes would get half the cores; the notes on top say so.
+        return 1, "assumed; give the nodes' with --threads-per-core or --sysroot"
+    return threads_per_core, threads_source
+
+
+def _write(text: str, output: Path | None) -> None:
+    """The manifests to stdout, or to --output (said on stderr)."""
+    from omni_cpu.output import write_text_output
+
     if output is None:
         typer.echo(text, nl=False)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -41,77 +42,102 @@ mistake.
 """
 
 
-def probe(
-    sysroot: Path = typer.Option(
-        Path("/"),
-        "--sysroot",
-        help="Read this folder's proc/ and sys/ instead of the live machine.",
+# `probe`'s options (typer's Annotated style): the signature is one line each.
+Sysroot = Annotated[
+    Path,
+    typer.Option(
+        "--sysroot", help="Read this folder's proc/ and sys/ instead of the live machine."
     ),
-    output: Path | None = typer.Option(
-        None, "--output", "-o", help="Write the deploy profile (YAML) to this file."
-    ),
-    as_json: bool = typer.Option(
-        False,
+]
+Output = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Write the deploy profile (YAML) to this file."),
+]
+AsJson = Annotated[
+    bool,
+    typer.Option(
         "--json",
         help='Print {"facts": ..., "profile": ..., "formats": [...], "formats_hint": ...} as JSON.',
     ),
-    model: str = typer.Option(
-        "0.6b", "--model", help="Size the plan for: 0.6b, 1.7b, tiny, a checkpoint dir or hub id."
+]
+Model = Annotated[
+    str,
+    typer.Option(
+        "--model", help="Size the plan for: 0.6b, 1.7b, tiny, a checkpoint dir or hub id."
     ),
-    stages: int | None = typer.Option(
-        None,
+]
+Stages = Annotated[
+    int | None,
+    typer.Option(
         "--stages",
         help="2: talker and code2wav on their own cores; 1: they share all cores "
         "(default: whichever the cost model finds faster).",
     ),
-    reserve: int | None = typer.Option(
-        None,
-        "--reserve",
-        min=0,
-        help="Cores per replica kept for the API server (default: by size).",
+]
+Reserve = Annotated[
+    int | None,
+    typer.Option(
+        "--reserve", min=0, help="Cores per replica kept for the API server (default: by size)."
     ),
-    max_seqs: int | None = typer.Option(
-        None,
-        "--max-seqs",
-        min=1,
-        help="Concurrent streams per replica (default: from cores and memory).",
+]
+MaxSeqs = Annotated[
+    int | None,
+    typer.Option(
+        "--max-seqs", min=1, help="Concurrent streams per replica (default: from cores and memory)."
     ),
-    dtype: str | None = typer.Option(
-        None, "--dtype", help="bfloat16 or float32 (default: bfloat16 where the CPU has bf16)."
-    ),
-    code2wav_dtype: str | None = typer.Option(
-        None, "--code2wav-dtype", help="code2wav's own dtype (default: bfloat16 where native)."
-    ),
-    weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
-    force: bool = typer.Option(
-        False,
+]
+Dtype = Annotated[
+    str | None,
+    typer.Option("--dtype", help="bfloat16 or float32 (default: bfloat16 where the CPU has bf16)."),
+]
+Code2wavDtype = Annotated[
+    str | None,
+    typer.Option("--code2wav-dtype", help="code2wav's own dtype (default: bfloat16 where native)."),
+]
+Weights = Annotated[str, typer.Option("--weights", help=WEIGHTS_HELP)]
+Force = Annotated[
+    bool,
+    typer.Option(
         "--force",
         help="Plan (and write) a machine the runtime cannot serve, exiting 0: a capacity "
         "study of a dump, not a profile to run.",
     ),
-    calibrate: bool = typer.Option(
-        False,
+]
+Calibrate = Annotated[
+    bool,
+    typer.Option(
         "--calibrate",
         help="Measure weight-streaming bandwidth per core count, each linear kernel at 1-32 "
         "rows, the talker step's small-op time and code2wav's cost per frame and per call "
         "here first (<= 20 s, needs the runtime); the plan, its kernel choice and its "
         "predicted capacity use them, and the profile keeps them.",
     ),
+]
+
+
+def probe(
+    sysroot: Sysroot = Path("/"),
+    output: Output = None,
+    as_json: AsJson = False,
+    model: Model = "0.6b",
+    stages: Stages = None,
+    reserve: Reserve = None,
+    max_seqs: MaxSeqs = None,
+    dtype: Dtype = None,
+    code2wav_dtype: Code2wavDtype = None,
+    weights: Weights = "model",
+    force: Force = False,
+    calibrate: Calibrate = False,
 ) -> None:
     from omni_cpu.hardware.probe import read_facts
     from omni_cpu.output import check_output_path, write_text_output
-    from omni_cpu.plan import PlanError
-    from omni_cpu.plan.formats import format_headline, format_hint
-    from omni_cpu.plan.machine import compare_formats_for_facts, plan_for_facts
-    from omni_cpu.plan.support import unsupported_machine
+    from omni_cpu.plan.machine import compare_formats_for_facts
     from omni_cpu.profile import dump_profile
 
     if output is not None:
         check_output_path(output, option="--output")
     facts = read_facts(sysroot)
-    calibration = None
-    if calibrate:
-        calibration = _calibrate(facts, dtype, quiet=as_json)
+    calibration = _calibrate(facts, dtype, quiet=as_json) if calibrate else None
     options = {
         "stages": stages,
         "reserve": reserve,
@@ -121,6 +147,23 @@ def probe(
         "weights": weights,
         "calibration": calibration,
     }
+    profile = _plan(facts, model, options, as_json, force)
+    formats = compare_formats_for_facts(facts, model, **options)
+    if output is not None:
+        write_text_output(output, dump_profile(profile))
+    if as_json:
+        _print_probe_json(facts, profile, formats)
+        return
+    _print_probe(facts, profile, formats, output)
+
+
+def _plan(facts, model: str, options: dict, as_json: bool, force: bool):
+    """The profile for `facts`; a plan that fails, or a machine the runtime cannot serve
+    (without --force), is refused after the facts (and the plan) that say why are shown."""
+    from omni_cpu.plan import PlanError
+    from omni_cpu.plan.machine import plan_for_facts
+    from omni_cpu.plan.support import unsupported_machine
+
     try:
         profile = plan_for_facts(facts, model, **options)
     except PlanError as error:
@@ -133,35 +176,42 @@ def probe(
     unsupported = unsupported_machine(
         facts, "plan the machine that will run it; --force plans this one anyway"
     )
-    if unsupported is not None and not force:
-        if as_json:
-            print_json(
-                {
-                    "facts": facts.to_dict(),
-                    "profile": profile.to_dict(),
-                    "error": unsupported.one_line(),
-                }
-            )
-        else:
-            console.print(facts_table(facts))
-            console.print(profile_table(profile))
-            for note in profile.notes:
-                console.print(f"[yellow]note:[/] {note}")
-        raise unsupported
-    formats = compare_formats_for_facts(facts, model, **options)
-    if output is not None:
-        write_text_output(output, dump_profile(profile))
+    if unsupported is None or force:
+        return profile
     if as_json:
         print_json(
             {
                 "facts": facts.to_dict(),
                 "profile": profile.to_dict(),
-                "formats": [row.to_dict() for row in formats],
-                "formats_hint": format_hint(formats),
-                "formats_headline": format_headline(formats),
+                "error": unsupported.one_line(),
             }
         )
-        return
+    else:
+        console.print(facts_table(facts))
+        console.print(profile_table(profile))
+        for note in profile.notes:
+            console.print(f"[yellow]note:[/] {note}")
+    raise unsupported
+
+
+def _print_probe_json(facts, profile, formats) -> None:
+    from omni_cpu.plan.formats import format_headline, format_hint
+
+    print_json(
+        {
+            "facts": facts.to_dict(),
+            "profile": profile.to_dict(),
+            "formats": [row.to_dict() for row in formats],
+            "formats_hint": format_hint(formats),
+            "formats_headline": format_headline(formats),
+        }
+    )
+
+
+def _print_probe(facts, profile, formats, output: Path | None) -> None:
+    """The facts, the plan, its headline first where it matters, then the detail."""
+    from omni_cpu.plan.formats import format_headline
+
     console.print(facts_table(facts))
     console.print(profile_table(profile))
     if (headline := format_headline(formats)) is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -39,20 +40,29 @@ Example:
 """
 
 
-def validate(
-    profile_path: Path = typer.Argument(..., metavar="FILE", help="The profile to check."),
-    sysroot: Path = typer.Option(
-        Path("/"), "--sysroot", help="Check against this dump instead of the live machine."
-    ),
-    model: str | None = typer.Option(
-        None,
+# `validate`'s options (typer's Annotated style): the signature is one line each.
+ProfilePath = Annotated[Path, typer.Argument(metavar="FILE", help="The profile to check.")]
+Sysroot = Annotated[
+    Path, typer.Option("--sysroot", help="Check against this dump instead of the live machine.")
+]
+Model = Annotated[
+    str | None,
+    typer.Option(
         "--model",
         help="Check against this model (checkpoint directory or hub id) instead of the "
         "profile's own: its memory and its kind.",
     ),
-    as_json: bool = typer.Option(
-        False, "--json", help='Print {"ok": ..., "problems": [...], "binding": [...]}.'
-    ),
+]
+AsJson = Annotated[
+    bool, typer.Option("--json", help='Print {"ok": ..., "problems": [...], "binding": [...]}.')
+]
+
+
+def validate(
+    profile_path: ProfilePath,
+    sysroot: Sysroot = Path("/"),
+    model: Model = None,
+    as_json: AsJson = False,
 ) -> None:
     from omni_cpu.errors import ModelError, ShapeMismatchError
     from omni_cpu.hardware.probe import read_facts

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -64,55 +65,88 @@ def _out_paths(out: Path, count: int) -> list[Path]:
     ]
 
 
+# `run_command`'s options (typer's Annotated style): the signature is one line each.
+Model = Annotated[str, typer.Option("--model", help="Checkpoint directory or Hugging Face id.")]
+DeployProfile = Annotated[
+    str, typer.Option("--deploy-profile", help="`auto` (plan this machine) or a profile YAML file.")
+]
+Text = Annotated[str | None, typer.Option("--text", help="What to say.")]
+TextFile = Annotated[
+    Path | None,
+    typer.Option("--text-file", help="A file with one utterance per line (one WAV each)."),
+]
+Language = Annotated[str, typer.Option("--language", help="auto, english, chinese, ...")]
+Out = Annotated[Path, typer.Option("--out", help="WAV file to write (24 kHz mono).")]
+OutSpecial = Annotated[
+    bool,
+    typer.Option(
+        "--out-special", help="Let --out be a symlink (written through), a device or a FIFO."
+    ),
+]
+Stream = Annotated[
+    bool,
+    typer.Option("--stream", help="Write audio as chunks arrive and report time to first audio."),
+]
+MaxFrames = Annotated[
+    int | None, typer.Option("--max-frames", help="Stop after this many codec frames (80 ms each).")
+]
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Print per-stage env and engine args, start nothing.")
+]
+Force = Annotated[
+    bool, typer.Option("--force", help="Start a profile whose memory does not fit this machine.")
+]
+Weights = Annotated[str, typer.Option("--weights", help=WEIGHTS_HELP)]
+Seed = Annotated[
+    int | None,
+    typer.Option(
+        "--seed", help="Seed the talker's and code predictor's sampling (same seed, same WAV)."
+    ),
+]
+Temperature = Annotated[
+    float | None,
+    typer.Option(
+        "--temperature", help="Sampling temperature, talker and code predictor (profile's)."
+    ),
+]
+TopK = Annotated[int | None, typer.Option("--top-k", help="Top-k, -1 for none (profile's).")]
+TopP = Annotated[float | None, typer.Option("--top-p", help="Top-p in (0, 1] (profile's).")]
+RepetitionPenalty = Annotated[
+    float | None,
+    typer.Option(
+        "--repetition-penalty", help="The talker's repetition penalty, 1 off (profile's)."
+    ),
+]
+Greedy = Annotated[
+    bool, typer.Option("--greedy", help="Take the most likely code everywhere (temperature 0).")
+]
+Verbose = Annotated[bool, typer.Option("--verbose", help=VERBOSE_HELP)]
+AsJson = Annotated[bool, typer.Option("--json", help="Print timings (or the dry run) as JSON.")]
+
+
 @voice_options
 def run_command(
-    model: str = typer.Option(..., "--model", help="Checkpoint directory or Hugging Face id."),
-    deploy_profile: str = typer.Option(
-        "auto", "--deploy-profile", help="`auto` (plan this machine) or a profile YAML file."
-    ),
-    text: str | None = typer.Option(None, "--text", help="What to say."),
-    text_file: Path | None = typer.Option(
-        None, "--text-file", help="A file with one utterance per line (one WAV each)."
-    ),
+    model: Model,
+    deploy_profile: DeployProfile = "auto",
+    text: Text = None,
+    text_file: TextFile = None,
     voice: Voice = Voice(),
-    language: str = typer.Option("auto", "--language", help="auto, english, chinese, ..."),
-    out: Path = typer.Option(Path("out.wav"), "--out", help="WAV file to write (24 kHz mono)."),
-    out_special: bool = typer.Option(
-        False,
-        "--out-special",
-        help="Let --out be a symlink (written through), a device or a FIFO.",
-    ),
-    stream: bool = typer.Option(
-        False, "--stream", help="Write audio as chunks arrive and report time to first audio."
-    ),
-    max_frames: int | None = typer.Option(
-        None, "--max-frames", help="Stop after this many codec frames (80 ms each)."
-    ),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Print per-stage env and engine args, start nothing."
-    ),
-    force: bool = typer.Option(
-        False, "--force", help="Start a profile whose memory does not fit this machine."
-    ),
-    weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
-    seed: int | None = typer.Option(
-        None,
-        "--seed",
-        help="Seed the talker's and code predictor's sampling (same seed, same WAV).",
-    ),
-    temperature: float | None = typer.Option(
-        None, "--temperature", help="Sampling temperature, talker and code predictor (profile's)."
-    ),
-    top_k: int | None = typer.Option(None, "--top-k", help="Top-k, -1 for none (profile's)."),
-    top_p: float | None = typer.Option(None, "--top-p", help="Top-p in (0, 1] (profile's)."),
-    repetition_penalty: float | None = typer.Option(
-        None, "--repetition-penalty", help="The talker's repetition penalty, 1 off (profile's)."
-    ),
-    greedy: bool = typer.Option(
-        False, "--greedy", help="Take the most likely code everywhere (temperature 0)."
-    ),
-    verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print timings (or the dry run) as JSON."),
+    language: Language = "auto",
+    out: Out = Path("out.wav"),
+    out_special: OutSpecial = False,
+    stream: Stream = False,
+    max_frames: MaxFrames = None,
+    dry_run: DryRun = False,
+    force: Force = False,
+    weights: Weights = "model",
+    seed: Seed = None,
+    temperature: Temperature = None,
+    top_k: TopK = None,
+    top_p: TopP = None,
+    repetition_penalty: RepetitionPenalty = None,
+    greedy: Greedy = False,
+    verbose: Verbose = False,
+    as_json: AsJson = False,
 ) -> None:
     from omni_cpu.launch.plan import make_launch_plan
     from omni_cpu.profile.sampling import Sampling
@@ -135,12 +169,7 @@ def run_command(
     requests = voice.requests(info, texts, language, max_frames)
 
     if dry_run:
-        description = plan.describe()
-        description["outputs"] = [str(path) for path in _out_paths(out, len(requests))]
-        if as_json:
-            print_json(description)
-        else:
-            _print_plan(description)
+        _print_dry_run(plan, _out_paths(out, len(requests)), as_json)
         return
     for warning in plan.problems:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
@@ -162,6 +191,11 @@ def run_command(
     if as_json:
         print_json(result.to_dict())
         return
+    _print_result(result, stream)
+
+
+def _print_result(result, stream: bool) -> None:
+    """What was written, then one line of timings (the binding too, with --debug)."""
     for utterance in result.utterances:
         console.print(f"wrote {utterance.path} ({utterance.audio_s:.2f} s of audio)")
     ttfa = f"{result.ttfa_s:.2f} s" if result.ttfa_s is not None else "n/a"
@@ -173,6 +207,16 @@ def run_command(
     )
     if state.debug:
         console.print(f"observed OpenMP binding: {result.binding}")
+
+
+def _print_dry_run(plan, outputs: list[Path], as_json: bool) -> None:
+    """The launch plan and the files it would write: as JSON, or as a table."""
+    description = plan.describe()
+    description["outputs"] = [str(path) for path in outputs]
+    if as_json:
+        print_json(description)
+    else:
+        _print_plan(description)
 
 
 def _print_plan(description: dict) -> None:

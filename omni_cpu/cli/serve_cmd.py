@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from omni_cpu import envs
 from omni_cpu.cli.common import VERBOSE_HELP, WEIGHTS_HELP, console, err_console, print_json
+from omni_cpu.cli.settings import knob_option, read_option
 
 if TYPE_CHECKING:
     from omni_cpu.plan.resolve import Resolved
@@ -27,7 +29,7 @@ Every task type of the model is served the way vLLM-Omni serves it: `voice` for
 CustomVoice, `instructions` for VoiceDesign, `ref_audio` + `ref_text` (or
 `x_vector_only_mode`) for Base. `ref_audio` is base64 audio (`data:audio/wav;base64,...`),
 a `file://` path under --ref-audio-dir, or, only from a host --allow-ref-audio-urls
-lists, an http(s) URL the server fetches (within OMNI_CPU_SERVE_REF_AUDIO_FETCH_S).
+lists, an http(s) URL the server fetches (within --ref-audio-fetch-timeout).
 
 At most the streams the profile predicts this replica carries without a gap (p95
 safe start within 1 s, docs/listening.md) are admitted at once, or --max-in-flight, or
@@ -47,141 +49,166 @@ Examples:
 """
 
 
-def serve(
-    model: str = typer.Option(..., "--model", help="Checkpoint folder or Hugging Face id."),
-    deploy_profile: str = typer.Option(
-        "auto", "--deploy-profile", help="'auto' (plan this machine now) or a profile YAML."
-    ),
-    replica: int = typer.Option(
-        0, "--replica", min=0, help="Which of the profile's replicas (one per NUMA node)."
-    ),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port to listen on."),
-    max_waiting: int | None = typer.Option(
-        None,
+# serve's options, one alias each (typer's Annotated style). Those that set an admission
+# limit are derived from their knob (omni_cpu.cli.settings): flag, help and reading.
+Model = Annotated[str, typer.Option("--model", help="Checkpoint folder or Hugging Face id.")]
+DeployProfile = Annotated[
+    str,
+    typer.Option("--deploy-profile", help="'auto' (plan this machine now) or a profile YAML."),
+]
+ReplicaIndex = Annotated[
+    int,
+    typer.Option("--replica", min=0, help="Which of the profile's replicas (one per NUMA node)."),
+]
+Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
+Port = Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")]
+MaxWaiting = Annotated[
+    int | None,
+    typer.Option(
         "--max-waiting",
         min=0,
         help="Admit max_num_seqs + this many speech requests at once, in place of the "
         "default (the profile's stall-free streams).",
     ),
-    max_in_flight: int | None = typer.Option(
-        None,
-        "--max-in-flight",
-        min=1,
-        help="Speech requests admitted at once (default: the streams the profile predicts "
-        "this replica carries without a gap; where it predicts none, max_num_seqs + "
-        "--max-waiting).",
-    ),
-    max_input_chars: int | None = typer.Option(
-        None,
-        "--max-input-chars",
-        min=0,
-        help="Longest input text (default: half the talker's max_model_len; 0: no limit).",
-    ),
-    max_long_input_chars: int | None = typer.Option(
-        None,
-        "--max-long-input-chars",
-        min=0,
-        help="Longest input a non-streamed request may send, spoken in sentences of at most "
-        "--max-input-chars each, one answer (default: 4 times --max-input-chars; 0: no split).",
-    ),
-    max_frames: int | None = typer.Option(
-        None,
+]
+MaxFrames = Annotated[
+    int | None,
+    typer.Option(
         "--max-frames",
         min=1,
         help="Codec frames (80 ms each) for requests without max_new_tokens (default: profile).",
     ),
-    served_model_name: str | None = typer.Option(
-        None, "--served-model-name", help="Model name clients send (default: --model)."
-    ),
-    drain_timeout: float = typer.Option(
-        30.0, "--drain-timeout", min=0, help="Seconds SIGTERM waits for requests in flight."
-    ),
-    request_timeout: float = typer.Option(
-        0.0,
-        "--request-timeout",
-        min=0,
-        help="Seconds a speech request may take (504, or its stream ends); 0 = none. "
-        "A request's `timeout` field may ask for less.",
-    ),
-    body_timeout: float | None = typer.Option(
-        None,
-        "--body-timeout",
-        min=0,
-        help="Seconds a client has to send a request's headers and body (else 408, or the "
-        "connection closes); it holds no place meanwhile. Default 30; 0 = none.",
-    ),
-    send_timeout: float | None = typer.Option(
-        None,
-        "--send-timeout",
-        min=0,
-        help="Seconds a client may leave a reply's data untaken before its stream is cut and "
-        "its place returned. Default 30; 0 = none.",
-    ),
-    voices: Path | None = typer.Option(
-        None,
+]
+ServedModelName = Annotated[
+    str | None,
+    typer.Option("--served-model-name", help="Model name clients send (default: --model)."),
+]
+DrainTimeout = Annotated[
+    float,
+    typer.Option("--drain-timeout", min=0, help="Seconds SIGTERM waits for requests in flight."),
+]
+Voices = Annotated[
+    Path | None,
+    typer.Option(
         "--voices",
         help="Folder of voices: its audio files (NAME.wav, NAME.txt the words) are uploaded "
         "once ready, and uploads are kept there (default: the server's own folder, removed "
         "at exit).",
     ),
-    max_voices: int = typer.Option(
-        32, "--max-voices", min=1, help="Uploaded voices the server keeps at most."
+]
+MaxVoices = Annotated[
+    int, typer.Option("--max-voices", min=1, help="Uploaded voices the server keeps at most.")
+]
+DryRun = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run", help="Print the command, environment and deploy config; start nothing."
     ),
-    ref_audio_dir: Path | None = typer.Option(
-        None, "--ref-audio-dir", help="Folder whose files requests may name as file:// ref_audio."
-    ),
-    allow_ref_audio_urls: str = typer.Option(
-        "",
-        "--allow-ref-audio-urls",
-        metavar="HOSTS",
-        help="Hosts, addresses or CIDRs (comma-separated; * = any public host) whose http(s) "
-        "ref_audio URLs the server fetches; loopback and private ones only when listed.",
-    ),
-    accept_frame_limit: bool = typer.Option(
-        False,
-        "--accept-frame-limit",
-        help="Base requests that reach their frame budget return their audio instead of "
-        "vLLM-Omni's 500 (random-weight checkpoints never emit end-of-speech).",
-    ),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Print the command, environment and deploy config; start nothing."
-    ),
-    force: bool = typer.Option(
-        False, "--force", help="Serve a profile whose memory does not fit this machine."
-    ),
-    weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
-    verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
-    as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
+]
+Force = Annotated[
+    bool, typer.Option("--force", help="Serve a profile whose memory does not fit this machine.")
+]
+Weights = Annotated[str, typer.Option("--weights", help=WEIGHTS_HELP)]
+Verbose = Annotated[bool, typer.Option("--verbose", help=VERBOSE_HELP)]
+AsJson = Annotated[bool, typer.Option("--json", help="With --dry-run: the plan as JSON.")]
+MaxInFlight = knob_option(envs.SERVE_MAX_IN_FLIGHT)
+MaxInputChars = knob_option(envs.SERVE_MAX_INPUT_CHARS)
+MaxLongInputChars = knob_option(envs.SERVE_MAX_LONG_INPUT_CHARS)
+MaxBodyBytes = knob_option(envs.SERVE_MAX_BODY_BYTES)
+RequestTimeout = knob_option(envs.SERVE_REQUEST_TIMEOUT_S)
+BodyTimeout = knob_option(envs.SERVE_BODY_TIMEOUT_S)
+SendTimeout = knob_option(envs.SERVE_SEND_TIMEOUT_S)
+RefAudioDir = knob_option(envs.SERVE_REF_AUDIO_DIR)
+AllowRefAudioUrls = knob_option(envs.SERVE_ALLOW_REF_AUDIO_URLS)
+RefAudioFetchTimeout = knob_option(envs.SERVE_REF_AUDIO_FETCH_S)
+AcceptFrameLimit = knob_option(envs.SERVE_ACCEPT_FRAME_LIMIT)
+
+
+def serve(
+    model: Model,
+    deploy_profile: DeployProfile = "auto",
+    replica: ReplicaIndex = 0,
+    host: Host = "127.0.0.1",
+    port: Port = 8000,
+    max_waiting: MaxWaiting = None,
+    max_in_flight: MaxInFlight = None,
+    max_input_chars: MaxInputChars = None,
+    max_long_input_chars: MaxLongInputChars = None,
+    max_frames: MaxFrames = None,
+    served_model_name: ServedModelName = None,
+    drain_timeout: DrainTimeout = 30.0,
+    request_timeout: RequestTimeout = None,
+    body_timeout: BodyTimeout = None,
+    send_timeout: SendTimeout = None,
+    max_body_bytes: MaxBodyBytes = None,
+    voices: Voices = None,
+    max_voices: MaxVoices = 32,
+    ref_audio_dir: RefAudioDir = None,
+    allow_ref_audio_urls: AllowRefAudioUrls = None,
+    ref_audio_fetch_timeout: RefAudioFetchTimeout = None,
+    accept_frame_limit: AcceptFrameLimit = False,
+    dry_run: DryRun = False,
+    force: Force = False,
+    weights: Weights = "model",
+    verbose: Verbose = False,
+    as_json: AsJson = False,
 ) -> None:
     from omni_cpu.launch.logs import verbose_requested
-    from omni_cpu.launch.plan import with_weights
-    from omni_cpu.plan.resolve import FATAL_TO_START, FORCED, resolve
-    from omni_cpu.serve.command import ServeOptions, build_serve_plan
+    from omni_cpu.serve.command import ServeOptions
 
-    # A bad option is refused before the machine is planned.
+    # parse: a bad option is refused before the machine is planned.
+    settings = {
+        envs.SERVE_MAX_IN_FLIGHT: max_in_flight,
+        envs.SERVE_MAX_INPUT_CHARS: max_input_chars,
+        envs.SERVE_MAX_LONG_INPUT_CHARS: max_long_input_chars,
+        envs.SERVE_MAX_BODY_BYTES: max_body_bytes,
+        envs.SERVE_REQUEST_TIMEOUT_S: request_timeout,
+        envs.SERVE_BODY_TIMEOUT_S: body_timeout,
+        envs.SERVE_SEND_TIMEOUT_S: send_timeout,
+        envs.SERVE_REF_AUDIO_DIR: ref_audio_dir,
+        envs.SERVE_ALLOW_REF_AUDIO_URLS: allow_ref_audio_urls,
+        envs.SERVE_REF_AUDIO_FETCH_S: ref_audio_fetch_timeout,
+        envs.SERVE_ACCEPT_FRAME_LIMIT: accept_frame_limit,
+    }
     options = ServeOptions(
         replica=replica,
         host=host,
         port=port,
         max_waiting=max_waiting,
-        max_in_flight=max_in_flight,
-        max_input_chars=max_input_chars,
-        max_long_input_chars=max_long_input_chars,
         max_frames=max_frames,
         served_model_name=served_model_name,
         drain_timeout_s=drain_timeout,
-        request_timeout_s=request_timeout,
-        body_timeout_s=body_timeout,
-        send_timeout_s=send_timeout,
         voices_dir=voices,
         max_voices=max_voices,
-        ref_audio_dir=ref_audio_dir,
-        allow_ref_audio_urls=allow_ref_audio_urls,
-        accept_frame_limit=accept_frame_limit,
         verbose=verbose_requested(verbose),
+        **_read_settings(settings),
     )
+    plan = _plan(model, deploy_profile, weights, force, dry_run, options)
+    if dry_run:
+        _print_dry_run(plan, as_json)
+        return
+    _run(plan, as_json)
+
+
+def _read_settings(given: dict[envs.Knob, Any]) -> dict[str, Any]:
+    """The ServeOptions fields the knob-derived flags gave, each read by its knob."""
+    from omni_cpu.serve.knobs import SETTABLE, knob
+
+    fields = {knob(name).name: name for name in SETTABLE}
+    values = {fields[declared.name]: read_option(declared, raw) for declared, raw in given.items()}
+    if values["ref_audio_dir"] is not None:
+        values["ref_audio_dir"] = Path(values["ref_audio_dir"])
+    return values
+
+
+def _plan(
+    model: str, deploy_profile: str, weights: str, force: bool, dry_run: bool, options: Any
+) -> ServePlan:
+    """resolve: the profile for this machine, then the serve plan, each refusal one line."""
     from omni_cpu.cli.common import check_model
+    from omni_cpu.launch.plan import with_weights
+    from omni_cpu.plan.resolve import FATAL_TO_START, FORCED, resolve
+    from omni_cpu.serve.command import build_serve_plan
 
     check_model(model)  # before the machine is planned: one line for a model not there
     # The same resolver as run/bench/tune: a profile naming CPUs this machine cannot
@@ -197,9 +224,11 @@ def serve(
         check_port_free(plan.host, plan.port)
     if (hint := _formats_hint(resolved, profile)) is not None:
         err_console.print(f"[yellow]hint:[/] {hint}", highlight=False)
-    if dry_run:
-        _print_dry_run(plan, as_json)
-        return
+    return plan
+
+
+def _run(plan: ServePlan, as_json: bool) -> None:
+    """act: start the server and supervise it until it stops; its exit code is ours."""
     if as_json:
         err_console.print("--json only applies with --dry-run; starting the server")
     from omni_cpu.serve.supervisor import serve as run_plan
@@ -214,7 +243,6 @@ def _formats_hint(resolved: Resolved, profile: Profile) -> str | None:
     (omni_cpu.plan.formats, as `probe` says it), planned from this machine's facts."""
     import dataclasses
 
-    from omni_cpu import envs
     from omni_cpu.plan.footprint import footprint_for_model
     from omni_cpu.plan.formats import compare_formats, format_hint, profile_options
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -38,27 +38,30 @@ def register(app: typer.Typer) -> None:
     app.command("tune", help=_HELP)(tune_command)
 
 
+# `tune_command`'s options (typer's Annotated style): the signature is one line each.
+Model = Annotated[str, typer.Option("--model", help="Checkpoint directory or Hugging Face id.")]
+MaxPoints = Annotated[int, typer.Option("--max-points", min=1, help="Grid points to run at most.")]
+Frames = Annotated[int, typer.Option("--frames", min=2, help="Codec frames per request.")]
+Output = Annotated[Path | None, typer.Option("--output", help="Write the best profile here.")]
+Table = Annotated[Path | None, typer.Option("--table", help="Write all runs as JSON here.")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="List the grid points, run nothing.")]
+Weights = Annotated[str, typer.Option("--weights", help=WEIGHTS_HELP)]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")]
+
+
 @voice_options
 def tune_command(
-    model: str = typer.Option(..., "--model", help="Checkpoint directory or Hugging Face id."),
-    max_points: int = typer.Option(6, "--max-points", min=1, help="Grid points to run at most."),
-    frames: int = typer.Option(25, "--frames", min=2, help="Codec frames per request."),
+    model: Model,
+    max_points: MaxPoints = 6,
+    frames: Frames = 25,
     voice: Voice = Voice(),
-    output: Path | None = typer.Option(None, "--output", help="Write the best profile here."),
-    table: Path | None = typer.Option(None, "--table", help="Write all runs as JSON here."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="List the grid points, run nothing."),
-    weights: str = typer.Option("model", "--weights", help=WEIGHTS_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
+    output: Output = None,
+    table: Table = None,
+    dry_run: DryRun = False,
+    weights: Weights = "model",
+    as_json: AsJson = False,
 ) -> None:
-    from omni_cpu.bench.tune import (
-        auto_point,
-        best_point,
-        grid_points,
-        measure_point,
-        variant_profile,
-        verdict,
-    )
-    from omni_cpu.errors import OmniCpuError
+    from omni_cpu.bench.tune import auto_point, best_point, grid_points, variant_profile, verdict
     from omni_cpu.output import check_output_path, write_text_output
     from omni_cpu.plan import choose_dtype
     from omni_cpu.plan.resolve import resolve
@@ -92,22 +95,7 @@ def tune_command(
 
         # Every point preloads what the auto plan does (the machine's libraries).
         relaunch_if_needed(launch_plan_for(model, profile, "tune"))
-    rows: list[dict[str, Any]] = []
-    for index, point in enumerate(points, 1):
-        row: dict[str, Any] = {"point": point.label(), "auto": point == auto, "error": None}
-        rows.append(row)
-        if dry_run:
-            continue
-        err_console.print(f"[dim]…[/] point {index}/{len(points)}: {point.label()}")
-
-        def make_requests(count: int):
-            return [request] * count
-
-        try:
-            row.update(measure_point(model, variant(point), make_requests))
-        except OmniCpuError as error:  # one failing point (e.g. float32) must not end the sweep
-            row["error"] = error.one_line()
-            err_console.print(f"[yellow]point failed:[/] {row['error']}", highlight=False)
+    rows = _measure(model, request, points, auto, variant, dry_run)
     result = {
         "model": model,
         "query_type": request.task_type,
@@ -128,6 +116,29 @@ def tune_command(
         print_json(result)
         return
     _print_runs(result)
+
+
+def _measure(model: str, request, points, auto, variant, dry_run: bool) -> list[dict[str, Any]]:
+    """One row per point: its label and measures, or the one line a failing point gave."""
+    from omni_cpu.bench.tune import measure_point
+    from omni_cpu.errors import OmniCpuError
+
+    def make_requests(count: int):
+        return [request] * count
+
+    rows: list[dict[str, Any]] = []
+    for index, point in enumerate(points, 1):
+        row: dict[str, Any] = {"point": point.label(), "auto": point == auto, "error": None}
+        rows.append(row)
+        if dry_run:
+            continue
+        err_console.print(f"[dim]…[/] point {index}/{len(points)}: {point.label()}")
+        try:
+            row.update(measure_point(model, variant(point), make_requests))
+        except OmniCpuError as error:  # one failing point (e.g. float32) must not end the sweep
+            row["error"] = error.one_line()
+            err_console.print(f"[yellow]point failed:[/] {row['error']}", highlight=False)
+    return rows
 
 
 # Plain words: what each figure is for a listener, with its unit.

@@ -40,15 +40,7 @@ _AARCH64_MIDR = "/sys/devices/system/cpu/cpu0/regs/identification/midr_el1"
 
 def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
     """Snapshot the machine at `root` ("/" = this machine, else a sysroot dump)."""
-    sysroot = SysRoot(root)
-    if not sysroot.is_dir("/"):
-        raise SysrootError(f"sysroot {os.fspath(root)!r} is not a directory", "pass a dump folder")
-    if not sysroot.exists("/proc") and not sysroot.exists("/sys"):
-        raise SysrootError(
-            f"sysroot {os.fspath(root)!r} has neither proc/ nor sys/",
-            "pass the folder that holds the dump's proc/ and sys/",
-        )
-
+    sysroot = _open_sysroot(root)
     notes: list[str] = []
     cpuinfo_text = sysroot.read_text("/proc/cpuinfo")
     cpuinfo = parse_cpuinfo(cpuinfo_text)
@@ -76,28 +68,12 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
         host_topology, allowed, host_nodes, in_view, numa_stated, limits
     )
     nodes = listed_nodes(in_view, limits)
-    host = Host(
-        online_cpus=format_cpu_list(cpu_sets.online),
-        cpu_count=len(cpu_sets.online),
-        sockets=host_topology.sockets,
-        numa_node_count=count_nodes(host_nodes, numa_stated)[0],
-    )
     notes.extend(_duplicate_notes(nodes))
     # A CPU keeps the node the kernel puts it on, listed or not (outside cpuset.mems).
     owner = node_of_cpus(in_view)
     cpus = [dataclasses.replace(cpu, node=owner.get(cpu.cpu)) for cpu in topology.cpus]
 
-    isa = read_isa(cpuinfo, architecture)
-    isa_source: str | None = "cpuinfo"
-    if not cpuinfo_readable:
-        from_hwcaps = isa_from_hwcaps(
-            parse_auxv(sysroot.read_bytes("/proc/self/auxv")), architecture
-        )
-        isa, isa_source = (from_hwcaps, "hwcap") if from_hwcaps is not None else ([], None)
-        if isa_source is None:
-            notes.append(
-                "ISA unknown (no cpuinfo flags, no hwcaps): dtype cannot be chosen from it"
-            )
+    isa, isa_source = _read_isa(sysroot, cpuinfo, cpuinfo_readable, architecture, notes)
     if architecture == "unknown":
         notes.append("architecture unknown: nothing in the dump names it")
     if sysroot.is_live:
@@ -135,9 +111,45 @@ def read_facts(root: str | os.PathLike[str] = "/") -> Facts:
         preload_libraries=_preload_libraries(sysroot),
         numa_node_count=node_count,
         numa_count_basis=node_basis,
-        host=host,
+        host=_host(cpu_sets.online, host_topology.sockets, count_nodes(host_nodes, numa_stated)[0]),
         **_x86_identity(cpuinfo, architecture),
     )
+
+
+def _host(online: tuple[int, ...], sockets: int | None, numa_node_count: int) -> Host:
+    """The whole host, beside the part of it this process is allowed."""
+    return Host(
+        online_cpus=format_cpu_list(online),
+        cpu_count=len(online),
+        sockets=sockets,
+        numa_node_count=numa_node_count,
+    )
+
+
+def _open_sysroot(root: str | os.PathLike[str]) -> SysRoot:
+    """The root to read, refused in one line where it holds no dump."""
+    sysroot = SysRoot(root)
+    if not sysroot.is_dir("/"):
+        raise SysrootError(f"sysroot {os.fspath(root)!r} is not a directory", "pass a dump folder")
+    if not sysroot.exists("/proc") and not sysroot.exists("/sys"):
+        raise SysrootError(
+            f"sysroot {os.fspath(root)!r} has neither proc/ nor sys/",
+            "pass the folder that holds the dump's proc/ and sys/",
+        )
+    return sysroot
+
+
+def _read_isa(
+    sysroot: SysRoot, cpuinfo: CpuInfo, cpuinfo_readable: bool, architecture: str, notes: list[str]
+) -> tuple[list[str], str | None]:
+    """The ISA and where it was read: cpuinfo's flags, else the hwcaps (auxv), else unknown."""
+    if cpuinfo_readable:
+        return read_isa(cpuinfo, architecture), "cpuinfo"
+    from_hwcaps = isa_from_hwcaps(parse_auxv(sysroot.read_bytes("/proc/self/auxv")), architecture)
+    if from_hwcaps is not None:
+        return from_hwcaps, "hwcap"
+    notes.append("ISA unknown (no cpuinfo flags, no hwcaps): dtype cannot be chosen from it")
+    return [], None
 
 
 def _x86_identity(cpuinfo: CpuInfo, architecture: str) -> dict[str, int | None]:

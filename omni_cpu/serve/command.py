@@ -6,6 +6,7 @@ supervisor runs it. Nothing here imports torch or vLLM.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import sys
@@ -24,6 +25,7 @@ from omni_cpu.platform import DRIVER_ENV
 from omni_cpu.process.watch import stall_seconds
 from omni_cpu.profile import Profile, deploy_config_dict
 from omni_cpu.profile.model import TALKER_STAGE, Replica
+from omni_cpu.serve import knobs
 from omni_cpu.serve.knobs import MIDDLEWARE_PATH, AdmissionLimits
 
 # vLLM-Omni's own CLI (the `vllm-omni` console script) behind a wrapper that skips the
@@ -109,7 +111,11 @@ def default_workdir(port: int, pid: int | None = None) -> Path:
 @dataclass(frozen=True)
 class ServeOptions:
     """What `serve`'s flags ask for, beside the model and profile. A bad value is refused
-    when the options are made (the CLI makes them before it plans the machine)."""
+    when the options are made (the CLI makes them before it plans the machine).
+
+    A field named in omni_cpu.serve.knobs.SETTABLE is None where no flag gave it: its
+    variable's value then, else the plan's default (`with_environment`).
+    """
 
     replica: int = 0
     host: str = "127.0.0.1"
@@ -123,7 +129,7 @@ class ServeOptions:
     served_model_name: str | None = None
     drain_timeout_s: float = 30.0
     stop_timeout_s: float = 15.0
-    request_timeout_s: float = 0.0
+    request_timeout_s: float | None = None
     body_timeout_s: float | None = None
     send_timeout_s: float | None = None  # None: the knob's default
     voices_dir: Path | None = None
@@ -131,8 +137,10 @@ class ServeOptions:
     stall_s: float | None = None  # default: process.watch.stall_seconds()
     python: str = sys.executable
     ref_audio_dir: Path | None = None
-    allow_ref_audio_urls: str = ""  # hosts, addresses, CIDRs or *: envs.SERVE_ALLOW_REF_AUDIO_URLS
-    accept_frame_limit: bool = False
+    allow_ref_audio_urls: str | None = None  # hosts, addresses, CIDRs or *
+    accept_frame_limit: bool | None = None
+    max_body_bytes: int | None = None
+    ref_audio_fetch_s: float | None = None
     verbose: bool = False
 
     def __post_init__(self) -> None:
@@ -147,15 +155,16 @@ class ServeOptions:
                 f"--ref-audio-dir {self.ref_audio_dir} is not a directory",
                 "name the folder whose files clients may send as file:// ref_audio",
             )
-        if self.request_timeout_s < 0:
+        if self.request_timeout_s is not None and self.request_timeout_s < 0:
             raise InputError(
                 f"--request-timeout {self.request_timeout_s:g}", "give 0 (none) or more"
             )
-        # One line for an entry that is no host, address or CIDR (SettingError).
-        allowed = envs.SERVE_ALLOW_REF_AUDIO_URLS.read(
-            self.allow_ref_audio_urls, "--allow-ref-audio-urls"
-        )
-        object.__setattr__(self, "allow_ref_audio_urls", allowed)
+        if self.allow_ref_audio_urls is not None:
+            # One line for an entry that is no host, address or CIDR (SettingError).
+            allowed = envs.SERVE_ALLOW_REF_AUDIO_URLS.read(
+                self.allow_ref_audio_urls, envs.SERVE_ALLOW_REF_AUDIO_URLS.flag
+            )
+            object.__setattr__(self, "allow_ref_audio_urls", allowed)
         voices = self.voices_dir
         if voices is not None and voices.exists() and not voices.is_dir():
             raise InputError(f"--voices {voices} is not a directory", "name a folder for voices")
@@ -185,7 +194,7 @@ def build_serve_plan(
     model: str, profile: Profile, options: ServeOptions | None = None
 ) -> ServePlan:
     """The plan that serves `model` with replica `options.replica` of `profile`."""
-    options = options or ServeOptions()
+    options = with_environment(options or ServeOptions())
     replica = options.replica
     if not 0 <= replica < len(profile.replicas):
         raise InputError(
@@ -238,6 +247,28 @@ def _deploy_config(profile: Profile, options: ServeOptions) -> dict[str, Any]:
     return deploy
 
 
+def with_environment(options: ServeOptions) -> ServeOptions:
+    """`options` with each serve setting no flag gave taken from its variable, where set.
+
+    Flag and variable are one setting, declared once as its knob (omni_cpu.envs):
+    `--max-in-flight 3` and OMNI_CPU_SERVE_MAX_IN_FLIGHT=3 reach the server alike, and a
+    value either gives is checked as the option's.
+    """
+    found: dict[str, Any] = {}
+    for name in knobs.SETTABLE:
+        knob = knobs.knob(name)
+        raw = os.environ.get(knob.name, "")
+        if getattr(options, name) is None and raw.strip():
+            found[name] = knob.read(raw)
+    if found.get("ref_audio_dir"):
+        found["ref_audio_dir"] = Path(found["ref_audio_dir"])
+    return dataclasses.replace(options, **found) if found else options
+
+
+def _or(given: Any, default: Any) -> Any:
+    return default if given is None else given
+
+
 def _admission_limits(
     model: str, chosen: Replica, folder: Path, options: ServeOptions
 ) -> tuple[AdmissionLimits, str]:
@@ -245,36 +276,25 @@ def _admission_limits(
     talker = chosen.stage(TALKER_STAGE)
     admitted, why = admission_limit(chosen, options.max_waiting, options.max_in_flight)
     # Text tokens never outnumber characters; half the talker's context stays for frames.
-    chars = (
-        talker.max_model_len // 2 if options.max_input_chars is None else options.max_input_chars
-    )
-    long_chars = options.max_long_input_chars
+    chars = max(0, _or(options.max_input_chars, talker.max_model_len // 2))
     ref_audio_dir = options.ref_audio_dir
+    defaults = AdmissionLimits()
     limits = AdmissionLimits(
         max_in_flight=admitted,
-        max_input_chars=max(0, chars),
+        max_input_chars=chars,
         drain_file=str(folder / "draining"),
-        allow_ref_audio_urls=options.allow_ref_audio_urls,
-        ref_audio_fetch_s=envs.SERVE_REF_AUDIO_FETCH_S.value(),
-        # A user's knob with no option: the environment's value, not the field's default.
-        max_body_bytes=envs.SERVE_MAX_BODY_BYTES.value(),
-        accept_frame_limit=options.accept_frame_limit,
+        allow_ref_audio_urls=_or(options.allow_ref_audio_urls, defaults.allow_ref_audio_urls),
+        ref_audio_fetch_s=_or(options.ref_audio_fetch_s, defaults.ref_audio_fetch_s),
+        max_body_bytes=_or(options.max_body_bytes, defaults.max_body_bytes),
+        accept_frame_limit=bool(options.accept_frame_limit),
         down_file=str(folder / "stage-down"),
         talker_max_model_len=talker.max_model_len,
         tokenizer=model,
         ref_audio_dir=str(ref_audio_dir.resolve()) if ref_audio_dir is not None else "",
-        request_timeout_s=options.request_timeout_s,
-        max_long_input_chars=max(0, LONG_INPUT_PARTS * chars if long_chars is None else long_chars),
-        body_timeout_s=(
-            AdmissionLimits().body_timeout_s
-            if options.body_timeout_s is None
-            else options.body_timeout_s
-        ),
-        send_timeout_s=(
-            AdmissionLimits().send_timeout_s
-            if options.send_timeout_s is None
-            else options.send_timeout_s
-        ),
+        request_timeout_s=_or(options.request_timeout_s, defaults.request_timeout_s),
+        max_long_input_chars=max(0, _or(options.max_long_input_chars, LONG_INPUT_PARTS * chars)),
+        body_timeout_s=_or(options.body_timeout_s, defaults.body_timeout_s),
+        send_timeout_s=_or(options.send_timeout_s, defaults.send_timeout_s),
     )
     return limits, why
 

@@ -34,6 +34,15 @@ def knob(field: str) -> envs.Knob:
     return envs.KNOBS[envs.SERVE_PREFIX + field.upper()]
 
 
+# The fields a user sets, by `serve`'s flag or by the variable (the knobs that declare a
+# flag); the plan sets the rest (its drain and down files, the talker's context).
+SETTABLE = tuple(
+    name.removeprefix(envs.SERVE_PREFIX).lower()
+    for name, declared in envs.KNOBS.items()
+    if declared.read_by == "serve" and declared.flag
+)
+
+
 def _default(field: str) -> Any:
     return knob(field).value({})
 
