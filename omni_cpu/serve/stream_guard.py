@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from typing import Any, Protocol
 
@@ -55,6 +56,30 @@ class Gate(Protocol):
     def release(self, places: int) -> None: ...
     def client_waits(self, change: int) -> None: ...
     def count_rejected(self, reason: str) -> None: ...
+
+
+@functools.cache
+def _gone_type() -> type[Exception]:
+    try:
+        from starlette.websockets import WebSocketDisconnect
+    except ImportError:  # no server runtime here (a unit test's stand-in handler)
+        return SlowReader
+
+    class SlowWebSocketReader(WebSocketDisconnect, SlowReader):
+        """A client cut for reading too slowly, as the handler sees a client that left."""
+
+        def __init__(self) -> None:
+            WebSocketDisconnect.__init__(self, POLICY, "reading too slowly")
+
+    return SlowWebSocketReader
+
+
+def client_gone() -> Exception:
+    """What a send to a client cut for reading too slowly raises: a SlowReader that vLLM-Omni's
+    handler takes for a client that left (starlette's WebSocketDisconnect), so it aborts the
+    utterance's engine request and logs one line, not a traceback, and its request stops
+    holding the stage (written against vllm-omni 0.30.0's serving_speech_stream.py)."""
+    return _gone_type()()
 
 
 def close_reason(message: str) -> str:
@@ -163,7 +188,7 @@ class StreamGuard:
         if self.cut:
             # vLLM-Omni answers the cut with an error, audio.done, session.done and another
             # error: each would wait the whole send timeout again on the jammed transport.
-            raise SlowReader
+            raise client_gone()
         kind = message["type"]
         if kind == "websocket.accept":
             self.accepted = True
@@ -180,7 +205,7 @@ class StreamGuard:
             self.cut = True
             self.gate.count_rejected("slow_reader")
             self._end_utterance()  # its place goes back now, not when the handler gives up
-            raise SlowReader from None
+            raise client_gone() from None
         finally:
             if waiting:
                 self.gate.client_waits(-1)

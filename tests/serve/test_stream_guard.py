@@ -177,3 +177,14 @@ def test_a_binary_frame_is_closed_1003_before_the_handler_reads_it():
     )
     code, reason = client.closed() or (None, "")
     assert code == 1003 and "JSON text" in reason
+
+
+def test_a_cut_reader_is_a_client_that_left_to_the_handler():
+    # vLLM-Omni's handler aborts the engine request and logs one line for a disconnect; any
+    # other exception it logs with a traceback and leaves the request running.
+    starlette = pytest.importorskip("starlette.websockets")
+    from omni_cpu.serve.stream_guard import client_gone
+    from omni_cpu.serve.supervision import SlowReader
+
+    gone = client_gone()
+    assert isinstance(gone, starlette.WebSocketDisconnect) and isinstance(gone, SlowReader)
