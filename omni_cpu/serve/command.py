@@ -96,6 +96,18 @@ def _quiet_tracker(user_filters: str) -> str:
 
 
 TMP_SUBDIR = "tmp"  # the server's own temp folder, inside its workdir
+# A Unix socket's path holds at most 107 bytes (sockaddr_un); vLLM names its IPC sockets
+# "<base>/<uuid4>", 37 more.
+SOCKET_PATH_MAX = 107
+IPC_NAME_LEN = 37
+
+
+def ipc_folder(private: Path) -> str:
+    """Where vLLM's IPC sockets go: the server's own folder when its path leaves room for a
+    socket's name, else the temp folder this process was given (a long $TMPDIR), as before."""
+    if len(os.fsencode(private)) + IPC_NAME_LEN <= SOCKET_PATH_MAX:
+        return str(private)
+    return tempfile.gettempdir()
 
 
 def default_workdir(port: int, pid: int | None = None) -> Path:
@@ -321,7 +333,7 @@ def _server_env(
         # vLLM's IPC sockets and temp files (its RPC base path is the temp folder): inside
         # the server's folder, which goes with it at every exit, a stage fault's included.
         "TMPDIR": str(folder / TMP_SUBDIR),
-        "VLLM_RPC_BASE_PATH": str(folder / TMP_SUBDIR),
+        "VLLM_RPC_BASE_PATH": ipc_folder(folder / TMP_SUBDIR),
         # Every node the replica's stages may take memory from (a grouped replica's nodes).
         "CPU_VISIBLE_MEMORY_NODES": ",".join(
             str(node)

@@ -322,3 +322,12 @@ def test_a_knob_with_a_typo_is_refused_in_one_line_before_anything_starts(
     assert done.returncode == 2, done.stdout
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{name}={value!r} is not allowed" in lines[0], done.stderr
+
+
+def test_vllms_sockets_go_in_the_servers_folder_when_a_sockets_path_fits():
+    from omni_cpu.serve.command import ipc_folder
+
+    short = Path("/tmp/omni-cpu-serve-8000-1234/tmp")
+    assert ipc_folder(short) == str(short)
+    deep = Path("/tmp") / ("x" * 80) / "tmp"  # a socket's path holds 107 bytes
+    assert ipc_folder(deep) != str(deep) and len(ipc_folder(deep)) < len(str(deep))

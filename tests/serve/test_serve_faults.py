@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,8 +97,9 @@ def test_a_hung_stage_fails_requests_and_health_and_the_server_exits_4(
     import threading
 
     shm_before = set(os.listdir(SHM))
-    temp = tmp_path / "tmp"  # the server's $TMPDIR: its folder, vLLM's sockets, all inside
-    temp.mkdir()
+    # The server's $TMPDIR: its folder, vLLM's sockets, all inside. Short, as /tmp is: a
+    # socket's path holds 107 bytes, and pytest's folders are long.
+    temp = Path(tempfile.mkdtemp(prefix="oc-"))
     env = {**os.environ, "OMNI_CPU_STAGE_STALL_S": "4", "TMPDIR": str(temp)}
     running = start_server(tiny_checkpoint, tmp_path / "serve.log", "--max-frames", "12", env=env)
     server, log = running.process, running.log
@@ -123,6 +125,7 @@ def test_a_hung_stage_fails_requests_and_health_and_the_server_exits_4(
         shm_before, tree
     )
     assert eventually(lambda: not list(temp.iterdir())), list(temp.iterdir())
+    temp.rmdir()
 
 
 def test_a_stage_hung_under_websocket_and_batch_work_closes_1011_and_answers_503(
