@@ -65,7 +65,10 @@ struct Case {
   std::string text(const std::string& key) const { return params.at(key); }
   template <typename T>
   std::vector<T> array(const std::string& what, int64_t count) const {
-    const std::string path = folder + "/" + name + "." + what;
+    // A case may read its packed weights from an earlier case's files ("weights=<name>").
+    const bool shared = params.count("weights") && (what == "w" || what == "wscale" ||
+                                                     what == "scales");
+    const std::string path = folder + "/" + (shared ? params.at("weights") : name) + "." + what;
     std::ifstream in(path, std::ios::binary);
     std::vector<T> data(count);
     in.read(reinterpret_cast<char*>(data.data()), count * static_cast<int64_t>(sizeof(T)));
