@@ -112,7 +112,7 @@ NEON_DOTPROD = Build(  # SDOT for the int8 and int4 sums
     flags=("-O3", "-fopenmp", "-march=armv8.2-a+dotprod"),
     isa=NEON.isa | {"asimddp"},
 )
-NEON_I8MM_BF16 = Build(  # and BFDOT for bf16 (i8mm stated: SMMLA is not used yet)
+NEON_I8MM_BF16 = Build(  # and BFDOT for bf16, SMMLA for W8A8's row pairs
     name="omni_cpu_gemv_neon_i8mm_bf16",
     sources=_NEON_SOURCES,
     flags=("-O3", "-fopenmp", "-march=armv8.2-a+dotprod+i8mm+bf16"),

@@ -38,7 +38,7 @@ STANDALONE_SOURCES = tuple(name for name in build.NEON.sources if name != "predi
 LABELS = {
     "omni_cpu_gemv_neon": "asimd",
     "omni_cpu_gemv_neon_dotprod": "sdot",
-    "omni_cpu_gemv_neon_i8mm_bf16": "bfdot+sdot",
+    "omni_cpu_gemv_neon_i8mm_bf16": "bfdot+smmla",
 }
 CPU_MODELS = {  # model: the ISA flags it states, as /proc/cpuinfo names them
     "max": frozenset({"asimd", "asimddp", "i8mm", "bf16"}),

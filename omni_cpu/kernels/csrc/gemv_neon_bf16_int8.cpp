@@ -10,7 +10,8 @@
 //            to float32 by a shift (even K) and a mask (odd K) and float32 FMLA, as AVX2.
 // gemv_w8a8: int8 weights (per output row scale), x per row to signed 8 bits in
 //            [-127, 127]; signed x signed quads by SDOT where the build states the dot
-//            product, else SMULL + SADALP (neon_dot.h): exact integers either way.
+//            product, else SMULL + SADALP (neon_dot.h); pairs of rows by SMMLA where it
+//            states i8mm (w8a8_pair_tile): exact integers every way.
 //
 // Tiles: one row x 16 columns (4 vectors) over the whole K, the rows of a block's 16-column
 // panel one after another (the panel stays in L1/L2 for the next row). Arm speed is
@@ -124,9 +125,63 @@ void w8a8_tile(const int8_t* x, float xscale, const float* wscale, int64_t K,
   }
 }
 
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+// Two rows x 16 columns by SMMLA (i8mm): each instruction a 2 x 8 block of x (rows m, m + 1)
+// times 8 x 2 of w (two columns' 8 K values), 32 multiply-adds where SDOT does 16. Two packed
+// steps q, q + 1 of 4 columns ([4][4] bytes each) zipped by 32 bits give those columns' 8
+// consecutive K values side by side: (c0, c1) and (c2, c3), so the packing stays the x86 one.
+// Needs K % 8 == 0 (w8a8_all checks).
+template <typename Out>
+void w8a8_pair_tile(const int8_t* x, const float* xscale, const float* wscale, int64_t K,
+                    const int8_t* block, int64_t nb, int64_t c, int64_t j0, int64_t m,
+                    const Store<Out>& store) {
+  int32x4_t acc[8];  // column pairs (c0 c1), (c2 c3) of each vector: (m c0, m c1, m+1 c0, m+1 c1)
+  for (auto& a : acc) a = vdupq_n_s32(0);
+  const int8_t* x0 = x + m * K;
+  const int8_t* x1 = x0 + K;
+  for (int64_t q = 0; q < K / 4; q += 2) {
+    const int8x16_t rows = vcombine_s8(vld1_s8(x0 + 4 * q), vld1_s8(x1 + 4 * q));
+    const int8_t* first = block + (q * nb + c) * 4;
+    const int8_t* second = first + nb * 4;
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const int32x4_t a = vreinterpretq_s32_s8(vld1q_s8(first + v * 16));
+      const int32x4_t b = vreinterpretq_s32_s8(vld1q_s8(second + v * 16));
+      acc[2 * v] = vmmlaq_s32(acc[2 * v], rows, vreinterpretq_s8_s32(vzip1q_s32(a, b)));
+      acc[2 * v + 1] = vmmlaq_s32(acc[2 * v + 1], rows, vreinterpretq_s8_s32(vzip2q_s32(a, b)));
+    }
+  }
+  for (int v = 0; v < 4; ++v) {
+    const int64_t j = j0 + v * 4;
+    const int64x2_t low = vreinterpretq_s64_s32(acc[2 * v]);
+    const int64x2_t high = vreinterpretq_s64_s32(acc[2 * v + 1]);
+    const int32x4_t sums[2] = {vreinterpretq_s32_s64(vzip1q_s64(low, high)),
+                               vreinterpretq_s32_s64(vzip2q_s64(low, high))};
+    for (int r = 0; r < 2; ++r) {
+      const float32x4_t scale = vmulq_f32(vld1q_f32(wscale + j), vdupq_n_f32(xscale[m + r]));
+      store(m + r, j, vmulq_f32(vcvtq_f32_s32(sums[r]), scale));
+    }
+  }
+}
+#endif
+
 template <typename Out>
 void w8a8_all(const int8_t* xq, const float* xscale, const int8_t* w, const float* wscale,
               int64_t M, int64_t K, int64_t N, const Store<Out>& store) {
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+  if (M >= 2 && K % 8 == 0) {  // row pairs by SMMLA, an odd last row by SDOT
+    omni_cpu::for_each_block(N, [&](int64_t n0, int64_t nb) {
+      for (int64_t c = 0; c < nb; c += kPanel) {
+        int64_t m = 0;
+        for (; m + 2 <= M; m += 2)
+          w8a8_pair_tile<Out>(xq, xscale, wscale, K, w + n0 * K, nb, c, n0 + c, m, store);
+        for (; m < M; ++m)
+          w8a8_tile<Out>(xq + m * K, xscale[m], wscale, K, w + n0 * K, nb, c, n0 + c, m, store);
+      }
+    });
+    return;
+  }
+#endif
   for_each_tile(M, N, [&](int64_t n0, int64_t nb, int64_t c, int64_t m) {
     w8a8_tile<Out>(xq + m * K, xscale[m], wscale, K, w + n0 * K, nb, c, n0 + c, m, store);
   });
@@ -180,7 +235,9 @@ OMNI_NEON_ROWS(omni_cpu::BF16)
 
 // Which instructions this build's products use: the harness prints it, the module binds it.
 const char* omni_cpu_neon_variant() {
-#if defined(OMNI_CPU_NEON_BFDOT) && defined(__ARM_FEATURE_DOTPROD)
+#if defined(OMNI_CPU_NEON_BFDOT) && defined(__ARM_FEATURE_MATMUL_INT8)
+  return "bfdot+smmla";
+#elif defined(OMNI_CPU_NEON_BFDOT) && defined(__ARM_FEATURE_DOTPROD)
   return "bfdot+sdot";
 #elif defined(__ARM_FEATURE_DOTPROD)
   return "sdot";
