@@ -28,7 +28,8 @@ pytest.importorskip("torch", reason="the inference runtime is not installed")
 from omni_cpu.kernels import build
 from tests.kernels.arm import cases
 
-pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+# One xdist worker (make test's --dist loadgroup) compiles the builds and writes the cases once.
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.xdist_group("arm-kernels")]
 
 HARNESS = Path(__file__).with_name("arm") / "harness.cpp"
 COMPILER, EMULATOR = "aarch64-linux-gnu-g++", "qemu-aarch64"
