@@ -136,3 +136,19 @@ def test_every_arm_build_compiles_the_sources_of_the_x86_modules_calls() -> None
         assert set(arm.sources) - {"gemv_neon_bf16_int8.cpp", "gemv_neon_int4.cpp"} == (
             set(build.AVX2.sources) - {"gemv_avx2_bf16_int8.cpp", "gemv_avx2_int4.cpp"}
         )
+
+
+def test_chosen_is_the_arm_build_on_arm_flags_and_off_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    x3 = {"fp", "asimd", "asimddp", "i8mm", "bf16", "sve"}  # tests/data/sysroots' Arm dump's
+    cases = [
+        (x3, "auto", build.NEON_I8MM_BF16),
+        ({"fp", "asimd", "asimddp"}, "auto", build.NEON_DOTPROD),  # Neoverse N1
+        ({"fp", "asimd"}, "auto", build.NEON),  # Cortex-A72
+        (x3, "off", None),
+    ]
+    for flags, switch, want in cases:
+        monkeypatch.setattr(build, "cpu_isa", lambda flags=flags: frozenset(flags))
+        monkeypatch.setenv("OMNI_CPU_GEMV", switch)
+        assert build.chosen() == want, (sorted(flags), switch)
