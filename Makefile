@@ -1,5 +1,5 @@
 # The two commands of the README's quick start are `make demo` and `make test`.
-.PHONY: setup kernels demo test test-platform test-fast lint profiles bench-micro clean image image-base image-test
+.PHONY: setup kernels demo test test-arm test-platform test-fast lint profiles bench-micro clean image image-base image-test
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -27,6 +27,11 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 	$(MAKE) test-platform
+
+# The Arm kernels alone: each Arm build cross-compiled and run under qemu-aarch64 on three CPU
+# models, every kernel against the x86 tests' references (also part of `make test`).
+test-arm: setup
+	$(BIN)/python -m pytest -q tests/kernels/test_arm_kernels.py
 
 # The CPU platform's and runner's checks, by the command the vLLM CPU backend's docs give,
 # run as written with the venv first on PATH.

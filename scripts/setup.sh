@@ -25,6 +25,21 @@ rm -f "$stamp"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 if [ "${OMNI_CPU_PROBE_ONLY:-0}" != 1 ]; then
   bash scripts/install-runtime.sh .venv
+  # The Arm kernels' tests (make test-arm, part of make test) cross-compile them and run them
+  # under qemu-aarch64: Debian's tools, installed where missing when apt-get runs as root (CI).
+  arm_tools="g++-aarch64-linux-gnu qemu-user"
+  if ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "setup: installing $arm_tools for the Arm kernel tests"
+      # shellcheck disable=SC2086  # two package names
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $arm_tools >/dev/null \
+        || { DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+          && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $arm_tools >/dev/null; } \
+        || echo "setup: could not install $arm_tools: the Arm kernel tests will fail (OMNI_CPU_SKIP_ARM=1 skips them)" >&2
+    else
+      echo "setup: the Arm kernel tests need $arm_tools: apt-get install them as root, or set OMNI_CPU_SKIP_ARM=1" >&2
+    fi
+  fi
 fi
 echo "$want" >"$stamp"
 echo "ready: .venv/bin/omni-cpu"

@@ -7,7 +7,8 @@ run it (named as omni_cpu.hardware names them). Three modules:
 - AVX2: the same calls on AVX2 + FMA, for CPUs without avx512_bf16/VNNI;
 - AVX2_VNNI: the AVX2 sources again with -mavxvnni (vpdpbusd for the int8 and int4 sums),
   where the CPU states avx_vnni (Alder Lake and later, Zen 5), as ggml builds one source per ISA.
-All take the same packed weights (omni_cpu.kernels.packing).
+All take the same packed weights (omni_cpu.kernels.packing), and so do ARM_BUILDS on aarch64
+(NEON; +dotprod; +i8mm+bf16).
 
 Built ahead, chosen at run time (as ggml's GGML_CPU_ALL_VARIANTS): `python -m
 omni_cpu.kernels.build --all` compiles every variant of this architecture (`variants`) into
@@ -102,9 +103,40 @@ AVX2_VNNI = Build(
     isa=AVX2.isa | {"avx_vnni"},
 )
 BUILDS = (AVX512, AVX2, AVX2_VNNI)
+
+# aarch64: the AVX2 modules' calls on NEON (csrc/gemv_neon_*.cpp), the same packed weights, one
+# compile per extension level, best last. Base armv8.2-a with the extensions named (not
+# armv8.6-a, which would let the compiler use every 8.6 instruction on a v8.4 Neoverse V1).
+# Proved under qemu-aarch64 (tests/kernels/test_arm_kernels.py compiles the harness with these
+# flags); their speed on Arm hardware is unmeasured.
+_NEON_SOURCES = ("gemv_neon_bf16_int8.cpp", "gemv_neon_int4.cpp", *_SHARED)
+NEON = Build(
+    name="omni_cpu_gemv_neon",
+    sources=_NEON_SOURCES,
+    flags=("-O3", "-fopenmp", "-march=armv8-a"),
+    isa=frozenset({"asimd"}),
+)
+NEON_DOTPROD = Build(  # SDOT for the int8 and int4 sums
+    name="omni_cpu_gemv_neon_dotprod",
+    sources=_NEON_SOURCES,
+    flags=("-O3", "-fopenmp", "-march=armv8.2-a+dotprod"),
+    isa=NEON.isa | {"asimddp"},
+)
+NEON_I8MM_BF16 = Build(  # and BFDOT for bf16, SMMLA for W8A8's row pairs
+    name="omni_cpu_gemv_neon_i8mm_bf16",
+    sources=_NEON_SOURCES,
+    flags=("-O3", "-fopenmp", "-march=armv8.2-a+dotprod+i8mm+bf16"),
+    isa=NEON_DOTPROD.isa | {"i8mm", "bf16"},
+)
+ARM_BUILDS = (NEON, NEON_DOTPROD, NEON_I8MM_BF16)
 # Every variant the build-ahead compiles, by `platform.machine()`: one architecture's
-# modules build on its own compiler (aarch64's join here beside x86's).
-VARIANTS: dict[str, tuple[Build, ...]] = {"x86_64": BUILDS, "amd64": BUILDS}
+# modules build on its own compiler.
+VARIANTS: dict[str, tuple[Build, ...]] = {
+    "x86_64": BUILDS,
+    "amd64": BUILDS,
+    "aarch64": ARM_BUILDS,
+    "arm64": ARM_BUILDS,
+}
 
 
 def variants(machine: str | None = None) -> tuple[Build, ...]:
@@ -130,13 +162,20 @@ def avx2_build() -> Build:
     return AVX2_VNNI if AVX2_VNNI.runs_here() else AVX2
 
 
+def arm_build(isa: frozenset[str] | None = None) -> Build | None:
+    """The best of ARM_BUILDS whose flags `isa` (this CPU's) states; None: not an Arm CPU."""
+    stated = cpu_isa() if isa is None else isa
+    return next((build for build in reversed(ARM_BUILDS) if build.isa <= stated), None)
+
+
 def chosen() -> Build | None:
     """The module the linears use here, by the stage's `gemv` choice and the CPU; None: the
     libraries'.
 
     AVX-512 where it runs, else the AVX2 one; `avx2` the AVX2 one even where the AVX-512
-    one runs (tests, benchmarks); `off` none. The choice is the talker's profile entry, or
-    `OMNI_CPU_GEMV` where set (omni_cpu.profile.choices).
+    one runs (tests, benchmarks); `off` none; on aarch64 the best of ARM_BUILDS (arm_build).
+    The choice is the talker's profile entry, or `OMNI_CPU_GEMV` where set
+    (omni_cpu.profile.choices).
     """
     from omni_cpu import envs
     from omni_cpu.profile import choices
@@ -144,6 +183,8 @@ def chosen() -> Build | None:
     gemv = choices.value(envs.GEMV)
     if gemv == "off":
         return None
+    if "asimd" in cpu_isa():  # aarch64 (hardware reads Features only there)
+        return arm_build()
     if gemv != "avx2" and AVX512.runs_here():
         return AVX512
     avx2 = avx2_build()

@@ -59,15 +59,21 @@ def kernel() -> Any | None:
 
 
 def avx2_kernel() -> Any | None:
-    """The AVX2 module for this CPU (same packed layout and call signatures), or None.
+    """The AVX2 module for this CPU (same packed layout and call signatures), or None; on
+    aarch64 the best NEON module, which has the same calls.
 
     The linears ask for it where `kernel()` is None; the tests run it on AVX-512 CPUs too.
     """
     from omni_cpu import envs
     from omni_cpu.profile import choices
 
+    if choices.value(envs.GEMV) == "off":
+        return None
+    arm = build.chosen()
+    if arm in build.ARM_BUILDS:  # the NEON modules take the AVX2 modules' calls and layout
+        return build.load(arm)
     avx2 = build.avx2_build()
-    if choices.value(envs.GEMV) == "off" or not avx2.runs_here():
+    if not avx2.runs_here():
         return None
     return build.load(avx2)
 

@@ -195,3 +195,21 @@ def test_a_prebuilt_that_does_not_load_is_compiled_instead_said_once(
     assert build._load.__wrapped__(build.AVX2, build.CSRC) == "compiled"
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert str(broken) in line and "does not load" in line
+
+
+def test_an_arm_cpu_gets_the_best_neon_module_through_the_avx2_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The NEON modules take the AVX2 modules' calls: the linears ask avx2_kernel() for them.
+    # Which one loads is decided here; loading it needs an Arm machine (the qemu tests prove
+    # the kernels themselves).
+    from omni_cpu.kernels import gemv
+
+    graviton3 = frozenset({"asimd", "asimddp", "i8mm", "bf16", "fp", "sve"})
+    monkeypatch.setattr(build, "cpu_isa", lambda: graviton3)
+    monkeypatch.setattr(build, "load", lambda module, csrc=None: module.name)
+    assert gemv.kernel() is None
+    assert gemv.avx2_kernel() == build.NEON_I8MM_BF16.name
+    monkeypatch.setattr(build, "cpu_isa", lambda: frozenset({"asimd", "fp"}))
+    assert gemv.avx2_kernel() == build.NEON.name
+    assert build.variants("aarch64") == build.ARM_BUILDS

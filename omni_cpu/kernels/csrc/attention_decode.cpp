@@ -10,11 +10,7 @@
 // (~16 heads x 17 keys x 128), and the predictor calls it 70 times a frame. Scores and the weighted sum are accumulated in float32 (SDPA's CPU path
 // accumulates bf16 inputs in float32 too), and the result is rounded once.
 // Built into every GEMV module, on vec.h's vectors: 16 float32 lanes with the AVX-512 flags,
-// 8 with the AVX2 ones.
-
-#include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
-#include <torch/extension.h>
+// 8 with the AVX2 ones, 4 with the NEON ones.
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +18,7 @@
 #include <vector>
 
 #include "gemv.h"
+#include "parallel.h"
 #include "vec.h"
 
 namespace {
@@ -32,7 +29,7 @@ void attend(const T* q, const T* keys, const T* values, T* out, int64_t B, int64
   using namespace omni_cpu::vec;
   const int64_t per_group = H / G;
   const int64_t vectors = D / kLanes;
-  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t stop) {
+  omni_cpu::parallel_for(int64_t{0}, B * H, 1, [&](int64_t begin, int64_t stop) {
     std::vector<float> scores(end);
     std::vector<V> acc(vectors);
     for (int64_t bh = begin; bh < stop; ++bh) {
@@ -67,6 +64,7 @@ void attend(const T* q, const T* keys, const T* values, T* out, int64_t B, int64
 
 }  // namespace
 
+#if !defined(OMNI_CPU_STANDALONE)  // the tensor call: torch modules only
 torch::Tensor omni_cpu::decode_attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values,
                                int64_t end, double scale) {
   TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes(),
@@ -95,6 +93,7 @@ torch::Tensor omni_cpu::decode_attention(torch::Tensor q, torch::Tensor keys, to
   }
   return out;
 }
+#endif
 
 // The same attention on raw pointers and caller-owned buffers (gemv.h; predictor_step.cpp
 // chains it).
@@ -108,8 +107,8 @@ void omni_cpu::attend_positions(const T* q, const T* keys, const T* values, T* o
 template void omni_cpu::attend_positions<float>(const float*, const float*, const float*, float*,
                                                 int64_t, int64_t, int64_t, int64_t, int64_t,
                                                 int64_t, float);
-template void omni_cpu::attend_positions<c10::BFloat16>(const c10::BFloat16*,
-                                                        const c10::BFloat16*,
-                                                        const c10::BFloat16*, c10::BFloat16*,
-                                                        int64_t, int64_t, int64_t, int64_t,
-                                                        int64_t, int64_t, float);
+template void omni_cpu::attend_positions<omni_cpu::BF16>(const omni_cpu::BF16*,
+                                                         const omni_cpu::BF16*,
+                                                         const omni_cpu::BF16*, omni_cpu::BF16*,
+                                                         int64_t, int64_t, int64_t, int64_t,
+                                                         int64_t, int64_t, float);

@@ -1,10 +1,8 @@
 // The W4A8 tensor call and its activation quantizer, the same in every GEMV module: checks
 // x [M, K], w [N, K / 2] nibbles and scales [N, K / 32 * 2] bf16 (scale, minimum), quantizes
 // x by quantize_s8 below (on vec.h's vectors, so each module's ISA) and multiplies by the
-// module's w4a8_product (gemv_avx512_int4.cpp or gemv_avx2_int4.cpp; gemv.h).
-
-#include <c10/util/BFloat16.h>
-#include <torch/extension.h>
+// module's w4a8_product (gemv_avx512_int4.cpp, gemv_avx2_int4.cpp or gemv_neon_int4.cpp;
+// gemv.h).
 
 #include <cstdint>
 
@@ -41,8 +39,10 @@ void omni_cpu::quantize_s8(const In* x, int64_t M, int64_t K, int8_t* q, float* 
 
 template void omni_cpu::quantize_s8<float>(const float*, int64_t, int64_t, int8_t*, float*,
                                            int32_t*);
-template void omni_cpu::quantize_s8<c10::BFloat16>(const c10::BFloat16*, int64_t, int64_t,
-                                                   int8_t*, float*, int32_t*);
+template void omni_cpu::quantize_s8<omni_cpu::BF16>(const omni_cpu::BF16*, int64_t, int64_t,
+                                                    int8_t*, float*, int32_t*);
+
+#if !defined(OMNI_CPU_STANDALONE)  // the tensor call: torch modules only
 
 torch::Tensor omni_cpu::gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tensor scales,
                                   c10::optional<torch::Tensor> bias) {
@@ -70,3 +70,4 @@ torch::Tensor omni_cpu::gemv_w4a8(torch::Tensor x, torch::Tensor w, torch::Tenso
     w4a8_product(q, xs, sums, wp, sp, M, K, N, store.bias, store.out);
   });
 }
+#endif

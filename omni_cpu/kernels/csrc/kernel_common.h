@@ -1,18 +1,22 @@
 // What the GEMV modules' kernels share that is no vector code: the torch-facing argument
 // checks and shape reading, the dtype dispatch, the output and bias of a product, the split
 // of column blocks over the stage's threads and the packed layout's constants. Included by
-// the AVX-512 and the AVX2 builds alike (kernels/build.py hashes and copies every header of
-// csrc/ with the sources).
+// the AVX-512, AVX2 and NEON builds alike (kernels/build.py hashes and copies every header of
+// csrc/ with the sources); under OMNI_CPU_STANDALONE (the Arm test harness, no libtorch) the
+// tensor parts are left out.
 
 #pragma once
 
-#include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
+#if !defined(OMNI_CPU_STANDALONE)
 #include <torch/extension.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+
+#include "bf16.h"
+#include "parallel.h"
 
 namespace omni_cpu {
 
@@ -24,11 +28,12 @@ constexpr int64_t kInt4Group = 32;  // K elements per (scale, minimum) of int4 (
 template <typename Each>
 void for_each_block(int64_t N, Each each) {
   const int64_t blocks = (N + kBlock - 1) / kBlock;
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+  omni_cpu::parallel_for(int64_t{0}, blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) each(b * kBlock, std::min(kBlock, N - b * kBlock));
   });
 }
 
+#if !defined(OMNI_CPU_STANDALONE)  // the tensor calls' checks and dispatch
 // x [M, K] and a packed bf16 or int8 w [N, K], K in groups of `group`.
 inline void check_gemv(const torch::Tensor& x, const torch::Tensor& w, int64_t group) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2, "gemv: x [M, K] and w [N, K]");
@@ -69,6 +74,7 @@ torch::Tensor with_output(const torch::Tensor& x, int64_t N,
   }
   return out;
 }
+#endif
 
 // A row's symmetric 8-bit scale: amax / 127 (1 for a row of zeros).
 template <typename In>

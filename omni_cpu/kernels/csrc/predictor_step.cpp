@@ -43,7 +43,6 @@
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
-#include <immintrin.h>
 #include <torch/extension.h>
 
 #include <algorithm>

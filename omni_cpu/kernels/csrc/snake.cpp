@@ -10,15 +10,13 @@
 // 1920 x 96 values. Here each value is read once, the arithmetic is float32 (as vLLM-Omni's
 // own fused kernel for GPUs) and the result is rounded once. Built into every GEMV module,
 // on vec.h's vectors.
-#include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
-#include <torch/extension.h>
-
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "gemv.h"
+#include "parallel.h"
 #include "vec.h"
 
 namespace {
@@ -32,7 +30,7 @@ void snake_steps(const T* x, const float* alpha, const float* inv_beta, const T*
     for (int64_t b = 0; b < B; ++b)
       std::memcpy(out + b * width * C, tail + b * keep * C, keep * C * sizeof(T));
   }
-  at::parallel_for(0, B * L, 64, [&](int64_t begin, int64_t end) {
+  omni_cpu::parallel_for(int64_t{0}, B * L, 64, [&](int64_t begin, int64_t end) {
     for (int64_t step = begin; step < end; ++step) {
       const int64_t b = step / L, t = step % L;
       const T* in = x + step * C;
@@ -53,6 +51,21 @@ void snake_steps(const T* x, const float* alpha, const float* inv_beta, const T*
 
 }  // namespace
 
+// The raw-pointer call (gemv.h): the Arm test harness's, and the tensor call's below.
+template <typename T>
+void omni_cpu::snake_rows(const T* x, const float* alpha, const float* inv_beta, const T* tail,
+                          T* out, int64_t B, int64_t L, int64_t C, int64_t keep) {
+  snake_steps(x, alpha, inv_beta, tail, out, B, L, C, keep);
+}
+
+template void omni_cpu::snake_rows<float>(const float*, const float*, const float*, const float*,
+                                          float*, int64_t, int64_t, int64_t, int64_t);
+template void omni_cpu::snake_rows<omni_cpu::BF16>(const omni_cpu::BF16*, const float*,
+                                                   const float*, const omni_cpu::BF16*,
+                                                   omni_cpu::BF16*, int64_t, int64_t, int64_t,
+                                                   int64_t);
+
+#if !defined(OMNI_CPU_STANDALONE)  // the tensor call: torch modules only
 torch::Tensor omni_cpu::snake_beta(torch::Tensor x, torch::Tensor alpha, torch::Tensor inv_beta,
                                    c10::optional<torch::Tensor> tail) {
   TORCH_CHECK(x.dim() == 3 && x.is_contiguous(), "snake_beta: x [B, L, C] contiguous");
@@ -80,3 +93,4 @@ torch::Tensor omni_cpu::snake_beta(torch::Tensor x, torch::Tensor alpha, torch::
   }
   return out;
 }
+#endif

@@ -1,20 +1,27 @@
 // The float32 vectors of the build's ISA, chosen by its flags: 16 lanes (__m512) in the
-// AVX-512 module, 8 (__m256) in the AVX2 ones. Row work written once on them (the attention,
+// AVX-512 module, 8 (__m256) in the AVX2 ones, 4 (float32x4_t) in the aarch64 (NEON) ones. Row work written once on them (the attention,
 // the predictor step's norms, SiLU and sampling, W4A8's activation quantizer, a tile's
-// rounded stores) compiles to each ISA's own instructions; the GEMV tiles keep theirs. Bf16 is rounded to nearest even on both
-// (vcvtneps2bf16 on AVX-512, the same rounding by integer ops on AVX2; no NaN here).
+// rounded stores) compiles to each ISA's own instructions; the GEMV tiles keep theirs. Bf16 is
+// rounded to nearest even on all three (vcvtneps2bf16 on AVX-512, the same rounding by integer
+// ops on AVX2 and NEON; no NaN here).
 
 #pragma once
 
-#include <c10/util/BFloat16.h>
+#if defined(__aarch64__) || defined(__ARM_NEON)
+#include <arm_neon.h>
+#else
 #include <immintrin.h>
+#endif
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+
+#include "bf16.h"
 
 namespace omni_cpu::vec {
 
-using BF16 = c10::BFloat16;
+using BF16 = omni_cpu::BF16;
 
 // The ops whose AVX-512 and AVX2 intrinsics differ only by their prefix (_mm512, _mm256).
 #define OMNI_VEC_OPS(mm)                                                  \
@@ -33,7 +40,57 @@ using BF16 = c10::BFloat16;
   inline V load(const float* p) { return mm##_loadu_ps(p); }              \
   inline void store(float* p, V v) { mm##_storeu_ps(p, v); }
 
-#if defined(__AVX512F__)
+#if defined(__aarch64__) || defined(__ARM_NEON)
+using V = float32x4_t;
+constexpr int64_t kLanes = 4;
+inline V zero() { return vdupq_n_f32(0.f); }
+inline V set1(float v) { return vdupq_n_f32(v); }
+inline V add(V a, V b) { return vaddq_f32(a, b); }
+inline V sub(V a, V b) { return vsubq_f32(a, b); }
+inline V mul(V a, V b) { return vmulq_f32(a, b); }
+inline V div(V a, V b) { return vdivq_f32(a, b); }
+inline V fmadd(V a, V b, V c) { return vfmaq_f32(c, a, b); }   // a * b + c, fused
+inline V fnmadd(V a, V b, V c) { return vfmsq_f32(c, a, b); }  // c - a * b, fused
+// maxnm/minnm: a NaN loses, as in x86's max_ps with the NaN first and std::max.
+inline V max(V a, V b) { return vmaxnmq_f32(a, b); }
+inline V clamp(V x, float lo, float hi) { return vminnmq_f32(vmaxnmq_f32(x, set1(lo)), set1(hi)); }
+inline V load(const float* p) { return vld1q_f32(p); }
+inline void store(float* p, V v) { vst1q_f32(p, v); }
+inline float sum(V v) { return vaddvq_f32(v); }
+inline V load(const BF16* p) {
+  return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(reinterpret_cast<const uint16_t*>(p)), 16));
+}
+// Round to nearest even by integer ops, as the AVX2 store: bits + 0x7FFF + (bit 16), high half.
+inline void store(BF16* p, V v) {
+  const uint32x4_t bits = vreinterpretq_u32_f32(v);
+  const uint32x4_t odd = vandq_u32(vshrq_n_u32(bits, 16), vdupq_n_u32(1));
+  const uint32x4_t up = vaddq_u32(bits, vaddq_u32(odd, vdupq_n_u32(0x7FFF)));
+  vst1_u16(reinterpret_cast<uint16_t*>(p), vshrn_n_u32(up, 16));
+}
+inline V abs(V x) { return vabsq_f32(x); }
+inline float max_of(V v) { return vmaxnmvq_f32(v); }
+inline V nearest(V x) { return vrndnq_f32(x); }  // ties to even
+// p * 2^n through the exponent bits: n must stay in [-126, 127] (exp clamps its input).
+inline V times_two_to(V p, V n) {
+  const int32x4_t bits = vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(n), vdupq_n_s32(127)), 23);
+  return vmulq_f32(p, vreinterpretq_f32_s32(bits));
+}
+// p with its sign flipped in the lanes where the integer n is odd.
+inline V negated_where_odd(V p, V n) {
+  const uint32x4_t odd = vshlq_n_u32(vreinterpretq_u32_s32(vcvtnq_s32_f32(n)), 31);
+  return vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(p), odd));
+}
+// v's lanes rounded to the nearest integer (ties to even, as nearbyint) into q as signed 8
+// bits (the caller keeps them in [-127, 127]); their sum.
+inline int32_t store_s8(int8_t* q, V v) {
+  const int32x4_t codes = vcvtnq_s32_f32(v);
+  const int16x4_t words = vqmovn_s32(codes);
+  const int8x8_t bytes = vqmovn_s16(vcombine_s16(words, words));
+  const uint32_t four = vget_lane_u32(vreinterpret_u32_s8(bytes), 0);
+  std::memcpy(q, &four, sizeof four);  // q need not be 4-byte aligned
+  return vaddvq_s32(codes);
+}
+#elif defined(__AVX512F__)
 using V = __m512;
 constexpr int64_t kLanes = 16;
 OMNI_VEC_OPS(_mm512)
