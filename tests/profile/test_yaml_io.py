@@ -115,7 +115,7 @@ def test_second_replica_deploy_config_binds_its_own_node():
 @pytest.mark.parametrize(
     ("old", "new", "key"),
     [
-        ("schema_version: 4", "schema_version: 99", "omni_cpu.schema_version"),
+        ("schema_version: 5", "schema_version: 99", "omni_cpu.schema_version"),
         ("  env:", "  surprise: 1\n  env:", "omni_cpu.surprise"),
         ("\n    max_num_seqs: ", "\n    max_num_seqs: many #", "stages[0].max_num_seqs"),
         ("kv_cache_memory_bytes: ", "kv_cache_memory_bytes: -", "stages[0].kv_cache_memory_bytes"),
@@ -224,13 +224,14 @@ def test_numbers_in_comments_match_the_values():
     assert header.groups() == (loaded.machine.usable_cpus, loaded.machine.fingerprint)
     # The derived environment, shown as comments, says each stage's binding as loaded.
     derived = re.findall(
-        r"^#   replica (\d+) (\w+): VLLM_CPU_OMP_THREADS_BIND=(\S+) OMP_NUM_THREADS=(\d+)"
+        r"^#   replica (\d+) (\w+) \(node (\d+)\): VLLM_CPU_OMP_THREADS_BIND=(\S+)"
+        r" OMP_NUM_THREADS=(\d+)"
         r".* CPU_VISIBLE_MEMORY_NODES=(\S+)$",
         TEXT,
         re.MULTILINE,
     )
     expected = [
-        (str(r.index), s.name, s.cpus, str(len(s.cpu_ids())), s.memory_nodes)
+        (str(r.index), s.name, str(s.numa_node), s.cpus, str(len(s.cpu_ids())), s.memory_nodes)
         for r in loaded.replicas
         for s in r.stages
     ]
