@@ -3,12 +3,14 @@ upgrade without losing a reviewed value."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.hardware.probe import read_facts
 from omni_cpu.plan import footprint_for_model, plan_profile
 from omni_cpu.profile import dump_profile, load_profile, save_profile
@@ -167,3 +169,20 @@ def test_a_validate_problem_names_the_file_and_the_line_of_its_field(planned_on_
         f"problem: {over} line {field_line}: stages[0].kv_cache_memory_bytes: replica 0 needs"
         in done.stderr
     )
+
+
+def test_a_stage_moved_to_another_node_s_cores_validates_with_no_other_edit(tmp_path: Path):
+    dump = FakeMachine(tmp_path / "two-node").cpus(online=list(range(8)))
+    dump.node(0, "0-3", memory_kib=32 * GIB_KIB).node(1, "4-7", memory_kib=32 * GIB_KIB)
+    dump.meminfo(64 * GIB_KIB, 60 * GIB_KIB)
+    planned = plan_profile(read_facts(dump.root), footprint_for_model("0.6b"))
+    one = dataclasses.replace(planned, replicas=planned.replicas[:1])  # node 1's cores free
+    talker = one.replicas[0].talker
+    there = format_cpu_list(range(4, 4 + len(talker.cpu_ids())))
+    path = tmp_path / "deploy.yaml"
+    path.write_text(dump_profile(one).replace(f'cpus: "{talker.cpus}"', f'cpus: "{there}"', 1))
+    done = omni_cpu("validate", str(path), "--sysroot", str(dump.root), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] and not report["relocated"]
+    assert load_profile(path).replicas[0].talker.memory_node_ids() == (1,)
