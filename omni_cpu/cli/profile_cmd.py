@@ -12,8 +12,9 @@ VALIDATE_HELP = """Check a deploy profile against this machine (or a dump of one
 
 Binds the profile's shape (cores per stage, home node) onto the CPUs and memory
 nodes this process may use, as run and serve will, and prints how ("replica 0
-talker: planned 0-2 -> here 4-6"). Then checks what start-up would: the libraries
-to preload are in this runtime; no two stages share a CPU; a stage stays on one
+talker: planned 0-2 -> here 4-6"). Then checks what start-up would: no two stages
+share a CPU (a note, not a problem, names a library to preload that this runtime
+lacks: the stages start without it); a stage stays on one
 NUMA node; memory fits; the dtype and the weight format's instructions are
 supported; with --model, that the profile was planned for that kind of model
 (custom-voice, voice-design, base) and its memory. One line per problem; exit 1
@@ -57,7 +58,7 @@ def validate(
     from omni_cpu.errors import ModelError, ShapeMismatchError
     from omni_cpu.hardware.probe import read_facts
     from omni_cpu.plan.bind import bind_profile
-    from omni_cpu.plan.fit import check_problems, kernel_notes
+    from omni_cpu.plan.fit import WARNS, check_problems, kernel_notes
     from omni_cpu.plan.footprint import footprint_for_model
     from omni_cpu.plan.support import unsupported_machine
     from omni_cpu.profile import load_profile
@@ -87,9 +88,12 @@ def validate(
             "give the process that many cores on one node (cgroup cpuset, taskset), or plan "
             "this machine: omni-cpu probe --output FILE",
         )
-    problems = [problem.message for problem in check_problems(binding.profile, facts, footprint)]
+    found = check_problems(binding.profile, facts, footprint)
+    problems = [problem.message for problem in found if problem.kind not in WARNS]
     same_machine = profile.machine.fingerprint == _fingerprint(facts)
-    notes = kernel_notes(profile, facts)
+    # A preload the runtime lacks is a warning: the stages start without it.
+    notes = [problem.message for problem in found if problem.kind in WARNS]
+    notes += kernel_notes(profile, facts)
     if profile.preload and facts.source != "live":
         notes.append(
             f"omni_cpu.preload ({', '.join(profile.preload)}) is checked where it runs, "

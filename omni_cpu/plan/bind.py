@@ -29,6 +29,13 @@ from omni_cpu.profile.model import Profile, Replica, StagePlan
 PRELOAD_FILES = {"intel-openmp": INTEL_OPENMP, "tcmalloc": TCMALLOC}
 
 
+def wanted_preload(architecture: str) -> tuple[str, ...]:
+    """What a stage preloads (omni_cpu.preload), whatever the planning host has: the image
+    ships both, and start-up uses what the runtime it runs in has (`preload_paths`).
+    Intel OpenMP is x86's only; tcmalloc is everywhere's."""
+    return ("intel-openmp", "tcmalloc") if architecture == "x86_64" else ("tcmalloc",)
+
+
 def preload_names(paths: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """The names of the libraries at `paths` (the facts' preload libraries), in their order.
 

@@ -53,7 +53,7 @@ COMMENTS = {
     ),
     "omni_cpu.capacity.stall_free_streams": "streams with p95 safe start <= 1 s, all replicas",
     "omni_cpu.env": "environment of every stage process",
-    "omni_cpu.preload": "LD_PRELOAD of every stage, found at start in the runtime that runs",
+    "omni_cpu.preload": "LD_PRELOAD of every stage: what start finds of it here, saying what not",
     "omni_cpu.notes": "why the planner chose what it chose",
     "omni_cpu.replicas": "one pipeline per NUMA node (omni-cpu serve --replica N)",
     "omni_cpu.replicas[].numa_node": "its home, where not its talker's CPUs' node",
