@@ -174,34 +174,25 @@ def _placed_here(profile: Profile, facts: Facts, homes: list[NodeCores]) -> Prof
     follow it) taken from its first CPU's node here: moving a stage is one edit of its
     `cpus`. A stage whose memory nodes say something else keeps them."""
     node_of = facts.node_of_cpu()
-    home_of = {core.cpu: home for home in homes for core in home.cores}
-    home_of.update({cpu: home for home in homes for core in home.cores for cpu in core.siblings})
+    home_of = {cpu: home for home in homes for core in home.cores for cpu in core.siblings}
+
+    def placed(stage: StagePlan) -> StagePlan:
+        first = min(stage.cpu_ids())
+        if first not in node_of or not _follows_its_cpus(stage):
+            return stage
+        home = home_of.get(first)
+        memory = home.memory_node_ids() if home is not None else (node_of[first],)
+        nodes = ",".join(str(node) for node in memory)
+        return dataclasses.replace(stage, numa_node=node_of[first], memory_nodes=nodes)
+
     replicas = []
     for replica in profile.replicas:
-        stages = []
-        for stage in replica.stages:
-            first = min(stage.cpu_ids())
-            if first not in node_of or not _follows_its_cpus(stage):
-                stages.append(stage)
-                continue
-            home = home_of.get(first)
-            memory = home.memory_node_ids() if home is not None else (node_of[first],)
-            stages.append(
-                dataclasses.replace(
-                    stage,
-                    numa_node=node_of[first],
-                    memory_nodes=",".join(str(node) for node in memory),
-                )
-            )
-        talker_before, talker = (
-            replica.talker,
-            next(s for s in stages if s.stage_id == replica.talker.stage_id),
-        )
-        numa_node = replica.numa_node
-        if numa_node == talker_before.numa_node:  # its home followed its talker's CPUs
-            home = home_of.get(min(talker.cpu_ids()))
-            numa_node = home.node if home is not None else talker.numa_node
-        replicas.append(dataclasses.replace(replica, numa_node=numa_node, stages=tuple(stages)))
+        moved = dataclasses.replace(replica, stages=tuple(placed(s) for s in replica.stages))
+        if replica.numa_node == replica.talker.numa_node:  # its home follows its talker
+            home = home_of.get(min(moved.talker.cpu_ids()))
+            numa_node = home.node if home is not None else moved.talker.numa_node
+            moved = dataclasses.replace(moved, numa_node=numa_node)
+        replicas.append(moved)
     return dataclasses.replace(profile, replicas=tuple(replicas))
 
 
