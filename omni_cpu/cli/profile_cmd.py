@@ -58,7 +58,7 @@ def validate(
     from omni_cpu.errors import ModelError, ShapeMismatchError
     from omni_cpu.hardware.probe import read_facts
     from omni_cpu.plan.bind import bind_profile
-    from omni_cpu.plan.fit import WARNS, check_problems, kernel_notes
+    from omni_cpu.plan.fit import check_problems, failing_and_said, kernel_notes
     from omni_cpu.plan.footprint import footprint_for_model
     from omni_cpu.plan.support import unsupported_machine
     from omni_cpu.profile import load_profile
@@ -88,11 +88,8 @@ def validate(
             "give the process that many cores on one node (cgroup cpuset, taskset), or plan "
             "this machine: omni-cpu probe --output FILE",
         )
-    found = check_problems(binding.profile, facts, footprint)
-    problems = [problem.message for problem in found if problem.kind not in WARNS]
+    problems, notes = failing_and_said(check_problems(binding.profile, facts, footprint))
     same_machine = profile.machine.fingerprint == _fingerprint(facts)
-    # A preload the runtime lacks is a warning: the stages start without it.
-    notes = [problem.message for problem in found if problem.kind in WARNS]
     notes += kernel_notes(profile, facts)
     if profile.preload and facts.source != "live":
         notes.append(

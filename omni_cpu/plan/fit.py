@@ -50,6 +50,13 @@ def check_profile(
     return [problem.message for problem in check_problems(profile, facts, footprint)]
 
 
+def failing_and_said(problems: list[Problem]) -> tuple[list[str], list[str]]:
+    """The problems `validate` fails on, and the ones it only says (WARNS: a preload the
+    runtime lacks, which the stages start without)."""
+    failing = [problem.message for problem in problems if problem.kind not in WARNS]
+    return failing, [problem.message for problem in problems if problem.kind in WARNS]
+
+
 def check_problems(
     profile: Profile,
     facts: Facts,

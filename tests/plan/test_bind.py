@@ -7,7 +7,7 @@ import dataclasses
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.plan.bind import PRELOAD_FILES, bind_profile, preload_names
-from omni_cpu.plan.fit import WARNS, check_problems
+from omni_cpu.plan.fit import WARNS, check_problems, failing_and_said
 from omni_cpu.profile.model import PRELOAD_NAMES, Profile
 from tests.helpers.machines import machine
 
@@ -161,6 +161,21 @@ def test_a_runtime_with_none_of_the_preloads_starts_and_names_both_in_one_line()
     assert resolved.profile.preload_paths == ()
     (said,) = resolved.of_kind("preload")
     assert "intel-openmp" in said.message and "tcmalloc" in said.message
+
+
+def test_validate_says_a_missing_preload_and_fails_on_the_rest():
+    profile = dataclasses.replace(planned_on({0: [0, 1]}), preload=("tcmalloc",))
+    facts = dataclasses.replace(machine({0: [0, 1]}), source="live", preload_libraries=[])
+    overlapping = dataclasses.replace(
+        profile.replicas[0],
+        stages=tuple(dataclasses.replace(s, cpus="0-1") for s in profile.replicas[0].stages[:1])
+        + tuple(dataclasses.replace(s, cpus="1") for s in profile.replicas[0].stages[1:]),
+    )
+    failing, said = failing_and_said(
+        check_problems(dataclasses.replace(profile, replicas=(overlapping,)), facts)
+    )
+    assert len(said) == 1 and "tcmalloc" in said[0]
+    assert failing and all("CPU 1 is used by both" in line for line in failing)
 
 
 def resolve_here(profile: Profile, facts: Facts):
