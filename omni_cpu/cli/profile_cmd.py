@@ -159,10 +159,11 @@ def diff(
 
 UPGRADE_HELP = """Rewrite a deploy profile in the current schema, keeping every reviewed value.
 
-Profiles written by an older omni-cpu (schema 1-3) load as they are; this writes
-one in today's form: each stage's CPUs once (the OpenMP/vLLM variables derived at
-start), the libraries to preload by name instead of a path of the planning
-machine. Written in place (or to --output) through a temporary file; exit 0.
+Profiles written by an older omni-cpu (schema 1-4) load as they are; this writes
+one in today's form: each stage's CPUs once (the OpenMP/vLLM variables, its node
+and its memory nodes derived from them at start, so a move is one edit), the
+libraries to preload by name instead of a path of the planning machine. Written
+in place (or to --output) through a temporary file; exit 0.
 
 Examples:
 
