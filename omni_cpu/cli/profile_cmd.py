@@ -13,8 +13,9 @@ VALIDATE_HELP = """Check a deploy profile against this machine (or a dump of one
 
 Binds the profile's shape (cores per stage, home node) onto the CPUs and memory
 nodes this process may use, as run and serve will, and prints how ("replica 0
-talker: planned 0-2 -> here 4-6"). Then checks what start-up would: the libraries
-to preload are in this runtime; no two stages share a CPU; a stage stays on one
+talker: planned 0-2 -> here 4-6"). Then checks what start-up would: no two stages
+share a CPU (a note, not a problem, names a library to preload that this runtime
+lacks: the stages start without it); a stage stays on one
 NUMA node; memory fits; the dtype and the weight format's instructions are
 supported; with --model, that the profile was planned for that kind of model
 (custom-voice, voice-design, base) and its memory. One line per problem; exit 1
@@ -67,7 +68,7 @@ def validate(
     from omni_cpu.errors import ModelError, ShapeMismatchError
     from omni_cpu.hardware.probe import read_facts
     from omni_cpu.plan.bind import bind_profile
-    from omni_cpu.plan.fit import check_problems, kernel_notes
+    from omni_cpu.plan.fit import check_problems, failing_and_said, kernel_notes
     from omni_cpu.plan.footprint import footprint_for_model
     from omni_cpu.plan.support import unsupported_machine
     from omni_cpu.profile import load_profile
@@ -97,9 +98,9 @@ def validate(
             "give the process that many cores on one node (cgroup cpuset, taskset), or plan "
             "this machine: omni-cpu probe --output FILE",
         )
-    problems = [problem.message for problem in check_problems(binding.profile, facts, footprint)]
+    problems, notes = failing_and_said(check_problems(binding.profile, facts, footprint))
     same_machine = profile.machine.fingerprint == _fingerprint(facts)
-    notes = kernel_notes(profile, facts)
+    notes += kernel_notes(profile, facts)
     if profile.preload and facts.source != "live":
         notes.append(
             f"omni_cpu.preload ({', '.join(profile.preload)}) is checked where it runs, "
@@ -168,10 +169,11 @@ def diff(
 
 UPGRADE_HELP = """Rewrite a deploy profile in the current schema, keeping every reviewed value.
 
-Profiles written by an older omni-cpu (schema 1-3) load as they are; this writes
-one in today's form: each stage's CPUs once (the OpenMP/vLLM variables derived at
-start), the libraries to preload by name instead of a path of the planning
-machine. Written in place (or to --output) through a temporary file; exit 0.
+Profiles written by an older omni-cpu (schema 1-4) load as they are; this writes
+one in today's form: each stage's CPUs once (the OpenMP/vLLM variables, its node
+and its memory nodes derived from them at start, so a move is one edit), the
+libraries to preload by name instead of a path of the planning machine. Written
+in place (or to --output) through a temporary file; exit 0.
 
 Examples:
 

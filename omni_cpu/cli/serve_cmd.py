@@ -214,14 +214,14 @@ def _plan(
     # The same resolver as run/bench/tune: a profile naming CPUs this machine cannot
     # give refuses to start instead of serving with its binding silently dropped.
     resolved = resolve(deploy_profile, model, weights, fatal=FORCED if force else FATAL_TO_START)
-    for problem in resolved.problems:
-        err_console.print(f"[yellow]warning:[/] {problem.message}", highlight=False)
     profile = with_weights(resolved.profile, weights)
     plan = build_serve_plan(model, profile, options)  # refuses a bad knob before any hint
-    if not dry_run:  # a port in use is one line, before any hint about formats
+    if not dry_run:  # a port in use is one line, before any warning or hint
         from omni_cpu.serve.supervisor import check_port_free
 
         check_port_free(plan.host, plan.port)
+    for problem in resolved.problems:  # e.g. a preload this runtime lacks
+        err_console.print(f"[yellow]warning:[/] {problem.message}", highlight=False)
     if (hint := _formats_hint(resolved, profile)) is not None:
         err_console.print(f"[yellow]hint:[/] {hint}", highlight=False)
     return plan

@@ -29,6 +29,13 @@ from omni_cpu.profile.model import Profile, Replica, StagePlan
 PRELOAD_FILES = {"intel-openmp": INTEL_OPENMP, "tcmalloc": TCMALLOC}
 
 
+def wanted_preload(architecture: str) -> tuple[str, ...]:
+    """What a stage preloads (omni_cpu.preload), whatever the planning host has: the image
+    ships both, and start-up uses what the runtime it runs in has (`preload_paths`).
+    Intel OpenMP is x86's only; tcmalloc is everywhere's."""
+    return ("intel-openmp", "tcmalloc") if architecture == "x86_64" else ("tcmalloc",)
+
+
 def preload_names(paths: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """The names of the libraries at `paths` (the facts' preload libraries), in their order.
 
@@ -100,9 +107,10 @@ def bind_profile(profile: Profile, facts: Facts) -> Binding:
     profile = dataclasses.replace(
         profile, preload_paths=tuple(found[name] for name in profile.preload if name in found)
     )
-    if _fits_as_planned(profile, facts):
-        return Binding(profile, _moves(profile, profile), relocated=False)
     homes = nodes_with_cores(facts)
+    if _fits_as_planned(profile, facts):
+        placed = _placed_here(profile, facts, homes)
+        return Binding(placed, _moves(profile, placed), relocated=False)
     free = {home.node: list(home.cores) for home in homes}
     replicas = []
     for replica in profile.replicas:
@@ -117,15 +125,75 @@ def bind_profile(profile: Profile, facts: Facts) -> Binding:
 
 
 def _fits_as_planned(profile: Profile, facts: Facts) -> bool:
+    """Every planned CPU is usable here, each stage's memory too, and the stages sit on
+    nodes as they did where planned (a machine that numbers CPUs across nodes puts CPUs
+    0 and 1 on two nodes: the shape moves onto one node's cores instead)."""
     usable = set(facts.usable_cpus())
     memory = set(facts.usable_memory_nodes())
     for replica in profile.replicas:
         if not replica.cpu_ids() <= usable:
             return False
         for stage in replica.stages:
+            if facts.numa_stated and _follows_its_cpus(stage):
+                continue  # its memory is derived here from its CPUs (_placed_here)
             if facts.numa_stated and not set(stage.memory_node_ids()) <= memory:
                 return False
+    return not facts.numa_stated or _same_node_shape(profile, facts.node_of_cpu())
+
+
+def _same_node_shape(profile: Profile, node_of_here: dict[int, int]) -> bool:
+    """Whether each stage's CPUs span no more nodes here than where planned, and stages
+    that shared a node where planned share one here."""
+    planned_node_of = {
+        cpu: node["id"]
+        for node in profile.machine.numa_nodes
+        for cpu in parse_cpu_list(node["cpus"])
+    }
+    for replica in profile.replicas:
+        planned, here = [], []
+        for stage in replica.stages:
+            cpus = stage.cpu_ids()
+            planned.append(frozenset(planned_node_of[c] for c in cpus if c in planned_node_of))
+            here.append(frozenset(node_of_here[c] for c in cpus if c in node_of_here))
+        for i, (was, now) in enumerate(zip(planned, here, strict=True)):
+            if len(now) > max(1, len(was)):
+                return False
+            for j in range(i):
+                if was and was == planned[j] and now != here[j]:
+                    return False
     return True
+
+
+def _follows_its_cpus(stage: StagePlan) -> bool:
+    """A stage whose memory is its CPUs' node (schema 5 writes no memory_nodes for it)."""
+    return stage.memory_node_ids() == (stage.numa_node,)
+
+
+def _placed_here(profile: Profile, facts: Facts, homes: list[NodeCores]) -> Profile:
+    """The profile as planned, each stage's node (and the memory and replica home that
+    follow it) taken from its first CPU's node here: moving a stage is one edit of its
+    `cpus`. A stage whose memory nodes say something else keeps them."""
+    node_of = facts.node_of_cpu()
+    home_of = {cpu: home for home in homes for core in home.cores for cpu in core.siblings}
+
+    def placed(stage: StagePlan) -> StagePlan:
+        first = min(stage.cpu_ids())
+        if first not in node_of or not _follows_its_cpus(stage):
+            return stage
+        home = home_of.get(first)
+        memory = home.memory_node_ids() if home is not None else (node_of[first],)
+        nodes = ",".join(str(node) for node in memory)
+        return dataclasses.replace(stage, numa_node=node_of[first], memory_nodes=nodes)
+
+    replicas = []
+    for replica in profile.replicas:
+        moved = dataclasses.replace(replica, stages=tuple(placed(s) for s in replica.stages))
+        if replica.numa_node == replica.talker.numa_node:  # its home follows its talker
+            home = home_of.get(min(moved.talker.cpu_ids()))
+            numa_node = home.node if home is not None else moved.talker.numa_node
+            moved = dataclasses.replace(moved, numa_node=numa_node)
+        replicas.append(moved)
+    return dataclasses.replace(profile, replicas=tuple(replicas))
 
 
 def _core_demands(replica: Replica) -> list[tuple[str, str, int, bool]]:

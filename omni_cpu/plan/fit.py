@@ -18,6 +18,9 @@ from omni_cpu.plan.policy import (
 from omni_cpu.profile import choices
 from omni_cpu.profile.model import Profile, StagePlan
 
+# Kinds that are said, never failed on: a stage starts without a preload it cannot find.
+WARNS = frozenset({"preload"})
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -27,7 +30,8 @@ class Problem:
     to nothing), "shape" (more cores per node than this process may use), "overlap"
     (two stages or replicas on one CPU), "numa" (memory bound away from its CPUs),
     "dtype" (bf16 without native bf16), "isa" (a weight format whose kernels this CPU
-    cannot run), "preload" (a library to preload that the runtime lacks), "memory"
+    cannot run), "preload" (a library to preload that the runtime lacks: a warning,
+    WARNS), "memory"
     (more than the node or limit holds), "model" (planned for another kind of model).
     """
 
@@ -44,6 +48,13 @@ def check_profile(
     """Problems that would make the profile fail or misbehave on `facts`' machine, as
     written (not bound: omni_cpu.plan.bind)."""
     return [problem.message for problem in check_problems(profile, facts, footprint)]
+
+
+def failing_and_said(problems: list[Problem]) -> tuple[list[str], list[str]]:
+    """The problems `validate` fails on, and the ones it only says (WARNS: a preload the
+    runtime lacks, which the stages start without)."""
+    failing = [problem.message for problem in problems if problem.kind not in WARNS]
+    return failing, [problem.message for problem in problems if problem.kind in WARNS]
 
 
 def check_problems(
@@ -259,19 +270,24 @@ def _memory_problems(
 
 
 def _preload_problems(profile: Profile, facts: Facts) -> list[Problem]:
-    """Each library `omni_cpu.preload` names that the runtime here lacks (live facts only:
-    a dump holds no libraries)."""
+    """The libraries `omni_cpu.preload` names that the runtime here lacks, in one line
+    (live facts only: a dump holds no libraries). Never fatal (WARNS): start-up preloads
+    what there is."""
     if facts.source != "live":
         return []
     found = preload_paths(profile.preload, facts.preload_libraries)
+    missing = [name for name in profile.preload if name not in found]
+    if not missing:
+        return []
+    files = ", ".join(f"{name} ({' or '.join(PRELOAD_FILES[name])})" for name in missing)
+    install = "; ".join(PRELOAD_INSTALL[name] for name in missing)
+    them = "them" if len(missing) > 1 else "it"
     return [
         Problem(
             "preload",
-            f"omni_cpu.preload: {name} ({' or '.join(PRELOAD_FILES[name])}) is not in this "
-            "runtime; install it (" + PRELOAD_INSTALL[name] + ") or remove it from the list",
+            f"omni_cpu.preload: {files} not in this runtime: the stages start without "
+            f"{them} ({install} to add {them})",
         )
-        for name in profile.preload
-        if name not in found
     ]
 
 

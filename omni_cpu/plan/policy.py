@@ -16,7 +16,7 @@ from omni_cpu.cpulist import format_cpu_list
 from omni_cpu.errors import MachineTooSmallError, PlanError
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import costs
-from omni_cpu.plan.bind import preload_names
+from omni_cpu.plan.bind import wanted_preload
 from omni_cpu.plan.capacity import machine_capacity, replica_capacity, stage_cores
 from omni_cpu.plan.footprint import ModelFootprint
 from omni_cpu.plan.kernel_choice import describe as describe_kernels
@@ -498,8 +498,7 @@ def plan_profile(
         env=env,
         notes=tuple(dict.fromkeys(notes)),
         capacity=capacity,
-        # Intel OpenMP and tcmalloc where found, by name: each runtime finds its own at start.
-        # Intel OpenMP is only preloaded alone with tcmalloc: with libgomp also preloaded
-        # vLLM trips an assert, and vLLM preloads torch's libgomp itself when nothing is set.
-        preload=preload_names(facts.preload_libraries),
+        # What a stage wants, by name, whatever this host has: each runtime finds its own
+        # at start and starts without what it lacks (omni_cpu.plan.bind).
+        preload=wanted_preload(facts.architecture),
     )

@@ -26,10 +26,11 @@ from omni_cpu.profile import Profile, load_profile
 
 # Binding threads to CPUs this machine cannot give them: nothing may start so.
 # More memory than the nodes (or the cgroup) hold: the engines would fail at load,
-# after a minute of tracebacks; a shape with more cores than there are, or a preload
-# library the runtime lacks: slow or wrong. `--force` (FORCED) starts them anyway, but
-# not where the CPUs or the weights' instructions are not there at all.
-FATAL_TO_START = frozenset({"cpu", "memory", "shape", "preload", "isa"})
+# after a minute of tracebacks; a shape with more cores than there are: slow or wrong.
+# `--force` (FORCED) starts them anyway, but not where the CPUs or the weights'
+# instructions are not there at all. A preload the runtime lacks is said (fit.WARNS),
+# and the stages start without it.
+FATAL_TO_START = frozenset({"cpu", "memory", "shape", "isa"})
 FORCED = frozenset({"cpu", "isa"})
 
 

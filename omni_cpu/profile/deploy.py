@@ -173,11 +173,16 @@ def deploy_config_dict(profile: Profile, replica: int = 0) -> dict[str, Any]:
                     **CONNECTOR_DEFAULTS,
                     "codec_chunk_frames": profile.streaming.codec_chunk_frames,
                     "codec_left_context_frames": profile.streaming.codec_left_context_frames,
-                    "initial_codec_chunk_frames": profile.streaming.initial_codec_chunk_frames,
+                    # With a ramp, vLLM-Omni takes the first chunk from it (ramp[0]) and
+                    # ignores initial_codec_chunk_frames: only one of the two is said.
                     **(
                         {"codec_chunk_ramp": list(profile.streaming.codec_chunk_ramp)}
                         if profile.streaming.codec_chunk_ramp
-                        else {}
+                        else {
+                            "initial_codec_chunk_frames": (
+                                profile.streaming.initial_codec_chunk_frames
+                            )
+                        }
                     ),
                 },
             }

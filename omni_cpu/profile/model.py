@@ -22,8 +22,12 @@ from omni_cpu.profile import choices
 # libraries to preload are named (`preload: [intel-openmp]`, found at start in the runtime
 # that runs) instead of an LD_PRELOAD path, and the planned CPU ids are a record of the
 # shape that start binds onto the CPUs this process may use (omni_cpu.plan.bind).
-PROFILE_SCHEMA_VERSION = 4
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
+# 5: one edit moves a stage: its node, its memory nodes and its replica's node follow from
+# its `cpus` (written only where they say something else, else shown as comments); the
+# first codec chunk is the ramp's first; `machine.usable_cpus` is left out where it is
+# the node list's CPUs. omni_cpu.profile.upgrade brings each older form to this one.
+PROFILE_SCHEMA_VERSION = 5
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 # The pipeline's two stages, by the ids vLLM-Omni's Qwen3-TTS deploy config gives them: the
 # one home of each id (every other room names a stage by these, or by Replica.talker).
 TALKER_STAGE = 0

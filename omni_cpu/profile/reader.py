@@ -2,7 +2,8 @@
 
 Loading never raises anything but `ProfileError`, whose one line names the key
 that is wrong and what it should be. The YAML itself is read by
-omni_cpu.profile.strict_yaml; older schemas by omni_cpu.profile.upgrade.
+omni_cpu.profile.strict_yaml; an older schema is first upgraded to the current one
+(omni_cpu.profile.upgrade), so this reads one schema.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from omni_cpu.profile.deploy import (
     SIZE_KEYS,
     STAGE_DEFAULTS,
 )
+from omni_cpu.profile.env_choices import stage_choices
 from omni_cpu.profile.fields import FieldReader
 from omni_cpu.profile.model import (
     DTYPES,
     PRELOAD_NAMES,
-    READABLE_SCHEMA_VERSIONS,
+    PROFILE_SCHEMA_VERSION,
+    TALKER_STAGE,
     Profile,
     Replica,
     StagePlan,
@@ -36,12 +39,7 @@ from omni_cpu.profile.sections import (
     read_streaming,
 )
 from omni_cpu.profile.strict_yaml import parse_yaml, read_profile_text
-from omni_cpu.profile.upgrade import (
-    check_written_stage_env,
-    preload_from_env,
-    stage_choices,
-    version_1_sizes,
-)
+from omni_cpu.profile.upgrade import first_cpu_node, stamp_node_of, upgrade
 
 
 def _stage_sizes(root: FieldReader) -> dict[int, dict[str, Any]]:
@@ -105,7 +103,14 @@ def key_lines_of(path: str | Path) -> dict[str, int]:
 
 
 def _profile(data: Any) -> Profile:
-    root = FieldReader(data, "")
+    raw, version = upgrade(data, read_current)
+    return read_current(raw, version)
+
+
+def read_current(raw: dict[str, Any], version: int = PROFILE_SCHEMA_VERSION) -> Profile:
+    """A profile in the current schema (omni_cpu.profile.upgrade brings older ones to it);
+    `version` is the one the file was written in, kept only to say so."""
+    root = FieldReader(raw, "")
     root.only("omni_cpu", "model_runner", "async_chunk", "connectors", "stages", "platforms")
     omni = root.child("omni_cpu")
     omni.only(
@@ -120,13 +125,6 @@ def _profile(data: Any) -> Profile:
         "capacity",
         "replicas",
     )
-    version = omni.get("schema_version", int)
-    if version not in READABLE_SCHEMA_VERSIONS:
-        raise ProfileError(
-            f"omni_cpu.schema_version {version} is not supported (this omni-cpu reads "
-            f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))})",
-            "regenerate the profile with `omni-cpu probe --output FILE`",
-        )
     if root.get("model_runner", str) != "v1":
         raise ProfileError("model_runner must be v1 (the CPU platform's runner)")
     root.get("async_chunk", bool)
@@ -134,75 +132,101 @@ def _profile(data: Any) -> Profile:
     for key, value in env.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise ProfileError(f"omni_cpu.env.{key} must be a string (quote it)")
-    if version < 4:  # an LD_PRELOAD path of the planning machine: its libraries by name
-        env, preload, legacy_paths = preload_from_env(dict(env))
-    else:
-        if "LD_PRELOAD" in env:
-            raise ProfileError(
-                "omni_cpu.env.LD_PRELOAD is a path of one machine",
-                f"name the libraries in omni_cpu.preload ({', '.join(PRELOAD_NAMES)}): "
-                "each is found at start in the runtime that runs",
-            )
-        preload, legacy_paths = _preload(omni), ()
+    if "LD_PRELOAD" in env:
+        raise ProfileError(
+            "omni_cpu.env.LD_PRELOAD is a path of one machine",
+            f"name the libraries in omni_cpu.preload ({', '.join(PRELOAD_NAMES)}): "
+            "each is found at start in the runtime that runs",
+        )
     _check_env_values(env)
-    notes = omni.get("notes", list)
     sizes = _stage_sizes(root)
     chosen, env = stage_choices(root, dict(env), sorted(sizes))
-    replicas = []
-    for position, replica in enumerate(omni.items("replicas")):
-        replica.only("index", "numa_node", "frontend_cpus", "spanning", "stages", "capacity")
-        # Schema 4: replica 0's sizes live in the deploy config's `stages:` alone.
-        sized_below = version >= 4 and position == 0
-        stages = []
-        for stage in replica.items("stages"):
-            stage_id = stage.non_negative("stage_id")
-            if stage_id not in sizes:
-                raise ProfileError(f"{stage.path}.stage_id {stage_id} has no entry in stages")
-            if version == 1:
-                own = version_1_sizes(replica, stage, sizes[stage_id])
-            else:
-                own = _replica_stage_sizes(stage, sizes[stage_id], sized_below)
-            stages.append(
-                StagePlan(
-                    stage_id=stage_id,
-                    cpus=stage.cpu_list("cpus"),
-                    choices=chosen[stage_id],
-                    **own,
-                )
-            )
-        replicas.append(
-            Replica(
-                index=replica.non_negative("index"),
-                numa_node=replica.non_negative("numa_node"),
-                frontend_cpus=replica.cpu_list("frontend_cpus", allow_empty=True),
-                stages=tuple(stages),
-                capacity=read_replica_capacity(replica) if "capacity" in replica.data else None,
-                spanning=bool(replica.get("spanning", bool, optional=True)),
-            )
-        )
+    machine = omni.child("machine")
+    node_of = stamp_node_of(machine.data)
+    replicas = [
+        _replica(replica, position, sizes, chosen, node_of)
+        for position, replica in enumerate(omni.items("replicas"))
+    ]
     if not replicas:
         raise ProfileError("omni_cpu.replicas lists no replica")
-    if 1 < version < 4:
-        _check_replica_zero(replicas[0], sizes)
     profile = Profile(
         generated_by=omni.get("generated_by", str),
-        machine=read_machine(omni.child("machine")),
+        machine=read_machine(machine),
         model=omni.get("model", str),
         model_kind=omni.get("model_kind", str, optional=True) or "",
         dtype=replicas[0].talker.dtype,
         streaming=read_streaming(root),
         replicas=tuple(replicas),
         env=dict(env),
-        notes=tuple(str(note) for note in notes),
+        notes=tuple(str(note) for note in omni.get("notes", list)),
         capacity=read_capacity(omni.child("capacity")) if "capacity" in omni.data else None,
-        preload=preload,
+        preload=_preload(omni),
         schema_version=version,  # as read; written back in the current schema
     )
-    if version < 4:
-        check_written_stage_env(root, profile, legacy_paths)
-    else:
-        _check_platforms(root)
+    _check_platforms(root)
     return profile
+
+
+def _replica(
+    replica: FieldReader,
+    position: int,
+    sizes: dict[int, dict[str, Any]],
+    chosen: dict[int, dict[str, str]],
+    node_of: dict[int, int],
+) -> Replica:
+    """One replica: its stages placed by their CPUs (schema 5), replica 0's sizes from the
+    deploy config's `stages:`, their one home."""
+    replica.only("index", "numa_node", "frontend_cpus", "spanning", "stages", "capacity")
+    stages = []
+    for stage in replica.items("stages"):
+        stage_id = stage.non_negative("stage_id")
+        if stage_id not in sizes:
+            raise ProfileError(f"{stage.path}.stage_id {stage_id} has no entry in stages")
+        own = _replica_stage_sizes(stage, sizes[stage_id], sized_below=position == 0)
+        stages.append(
+            StagePlan(
+                stage_id=stage_id,
+                cpus=stage.cpu_list("cpus"),
+                choices=chosen[stage_id],
+                **own,
+                **_placement(stage, node_of),
+            )
+        )
+    talker = next((s for s in stages if s.stage_id == TALKER_STAGE), stages[0] if stages else None)
+    if "numa_node" in replica.data or talker is None:
+        numa_node = replica.non_negative("numa_node")
+    else:  # the home is the talker's node
+        numa_node = talker.numa_node
+    return Replica(
+        index=replica.non_negative("index"),
+        numa_node=numa_node,
+        frontend_cpus=replica.cpu_list("frontend_cpus", allow_empty=True),
+        stages=tuple(stages),
+        capacity=read_replica_capacity(replica) if "capacity" in replica.data else None,
+        spanning=bool(replica.get("spanning", bool, optional=True)),
+    )
+
+
+def _placement(stage: FieldReader, node_of: dict[int, int]) -> dict[str, Any]:
+    """A stage's node and memory nodes: its first CPU's node on the machine's node list
+    (bound again at start on the facts there, omni_cpu.plan.bind), its memory there unless
+    `memory_nodes` says otherwise (a memoryless node's, a spanning replica's)."""
+    if "numa_node" in stage.data:
+        raise ProfileError(
+            f"{stage.path}.numa_node: a stage's node follows from its cpus (schema 5)",
+            "remove the line; write memory_nodes only for memory on other nodes",
+        )
+    memory_nodes = stage.get("memory_nodes", str, optional=True)
+    if memory_nodes is not None:
+        try:
+            if not parse_cpu_list(memory_nodes):
+                raise ProfileError(f"{stage.path}.memory_nodes names no node")
+        except CpuListError as bad:
+            raise ProfileError(f"{stage.path}.memory_nodes: {bad}", "write e.g. 0 or 0-1") from None
+    node = first_cpu_node(stage.data.get("cpus"), node_of)
+    if node is None:  # its CPUs are not on the node list: its memory's first node
+        node = parse_cpu_list(memory_nodes)[0] if memory_nodes else 0
+    return {"numa_node": node, "memory_nodes": memory_nodes or str(node)}
 
 
 def _check_env_values(env: dict[str, str]) -> None:
@@ -251,8 +275,8 @@ def _check_platforms(root: FieldReader) -> None:
 def _replica_stage_sizes(
     stage: FieldReader, top: dict[str, Any], sized_below: bool
 ) -> dict[str, Any]:
-    """Schema 2: a replica's stage carries its own sizes; settings are shared. Schema 4's
-    replica 0 takes them from the deploy config's entry (`top`), their one home."""
+    """A replica's stage carries its own sizes; settings are shared. Replica 0 takes them
+    from the deploy config's entry (`top`), their one home."""
     placement = ("stage_id", "name", "cpus", "smt_siblings", "numa_node", "memory_nodes")
     stage.only(*placement, *(() if sized_below else SIZE_KEYS))
     if sized_below:
@@ -264,15 +288,7 @@ def _replica_stage_sizes(
                 f"{stage.path}.dtype must be one of {', '.join(DTYPES)}, not {dtype}"
             )
         sizes = _sizes(stage, dtype)
-    memory_nodes = stage.get("memory_nodes", str)
-    try:
-        if not parse_cpu_list(memory_nodes):
-            raise ProfileError(f"{stage.path}.memory_nodes names no node")
-    except CpuListError as bad:
-        raise ProfileError(f"{stage.path}.memory_nodes: {bad}", "write e.g. 0 or 0-1") from None
     return {
-        "numa_node": stage.non_negative("numa_node"),
-        "memory_nodes": memory_nodes,
         "smt_siblings": bool(stage.get("smt_siblings", bool, optional=True)),
         **sizes,
         "settings": top["settings"],
@@ -289,20 +305,6 @@ def _sizes(stage: FieldReader, dtype: str) -> dict[str, Any]:
         "max_model_len": stage.positive("max_model_len"),
         "enforce_eager": stage.get("enforce_eager", bool),
     }
-
-
-def _check_replica_zero(replica: Replica, sizes: dict[int, dict[str, Any]]) -> None:
-    """The deploy config's `stages:` is replica 0: both places must say the same."""
-    for stage in replica.stages:
-        for key in SIZE_KEYS:
-            top = sizes[stage.stage_id][key]
-            if getattr(stage, key) != top:
-                raise ProfileError(
-                    f"stages[{stage.stage_id}].{key} is {top!r} but "
-                    f"omni_cpu.replicas[0].stages[{stage.stage_id}].{key} is "
-                    f"{getattr(stage, key)!r}",
-                    "edit both together, or regenerate with `omni-cpu probe --output FILE`",
-                )
 
 
 def load_profile(path: str | Path) -> Profile:

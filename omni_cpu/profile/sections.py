@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.errors import ProfileError
 from omni_cpu.profile.deploy import CONNECTOR, CONNECTOR_DEFAULTS
 from omni_cpu.profile.fields import FieldReader
@@ -39,7 +40,7 @@ def read_machine(reader: FieldReader) -> MachineStamp:
         fingerprint=reader.get("fingerprint", str),
         architecture=reader.get("architecture", str),
         model_name=reader.get("model_name", str),
-        usable_cpus=reader.cpu_list("usable_cpus", allow_empty=True),
+        usable_cpus=_usable_cpus(reader, nodes),
         numa_nodes=tuple(nodes),
         isa=tuple(isa),
         memory_limit_bytes=limit,
@@ -47,6 +48,19 @@ def read_machine(reader: FieldReader) -> MachineStamp:
         cpu_family=_optional_count(reader, "cpu_family"),
         cpu_model=_optional_count(reader, "cpu_model"),
     )
+
+
+def _usable_cpus(reader: FieldReader, nodes: list[dict[str, Any]]) -> str:
+    """`usable_cpus` where written; left out (schema 5), the node list's CPUs."""
+    if "usable_cpus" in reader.data:
+        return reader.cpu_list("usable_cpus", allow_empty=True)
+    return format_cpu_list(cpu for node in nodes for cpu in parse_cpu_list(node["cpus"]))
+
+
+def usable_cpus_restate_nodes(machine: MachineStamp) -> bool:
+    """Whether `usable_cpus` says no more than the node list (then it is not written)."""
+    listed = {cpu for node in machine.numa_nodes for cpu in parse_cpu_list(node["cpus"])}
+    return bool(listed) and set(parse_cpu_list(machine.usable_cpus)) == listed
 
 
 def _optional_count(reader: FieldReader, key: str) -> int | None:
@@ -147,11 +161,19 @@ def read_streaming(root: FieldReader) -> Streaming:
                 f"{extra.path}.{key} is fixed by omni-cpu at {default!r}",
                 "remove the line or restore the value",
             )
+    ramp = _chunk_ramp(extra)
+    if ramp and "initial_codec_chunk_frames" in extra.data:
+        raise ProfileError(
+            f"{extra.path}.initial_codec_chunk_frames: with a codec_chunk_ramp the first "
+            "chunk is the ramp's first",
+            "remove the line, or edit codec_chunk_ramp[0]",
+        )
+    first = ramp[0] if ramp else extra.positive("initial_codec_chunk_frames")
     return Streaming(
-        initial_codec_chunk_frames=extra.positive("initial_codec_chunk_frames"),
+        initial_codec_chunk_frames=first,
         codec_chunk_frames=extra.positive("codec_chunk_frames"),
         codec_left_context_frames=extra.non_negative("codec_left_context_frames"),
-        codec_chunk_ramp=_chunk_ramp(extra),
+        codec_chunk_ramp=ramp,
     )
 
 

@@ -16,6 +16,7 @@ from omni_cpu.profile import choices
 from omni_cpu.profile.deploy import SIZE_KEYS, deploy_config_dict, stage_env
 from omni_cpu.profile.emit import emit_mapping
 from omni_cpu.profile.model import PROFILE_SCHEMA_VERSION, Capacity, Profile, StagePlan
+from omni_cpu.profile.sections import usable_cpus_restate_nodes
 
 COMMENTS = {
     "omni_cpu": "read by omni-cpu only; vLLM-Omni ignores this block",
@@ -52,16 +53,19 @@ COMMENTS = {
     ),
     "omni_cpu.capacity.stall_free_streams": "streams with p95 safe start <= 1 s, all replicas",
     "omni_cpu.env": "environment of every stage process",
-    "omni_cpu.preload": "LD_PRELOAD of every stage, found at start in the runtime that runs",
+    "omni_cpu.preload": "LD_PRELOAD of every stage: what start finds of it here, saying what not",
     "omni_cpu.notes": "why the planner chose what it chose",
     "omni_cpu.replicas": "one pipeline per NUMA node (omni-cpu serve --replica N)",
-    "omni_cpu.replicas[].numa_node": "its home: the first node its memory is on",
+    "omni_cpu.replicas[].numa_node": "its home, where not its talker's CPUs' node",
     "omni_cpu.replicas[].frontend_cpus": 'API server\'s, planned; bound at start; "" = none',
     "omni_cpu.replicas[].spanning": "talker memory interleaved: OMNI_CPU_INTERLEAVE_MEMORY=1",
-    "omni_cpu.replicas[].stages[].cpus": "VLLM_CPU_OMP_THREADS_BIND as planned; bound at start",
+    "omni_cpu.replicas[].stages[].cpus": (
+        "VLLM_CPU_OMP_THREADS_BIND as planned; its node follows; bound at start"
+    ),
     "omni_cpu.replicas[].stages[].smt_siblings": "cpus lists whole cores, SMT siblings too",
-    "omni_cpu.replicas[].stages[].numa_node": "the node its cores are on",
-    "omni_cpu.replicas[].stages[].memory_nodes": "CPU_VISIBLE_MEMORY_NODES",
+    "omni_cpu.replicas[].stages[].memory_nodes": (
+        "CPU_VISIBLE_MEMORY_NODES, where not its CPUs' node"
+    ),
     "omni_cpu.replicas[].stages": "where each stage runs; sizes: replica 0's in stages: below",
     "omni_cpu.replicas[].stages[].dtype": "engine arg --dtype",
     "omni_cpu.replicas[].stages[].kv_cache_memory_bytes": "engine arg --kv-cache-memory-bytes",
@@ -117,7 +121,8 @@ def _omni_block(profile: Profile) -> dict[str, Any]:
             "fingerprint": machine.fingerprint,
             "architecture": machine.architecture,
             "model_name": machine.model_name,
-            "usable_cpus": machine.usable_cpus,
+            # Left out where it is the node list's CPUs (the reader derives it).
+            **({} if usable_cpus_restate_nodes(machine) else {"usable_cpus": machine.usable_cpus}),
             "isa": list(machine.isa),
             "memory_limit_bytes": machine.memory_limit_bytes,
             # What the CPU is, where cpuinfo states it (x86): older profiles have none.
@@ -140,7 +145,12 @@ def _omni_block(profile: Profile) -> dict[str, Any]:
         "replicas": [
             {
                 "index": replica.index,
-                "numa_node": replica.numa_node,
+                # Its home follows from its talker's CPUs; written where it is elsewhere.
+                **(
+                    {"numa_node": replica.numa_node}
+                    if replica.numa_node != replica.talker.numa_node
+                    else {}
+                ),
                 "frontend_cpus": replica.frontend_cpus,
                 # Written only where true: profiles of one-node replicas read as before.
                 **({"spanning": True} if replica.spanning else {}),
@@ -163,8 +173,13 @@ def _replica_stage(stage: StagePlan, with_sizes: bool) -> dict[str, Any]:
         "name": stage.name,
         "cpus": stage.cpus,
         "smt_siblings": stage.smt_siblings,
-        "numa_node": stage.numa_node,
-        "memory_nodes": stage.memory_nodes or str(stage.numa_node),
+        # Its node follows from its CPUs, and its memory is there: memory_nodes is written
+        # only where it is elsewhere (a memoryless node's, a spanning replica's).
+        **(
+            {"memory_nodes": stage.memory_nodes}
+            if stage.memory_node_ids() != (stage.numa_node,)
+            else {}
+        ),
         **({key: getattr(stage, key) for key in SIZE_KEYS} if with_sizes else {}),
     }
 
@@ -203,7 +218,7 @@ def derived_env_comments(profile: Profile) -> list[str]:
     """
     lines = [
         "",
-        "# ---- derived at start from each stage's cpus and memory_nodes (not read back) ----",
+        "# ---- derived at start from each stage's cpus (and memory_nodes), not read back ----",
         "# Bound onto the CPUs the process may use (omni-cpu validate shows how); as planned:",
     ]
     for replica in profile.replicas:
@@ -215,7 +230,8 @@ def derived_env_comments(profile: Profile) -> list[str]:
                 if key != "LD_PRELOAD" and key not in profile.env
             }
             pairs = " ".join(f"{key}={value}" for key, value in derived.items())
-            lines.append(f"#   replica {replica.index} {stage.name}: {pairs}")
+            where = f"node {stage.numa_node}"
+            lines.append(f"#   replica {replica.index} {stage.name} ({where}): {pairs}")
     return lines
 
 

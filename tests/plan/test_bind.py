@@ -7,7 +7,7 @@ import dataclasses
 from omni_cpu.hardware.facts import Facts
 from omni_cpu.plan import PlanOptions, footprint_for_model, plan_profile
 from omni_cpu.plan.bind import PRELOAD_FILES, bind_profile, preload_names
-from omni_cpu.plan.fit import check_problems
+from omni_cpu.plan.fit import WARNS, check_problems, failing_and_said
 from omni_cpu.profile.model import PRELOAD_NAMES, Profile
 from tests.helpers.machines import machine
 
@@ -140,6 +140,56 @@ def test_a_preload_the_runtime_lacks_is_a_problem_naming_the_field():
     facts = dataclasses.replace(machine({0: [0, 1]}), source="live", preload_libraries=[])
     problems = [p for p in check_problems(profile, facts) if p.kind == "preload"]
     assert len(problems) == 1 and "omni_cpu.preload: tcmalloc" in problems[0].message
+
+
+def test_start_preloads_what_the_runtime_has_and_says_what_it_lacks_in_one_line():
+    profile = dataclasses.replace(planned_on({0: [0, 1]}), preload=("intel-openmp", "tcmalloc"))
+    facts = dataclasses.replace(
+        machine({0: [0, 1]}), source="live", preload_libraries=["/usr/lib/libtcmalloc.so.4"]
+    )
+    resolved = resolve_here(profile, facts)
+    assert resolved.profile.preload_paths == ("/usr/lib/libtcmalloc.so.4",)
+    (said,) = resolved.of_kind("preload")
+    assert "intel-openmp" in said.message and "start without it" in said.message
+    assert "\n" not in said.message and "preload" in WARNS
+
+
+def test_a_runtime_with_none_of_the_preloads_starts_and_names_both_in_one_line():
+    profile = dataclasses.replace(planned_on({0: [0, 1]}), preload=("intel-openmp", "tcmalloc"))
+    facts = dataclasses.replace(machine({0: [0, 1]}), source="live", preload_libraries=[])
+    resolved = resolve_here(profile, facts)
+    assert resolved.profile.preload_paths == ()
+    (said,) = resolved.of_kind("preload")
+    assert "intel-openmp" in said.message and "tcmalloc" in said.message
+
+
+def test_validate_says_a_missing_preload_and_fails_on_the_rest():
+    profile = dataclasses.replace(planned_on({0: [0, 1]}), preload=("tcmalloc",))
+    facts = dataclasses.replace(machine({0: [0, 1]}), source="live", preload_libraries=[])
+    overlapping = dataclasses.replace(
+        profile.replicas[0],
+        stages=tuple(dataclasses.replace(s, cpus="0-1") for s in profile.replicas[0].stages[:1])
+        + tuple(dataclasses.replace(s, cpus="1") for s in profile.replicas[0].stages[1:]),
+    )
+    failing, said = failing_and_said(
+        check_problems(dataclasses.replace(profile, replicas=(overlapping,)), facts)
+    )
+    assert len(said) == 1 and "tcmalloc" in said[0]
+    assert failing and all("CPU 1 is used by both" in line for line in failing)
+
+
+def resolve_here(profile: Profile, facts: Facts):
+    """`resolve` of `profile` saved to a file, on `facts` (as run and serve start)."""
+    import tempfile
+    from pathlib import Path
+
+    from omni_cpu.plan.resolve import resolve
+    from omni_cpu.profile import save_profile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "deploy.yaml"
+        save_profile(profile, path)
+        return resolve(str(path), None, facts=facts)
 
 
 def test_every_preload_name_the_profile_takes_has_its_files():

@@ -260,17 +260,21 @@ def test_max_seqs_option_is_used_when_it_fits():
     assert profile.stages[0].max_num_seqs == 3
 
 
-def test_code_predictor_compile_is_off_and_preloads_from_the_facts_are_listed():
+@pytest.mark.parametrize("found", [["/x/libiomp5.so", "/x/libtcmalloc.so.4"], []])
+def test_code_predictor_compile_is_off_and_preloads_are_what_a_stage_wants(found):
     from dataclasses import replace
 
-    facts = replace(
-        machine({0: [0, 1]}), preload_libraries=["/x/libiomp5.so", "/x/libtcmalloc.so.4"]
-    )
+    facts = replace(machine({0: [0, 1]}), preload_libraries=found)
     profile = plan_profile(facts, FOOTPRINT)
     assert profile.env["VLLM_OMNI_CPU_INDUCTOR"] == "0"
-    # By name: the planning machine's paths stay there (each runtime finds its own at start).
+    # By name, whatever the planning host had: each runtime finds its own at start.
     assert profile.preload == ("intel-openmp", "tcmalloc")
     assert "LD_PRELOAD" not in profile.env
+
+
+def test_intel_openmp_is_wanted_on_x86_only():
+    arm = machine({0: [0, 1]}, architecture="aarch64", isa=("asimd", "bf16"))
+    assert plan_profile(arm, FOOTPRINT).preload == ("tcmalloc",)
 
 
 def test_streaming_left_context_covers_the_decoder_window():

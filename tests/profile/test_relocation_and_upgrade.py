@@ -3,12 +3,15 @@ upgrade without losing a reviewed value."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 
+from omni_cpu.cpulist import format_cpu_list, parse_cpu_list
 from omni_cpu.hardware.probe import read_facts
 from omni_cpu.plan import footprint_for_model, plan_profile
 from omni_cpu.profile import dump_profile, load_profile, save_profile
@@ -18,7 +21,7 @@ from tests.helpers.machines import FakeMachine
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
-OLD_PROFILES = sorted(HERE.glob("v[123]-*.yaml"))
+OLD_PROFILES = sorted(HERE.glob("v[1234]-*.yaml"))
 EXAMPLES = sorted((REPO / "profiles").glob("*.yaml"))
 GIB_KIB = 1024 * 1024
 
@@ -83,6 +86,34 @@ def test_an_old_profile_upgrades_keeping_every_reviewed_value(old: Path, tmp_pat
     assert after.replicas == before.replicas and after.streaming == before.streaming
     assert (after.env, after.preload, after.notes) == (before.env, before.preload, before.notes)
     assert not re.search(r"""(^|[\s"'=])/[A-Za-z]""", target.read_text(), re.MULTILINE)
+
+
+@pytest.mark.parametrize("old", OLD_PROFILES, ids=lambda path: path.name)
+def test_each_node_an_old_profile_wrote_is_the_one_it_loads_with(old: Path):
+    written = yaml.safe_load(old.read_text())["omni_cpu"]
+    loaded = load_profile(old)
+    for raw, replica in zip(written["replicas"], loaded.replicas, strict=True):
+        assert replica.numa_node == raw["numa_node"]
+        for raw_stage, stage in zip(raw["stages"], replica.stages, strict=True):
+            node = raw_stage.get("numa_node", raw["numa_node"])  # schema 1: the replica's
+            memory = parse_cpu_list(raw_stage.get("memory_nodes", str(node)))
+            assert (stage.numa_node, stage.memory_node_ids()) == (node, memory)
+
+
+def test_schema_4_s_first_chunk_with_a_ramp_and_memory_elsewhere_upgrade_as_written(
+    tmp_path: Path,
+):
+    old = HERE / "v4-xeon-x7550-4s-sparse-nodes.yaml"
+    target = tmp_path / old.name
+    target.write_text(old.read_text())
+    assert omni_cpu("profile", "upgrade", str(target)).returncode == 0
+    text = target.read_text()
+    assert "initial_codec_chunk_frames" not in text and "codec_chunk_ramp: [1, 2, 5]" in text
+    assert text.count("memory_nodes:") == 1 and 'memory_nodes: "2-3"' in text
+    assert "numa_node:" not in text.split("# ---- vLLM-Omni deploy config")[0]
+    upgraded = load_profile(target)
+    assert upgraded.streaming.initial_codec_chunk_frames == 1
+    assert upgraded.replicas[1].talker.memory_node_ids() == (2, 3)
 
 
 def test_an_ld_preload_path_becomes_the_library_s_name():
@@ -170,3 +201,20 @@ def test_a_validate_problem_names_the_file_and_the_line_of_its_field(planned_on_
         f"problem: {over} line {field_line}: stages[0].kv_cache_memory_bytes: replica 0 needs"
         in done.stderr
     )
+
+
+def test_a_stage_moved_to_another_node_s_cores_validates_with_no_other_edit(tmp_path: Path):
+    dump = FakeMachine(tmp_path / "two-node").cpus(online=list(range(8)))
+    dump.node(0, "0-3", memory_kib=32 * GIB_KIB).node(1, "4-7", memory_kib=32 * GIB_KIB)
+    dump.meminfo(64 * GIB_KIB, 60 * GIB_KIB)
+    planned = plan_profile(read_facts(dump.root), footprint_for_model("0.6b"))
+    one = dataclasses.replace(planned, replicas=planned.replicas[:1])  # node 1's cores free
+    talker = one.replicas[0].talker
+    there = format_cpu_list(range(4, 4 + len(talker.cpu_ids())))
+    path = tmp_path / "deploy.yaml"
+    path.write_text(dump_profile(one).replace(f'cpus: "{talker.cpus}"', f'cpus: "{there}"', 1))
+    done = omni_cpu("validate", str(path), "--sysroot", str(dump.root), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] and not report["relocated"]
+    assert load_profile(path).replicas[0].talker.memory_node_ids() == (1,)

@@ -71,7 +71,11 @@ def test_moving_a_stage_is_one_edit_of_its_cpus():
     talker, code2wav = (
         deploy_config_dict(moved, 0)["platforms"]["cpu"]["stages"][i]["env"] for i in (0, 1)
     )
-    assert (talker["VLLM_CPU_OMP_THREADS_BIND"], talker["OMP_PLACES"]) == ("1-3", "{1},{2},{3}")
+    # The stages want Intel OpenMP (omni_cpu.preload), whose binding is KMP_AFFINITY's.
+    assert (talker["VLLM_CPU_OMP_THREADS_BIND"], talker["KMP_AFFINITY"]) == (
+        "1-3",
+        "granularity=fine,explicit,proclist=[1,2,3]",
+    )
     assert (code2wav["VLLM_CPU_OMP_THREADS_BIND"], code2wav["OMP_NUM_THREADS"]) == ("0", "1")
 
 
@@ -90,7 +94,7 @@ def test_an_ld_preload_path_is_refused_in_favour_of_a_name():
 
 
 def test_an_unknown_preload_name_is_refused_with_the_closest():
-    text = edited("preload: []", 'preload: ["intel-openmpp"]')
+    text = edited('preload: ["intel-openmp", "tcmalloc"]', 'preload: ["intel-openmpp"]')
     with pytest.raises(ProfileError) as error:
         parse_profile(text)
     assert re.search(r"omni_cpu\.preload\[0\].*did you mean 'intel-openmp'", error.value.one_line())
@@ -115,7 +119,7 @@ def test_second_replica_deploy_config_binds_its_own_node():
 @pytest.mark.parametrize(
     ("old", "new", "key"),
     [
-        ("schema_version: 4", "schema_version: 99", "omni_cpu.schema_version"),
+        ("schema_version: 5", "schema_version: 99", "omni_cpu.schema_version"),
         ("  env:", "  surprise: 1\n  env:", "omni_cpu.surprise"),
         ("\n    max_num_seqs: ", "\n    max_num_seqs: many #", "stages[0].max_num_seqs"),
         ("kv_cache_memory_bytes: ", "kv_cache_memory_bytes: -", "stages[0].kv_cache_memory_bytes"),
@@ -156,8 +160,10 @@ def test_a_schema_3_stage_env_that_disagrees_with_the_plan_is_refused():
 
 
 def test_stage_env_binds_the_openmp_runtime_one_thread_per_cpu():
-    stage = PROFILE.replicas[0].stages[0]
-    env = deploy_config_dict(PROFILE, 0)["platforms"]["cpu"]["stages"][0]["env"]
+    # Where the runtime has no Intel OpenMP (bound: no path for it), GNU OpenMP's binding.
+    gnu = dataclasses.replace(PROFILE, preload_paths=("/usr/lib/libtcmalloc.so.4",))
+    stage = gnu.replicas[0].stages[0]
+    env = deploy_config_dict(gnu, 0)["platforms"]["cpu"]["stages"][0]["env"]
     assert stage.cpus == "0-2"
     assert env["OMP_NUM_THREADS"] == "3"
     assert env["OMP_PLACES"] == "{0},{1},{2}"
@@ -224,13 +230,14 @@ def test_numbers_in_comments_match_the_values():
     assert header.groups() == (loaded.machine.usable_cpus, loaded.machine.fingerprint)
     # The derived environment, shown as comments, says each stage's binding as loaded.
     derived = re.findall(
-        r"^#   replica (\d+) (\w+): VLLM_CPU_OMP_THREADS_BIND=(\S+) OMP_NUM_THREADS=(\d+)"
+        r"^#   replica (\d+) (\w+) \(node (\d+)\): VLLM_CPU_OMP_THREADS_BIND=(\S+)"
+        r" OMP_NUM_THREADS=(\d+)"
         r".* CPU_VISIBLE_MEMORY_NODES=(\S+)$",
         TEXT,
         re.MULTILINE,
     )
     expected = [
-        (str(r.index), s.name, s.cpus, str(len(s.cpu_ids())), s.memory_nodes)
+        (str(r.index), s.name, str(s.numa_node), s.cpus, str(len(s.cpu_ids())), s.memory_nodes)
         for r in loaded.replicas
         for s in r.stages
     ]
