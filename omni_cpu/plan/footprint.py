@@ -25,6 +25,11 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1}
 KNOWN_SIZES = ("0.6b", "1.7b", "tiny")
 # vLLM-Omni's talker casts the speech tokenizer's encoder to bfloat16 whatever the stage dtype.
 TOKENIZER_ENCODER_DTYPE = "bfloat16"
+# Tensors the talker stage views in the checkpoint file where the stage's dtype is theirs
+# (omni_cpu.platform.talker_load.MAPPED_EMBEDDINGS) rather than copying: resident only as
+# their rows are read (a prompt's tokens), clean page cache the kernel can take back, so
+# not counted in the stage's memory. A stage of another dtype converts and holds them.
+MAPPED_TENSORS = ("talker.model.text_embedding.weight",)
 # config.json tts_model_type -> make-checkpoint --kind
 KIND_OF_MODEL_TYPE = {
     "custom_voice": "custom-voice",
@@ -62,6 +67,9 @@ class ModelFootprint:
     # The talker stage's linear-layer weights (talker and code predictor layers and
     # heads): what `--weights int8` packs to one byte each.
     talker_linear_params: int = 0
+    # MAPPED_TENSORS' values and the dtype the checkpoint stores them in.
+    mapped_params: int = 0
+    mapped_dtype: str = "bfloat16"
 
     def streamed_bytes_per_frame(self, dtype: str, weights: str = "model") -> int:
         """Bytes of weights one frame streams at batch 1, in the weight format `weights`."""
@@ -71,13 +79,15 @@ class ModelFootprint:
         """The talker stage: talker, code predictor, speaker encoder and tokenizer encoder.
 
         In a packed weight format (`--weights int8`) the talker's and code predictor's
-        linear layers take that format's bytes each; the rest keeps the stage dtype.
+        linear layers take that format's bytes each; the rest keeps the stage dtype, but
+        for the MAPPED_TENSORS where the stage's dtype is the checkpoint's (not counted).
         """
         encoders = (
             self.speaker_encoder_params * DTYPE_BYTES[dtype]
             + self.tokenizer_encoder_params * DTYPE_BYTES[TOKENIZER_ENCODER_DTYPE]
         )
-        rest = self.talker_params - self.talker_linear_params
+        mapped = self.mapped_params if dtype == self.mapped_dtype else 0
+        rest = self.talker_params - self.talker_linear_params - mapped
         linear = self.talker_linear_params * linear_weight_bytes(dtype, weights)
         return int(rest * DTYPE_BYTES[dtype] + linear) + encoders
 
@@ -148,6 +158,7 @@ def footprint_from_configs(
         ) from None
     layout = model_layout(config)
     tokenizer = speech_tokenizer_layout(speech_tokenizer_config)
+    mapped = [layout[name] for name in MAPPED_TENSORS if name in layout]
     # vLLM-Omni builds the speaker encoder for every kind; only Base ships its weights.
     speaker = {
         name: spec
@@ -178,6 +189,8 @@ def footprint_from_configs(
             layout, int(talker.get("num_code_groups", 16)) - 1
         ),
         talker_linear_params=_linear_params(layout),
+        mapped_params=sum(math.prod(spec.shape) for spec in mapped),
+        mapped_dtype=mapped[0].dtype if mapped else "bfloat16",
     )
 
 

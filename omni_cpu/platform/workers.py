@@ -20,7 +20,7 @@ from vllm_omni.worker.mixins import OmniWorkerMixin
 
 from omni_cpu import envs
 from omni_cpu.models import sampler
-from omni_cpu.platform import lean_load, request_errors
+from omni_cpu.platform import lazy_kv, lean_load, request_errors
 from omni_cpu.platform.runners import CPUARModelRunner, CPUGenerationModelRunner
 from omni_cpu.profile import choices
 
@@ -98,6 +98,8 @@ class _CPUOmniWorker(OmniWorkerMixin, CPUWorker):
         torch.set_flush_denormal(True)
         # The checkpoint's pages leave the worker as each tensor is copied (lean_load).
         lean_load.install()
+        # The KV cache resident only where streams wrote it, not zeroed up front (lazy_kv).
+        lazy_kv.install()
         # A request the engine core cannot decode fails alone, not the engine core's input thread.
         request_errors.install()
         # No torch.compile of vLLM's CPU sampler at the first token (platform.sampler).

@@ -47,3 +47,17 @@ def test_the_17b_talker_is_bigger_than_the_06b_and_base_adds_no_talker_weights()
 def test_a_checkpoint_directory_gives_its_kind(tmp_path):
     path = make_checkpoint("tiny", tmp_path / "tiny-base", kind="base")
     assert footprint_for_model(str(path)).kind == "base"
+
+
+@pytest.mark.parametrize("size", ["0.6b", "1.7b"])
+def test_a_stage_in_the_checkpoints_dtype_does_not_count_its_mapped_text_embedding(size):
+    fp = footprint_for_model(size)
+    assert fp.mapped_params == 151_936 * 2048 and fp.mapped_dtype == "bfloat16"
+    dropped = fp.mapped_params * 2
+    for weights in ("model", "int8", "int4"):
+        held = fp.talker_weight_bytes("bfloat16", weights)
+        assert held + dropped == 2 * (
+            fp.talker_params - fp.talker_linear_params + fp.speaker_encoder_params
+        ) + fp.tokenizer_encoder_params * 2 + int(
+            fp.talker_linear_params * {"model": 2, "int8": 1, "int4": 0.625}[weights]
+        )

@@ -298,7 +298,7 @@ def test_auto_on_a_busy_machine_fits_the_memory_free_now():
     from dataclasses import replace
 
     busy = replace(
-        machine({0: [0, 1]}, memory_per_node=24 * GIB), memory_available_bytes=int(6.5 * GIB)
+        machine({0: [0, 1]}, memory_per_node=24 * GIB), memory_available_bytes=int(5.8 * GIB)
     )
     capacity = plan_profile(busy, FOOTPRINT)
     now = plan_profile(busy, FOOTPRINT, PlanOptions(fit_available_memory=True))

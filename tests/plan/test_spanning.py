@@ -20,15 +20,15 @@ BIG = footprint_for_model("1.7b")
 SMALL = footprint_for_model("0.6b")
 
 
-def _two_of_four_8_gib_nodes(folder) -> FakeMachine:
-    # CPUs of node 0, memory of nodes 2-3: 16 GiB usable, no one node holds a 1.7B replica.
+def _two_of_four_7_gib_nodes(folder) -> FakeMachine:
+    # CPUs of node 0, memory of nodes 2-3: 14 GiB usable, no one node holds a 1.7B replica.
     return cgroup2_job(
-        node_per_socket(FakeMachine(folder), sockets=4, cores=8, node_gib=8), "0-7", "2-3"
+        node_per_socket(FakeMachine(folder), sockets=4, cores=8, node_gib=7), "0-7", "2-3"
     )
 
 
 def test_memory_two_nodes_hold_together_is_spanned_not_refused(tmp_path):
-    facts = read_facts(_two_of_four_8_gib_nodes(tmp_path).root)
+    facts = read_facts(_two_of_four_7_gib_nodes(tmp_path).root)
     profile = plan_profile(facts, BIG)
     [replica] = profile.replicas
     assert {s.memory_nodes for s in replica.stages} == {"2-3"}
@@ -38,7 +38,7 @@ def test_memory_two_nodes_hold_together_is_spanned_not_refused(tmp_path):
 
 
 def test_probe_plans_the_1_7b_model_there_and_exits_0(tmp_path):
-    root = _two_of_four_8_gib_nodes(tmp_path).root
+    root = _two_of_four_7_gib_nodes(tmp_path).root
     done = subprocess.run(
         [sys.executable, "-m", "omni_cpu.cli", "probe", "--sysroot", str(root), "--model", "1.7b"],
         capture_output=True,
