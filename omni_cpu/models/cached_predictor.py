@@ -132,13 +132,7 @@ def predict_codes(
     """
     bsz = int(layer0_code.shape[0])
     num_groups = self._num_groups
-    if generators is not None and len(generators) != bsz:
-        raise ValueError(f"generators must have one entry per row: {len(generators)} for {bsz}")
-    if sample_uniforms is not None:
-        expected = (bsz, num_groups - 1, int(self.config.vocab_size))
-        if tuple(sample_uniforms.shape) != expected:
-            got = tuple(sample_uniforms.shape)
-            raise ValueError(f"sample_uniforms must have shape {expected}, got {got}")
+    _check_draw_inputs(self, bsz, generators, sample_uniforms)
     sample_generator = generators if generators is not None else generator
     self._setup_compile()  # caches dtype, head and embedding lists (eager on CPU)
     dtype = self._model_dtype
@@ -180,12 +174,7 @@ def predict_codes(
         if stored_mode:
             code = _sample_stored(self, logits, sample_generator, step_uniforms)
         elif use_sampling:
-            scaled = logits * inv_temperature
-            if top_k > 0:
-                topk_vals, _ = scaled.topk(top_k, dim=-1)
-                scaled = scaled.masked_fill(scaled < topk_vals[:, -1:], float("-inf"))
-            if nucleus:
-                scaled = _top_p_filter(scaled, top_p)
+            scaled = _filtered(logits * inv_temperature, top_k, top_p if nucleus else 1.0)
             code = self._sample_codes_gumbel(
                 scaled, generator=sample_generator, uniforms=step_uniforms
             )
@@ -197,6 +186,33 @@ def predict_codes(
             position = positions[:, step + 1 : step + 2]
             hidden = run(embed, cache, step + 1, position)
     return all_codes
+
+
+def _check_draw_inputs(
+    self: Any,
+    bsz: int,
+    generators: Sequence[torch.Generator | None] | None,
+    sample_uniforms: torch.Tensor | None,
+) -> None:
+    """ValueError where per-row generators or drawn uniforms do not fit a batch of `bsz`."""
+    if generators is not None and len(generators) != bsz:
+        raise ValueError(f"generators must have one entry per row: {len(generators)} for {bsz}")
+    if sample_uniforms is not None:
+        expected = (bsz, self._num_groups - 1, int(self.config.vocab_size))
+        if tuple(sample_uniforms.shape) != expected:
+            got = tuple(sample_uniforms.shape)
+            raise ValueError(f"sample_uniforms must have shape {expected}, got {got}")
+
+
+def _filtered(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """`scaled` logits with -inf outside the top `top_k` (0: all), then outside the nucleus
+    `top_p` (1: all), as transformers orders them."""
+    if top_k > 0:
+        topk_vals, _ = scaled.topk(top_k, dim=-1)
+        scaled = scaled.masked_fill(scaled < topk_vals[:, -1:], float("-inf"))
+    if top_p < 1.0:
+        scaled = _top_p_filter(scaled, top_p)
+    return scaled
 
 
 def _sample_stored(
