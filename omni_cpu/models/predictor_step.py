@@ -36,12 +36,22 @@ from omni_cpu.models.cached_predictor import FrameCache
 from omni_cpu.models.linears import RoutedLinear
 
 STEP_DTYPES = (torch.bfloat16, torch.float32)
-# kernels/csrc/predictor_step.cpp's Format, by the kernel name linears.choose gives, for
-# each GEMV module the step is built into (the one that packed the weights runs them).
+# kernels/csrc/predictor_step.cpp's Format codes: the module states its own
+# (`predictor_step_formats`), and a module whose codes differ is not used (`matches`).
+FORMAT_CODES = {"bf16": 0, "w8a8": 1, "w4a8": 2}
+# The code of each kernel name linears.choose gives, for each GEMV module the step is built
+# into (the one that packed the weights runs them).
 STEP_FORMATS = {
-    "avx512": {"gemv-bf16": 0, "gemv-w8a8": 1, "gemv-w4a8": 2},
-    "avx2": {"gemv-avx2-bf16": 0, "gemv-avx2-w8a8": 1, "gemv-avx2-w4a8": 2},
+    "avx512": {f"gemv-{name}": code for name, code in FORMAT_CODES.items()},
+    "avx2": {f"gemv-avx2-{name}": code for name, code in FORMAT_CODES.items()},
 }
+
+
+def matches(module: Any) -> bool:
+    """Whether `module`'s PredictorStep reads the format codes this side writes."""
+    return getattr(module, "predictor_step_formats", None) == FORMAT_CODES
+
+
 UNIFORM_EPS = 1e-20  # vLLM-Omni 0.30.0's _UNIFORM_EPS: uniform_(eps, 1 - eps)
 # Gumbel noise is computed for a whole frame at once; with the vocabulary a multiple
 # of torch's vector width every element goes through the same vectorized log as the
@@ -57,12 +67,14 @@ def linear_spec(linear: Any, isa: str = "avx512") -> LinearSpec | None:
         return None
     product = linear.product
     bias = None if linear.bias is None else linear.bias.detach()
+    codes = FORMAT_CODES
     if isinstance(product, gemv.PackedBf16Weights):
-        return (0, product.packed, None, None, bias, product.amx_rows)
+        return (codes["bf16"], product.packed, None, None, bias, product.amx_rows)
     if isinstance(product, gemv.PackedInt8Weights):
-        return (1, product.packed, product.scales, product.row_sums, bias, product.amx_rows)
+        scales, sums = product.scales, product.row_sums
+        return (codes["w8a8"], product.packed, scales, sums, bias, product.amx_rows)
     if isinstance(product, gemv.PackedInt4Weights):
-        return (2, product.packed, product.scales, None, bias, 0)
+        return (codes["w4a8"], product.packed, product.scales, None, bias, 0)
     return None
 
 
@@ -91,7 +103,7 @@ class StepRunner:
         if isa is None:
             return None
         module = gemv.kernel() if isa == "avx512" else gemv.avx2_kernel()
-        if module is None or not hasattr(module, "PredictorStep"):
+        if module is None or not hasattr(module, "PredictorStep") or not matches(module):
             return None
         dtype = model.norm.weight.dtype
         norms = _norms(model)

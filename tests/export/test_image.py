@@ -130,7 +130,8 @@ def test_the_runtime_is_installed_by_the_script_ci_runs(recipe):
     installs = [c for c in commands if "scripts/install-runtime.sh" in c]
     assert installs and installs[0][installs[0].index("scripts/install-runtime.sh") - 1] == "bash"
     # CI runs `make test` -> scripts/setup.sh, which calls the same script.
-    setup = [shlex.split(line) for line in (REPO / "scripts/setup.sh").read_text().splitlines()]
+    text = (REPO / "scripts/setup.sh").read_text().replace("\\\n", " ")  # continued lines
+    setup = [shlex.split(line, comments=True) for line in text.splitlines()]
     assert any(words[:2] == ["bash", "scripts/install-runtime.sh"] for words in setup if words)
     copied = {
         source

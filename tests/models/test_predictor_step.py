@@ -278,3 +278,18 @@ def test_the_avx2_build_runs_the_step_on_its_own_packed_weights(
 
 def test_noise_is_drawn_between_the_bounds_vllm_omni_draws_between() -> None:
     assert predictor_step.UNIFORM_EPS == upstream._UNIFORM_EPS
+
+
+def test_the_modules_format_codes_are_the_python_tables() -> None:
+    # predictor_step.cpp's Format enum is stated by the module; this side writes its codes.
+    module = gemv.kernel() or gemv.avx2_kernel()
+    if module is None:
+        pytest.skip("no GEMV module runs on this CPU")
+    assert module.predictor_step_formats == predictor_step.FORMAT_CODES
+    assert predictor_step.matches(module)
+
+
+def test_a_module_whose_codes_differ_is_not_used() -> None:
+    drifted = types.SimpleNamespace(predictor_step_formats={"bf16": 0, "w8a8": 2, "w4a8": 1})
+    assert not predictor_step.matches(drifted)
+    assert not predictor_step.matches(types.SimpleNamespace())  # a module from before the check

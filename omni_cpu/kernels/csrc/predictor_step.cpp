@@ -64,7 +64,7 @@ namespace {
 
 using BF16 = c10::BFloat16;
 
-enum Format : int64_t { kBf16 = 0, kW8a8 = 1, kW4a8 = 2 };  // models/predictor_step.py's STEP_FORMATS
+enum Format : int64_t { kBf16 = 0, kW8a8 = 1, kW4a8 = 2 };  // checked at load: FORMAT_CODES
 using omni_cpu::kInt4Group;  // K elements per (scale, minimum) of int4
 constexpr int64_t kMaxHead = 512;
 
@@ -654,4 +654,10 @@ void omni_cpu::bind_predictor_step(pybind11::module& m) {
            "new positions [B, n, hidden] through every layer; the last one's normed state")
       .def("frame", &PredictorStep::frame, py::call_guard<py::gil_scoped_release>(),
            "a whole frame's residual codes into codes[:, 1:]");
+  // The codes of Format, which models/predictor_step.py checks its own table against at load.
+  py::dict formats;
+  formats["bf16"] = static_cast<int64_t>(kBf16);
+  formats["w8a8"] = static_cast<int64_t>(kW8a8);
+  formats["w4a8"] = static_cast<int64_t>(kW4a8);
+  m.attr("predictor_step_formats") = formats;
 }
