@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import struct
 import threading
 from typing import Any
 
@@ -28,9 +29,24 @@ from tests.serve.test_admission import SPEECH, SlowApp, call, run
 
 
 def speech_status(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    inner = SlowApp(released=True)
-    status, raw = run(call(SpeechAdmission(inner, AdmissionLimits()), "/v1/audio/speech", body))
-    assert (status == 200) == (inner.started == 1)  # a refused body never reaches the server
+    """The door's answer to `body`, judged where subnormal numbers are numbers, as in the API
+    server (this process may flush them, once torch or the kernels ran here: its threads
+    inherit that, so the door runs on a thread that turns it off first)."""
+    import torch
+
+    answer: list[Any] = []
+
+    def door() -> None:
+        torch.set_flush_denormal(False)
+        inner = SlowApp(released=True)
+        app = SpeechAdmission(inner, AdmissionLimits())
+        answer.append((run(call(app, "/v1/audio/speech", body)), inner.started))
+
+    thread = threading.Thread(target=door)
+    thread.start()
+    thread.join()
+    (status, raw), started = answer[0]
+    assert (status == 200) == (started == 1)  # a refused body never reaches the server
     return status, (json.loads(raw)["error"] if status != 200 else {})
 
 
@@ -73,11 +89,21 @@ def engine_decodes(body: dict[str, Any]) -> None:
         raise failed[0]
 
 
+def _bits(pattern: int) -> float:
+    """A float from its bits: a literal such as 1e-310 is parsed by arithmetic, and reads as 0.0
+    in a process that flushes subnormals (one where torch or the kernels ran first)."""
+    return struct.unpack("<d", struct.pack("<Q", pattern))[0]
+
+
+SUBNORMAL = _bits(0x12688B70E62B)  # 1e-310
+SMALLEST = _bits(0x1)  # 5e-324
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({"extra_params": {"top_p": 1e-310}}, "extra_params.top_p"),
-        ({"extra_params": {"top_p": 5e-324}}, "extra_params.top_p"),
+        ({"extra_params": {"top_p": SUBNORMAL}}, "extra_params.top_p"),
+        ({"extra_params": {"top_p": SMALLEST}}, "extra_params.top_p"),
         ({"extra_params": {"top_k": 2**64}}, "extra_params.top_k"),
         ({"extra_params": {"top_k": 10**300}}, "extra_params.top_k"),
         ({"extra_params": {"speaker_hint": {"n": [2**70]}}}, "extra_params"),
@@ -92,14 +118,16 @@ def test_what_killed_the_engine_core_is_400_naming_the_field(body, field):
 
 
 def test_a_subnormal_is_said_to_read_as_zero():
-    _, error = speech_status({**SPEECH, "extra_params": {"top_p": 1e-310}})
+    _, error = speech_status({**SPEECH, "extra_params": {"top_p": SUBNORMAL}})
     assert "1e-310" in error["message"] and "as 0" in error["message"]
 
 
 # Values a client may put in the sampling fields: subnormals (drawn from a list: hypothesis
 # refuses them once torch has set this process to flush them), infinities, NaN, integers past
 # 64 bits, booleans, strings, nested values.
-ODD_NUMBERS = [1e-310, -5e-324, 2.2e-308, float("inf"), float("-inf"), float("nan"), 2**63, 2**64]
+LARGEST_SUBNORMAL = _bits(0x000FFFFFFFFFFFFF)
+ODD_NUMBERS = [SUBNORMAL, -SMALLEST, LARGEST_SUBNORMAL, float("inf"), float("-inf"), float("nan")]
+ODD_NUMBERS += [2**63, 2**64]
 values = st.recursive(
     st.none()
     | st.booleans()
