@@ -21,7 +21,7 @@ def other_versions(installed: dict[str, str | None] | None = None) -> str | None
     """One line naming each runtime installed at another version than omni-cpu was written
     against (None: every one as written); `installed` is for tests (default: this Python's)."""
     if installed is None:
-        installed = {name: _installed_version(name) for name in WRITTEN_AGAINST}
+        installed = {name: installed_version(name) for name in WRITTEN_AGAINST}
     others = [
         f"{name} {found} (written against {WRITTEN_AGAINST[name]})"
         for name, found in installed.items()
@@ -35,7 +35,8 @@ def other_versions(installed: dict[str, str | None] | None = None) -> str | None
     )
 
 
-def _installed_version(distribution: str) -> str | None:
+def installed_version(distribution: str) -> str | None:
+    """`distribution`'s installed version; None where it is not installed (doctor reads it too)."""
     from importlib import metadata
 
     try:

@@ -22,11 +22,12 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from omni_cpu.profile.sampling import SEED_EXTRA_ARG
+
 # The request's `extra_params` values vLLM-Omni (the first three) and omni-cpu's stage (the
 # last) set on the talker's SamplingParams, by name.
 COPIED = ("temperature", "top_p", "top_k")
 PENALTY = "repetition_penalty"
-SEED_EXTRA_ARG = "tts_local_seed"  # vllm_omni/entrypoints/openai/serving_speech.py (0.30.0)
 
 
 def as_the_stage_reads(value: Any) -> Any:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes.util
-import importlib.metadata as metadata
 import json
 import os
 import shutil
@@ -35,10 +34,7 @@ class Check:
 
 
 def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
+    return pins.installed_version(distribution)
 
 
 def check_python() -> Check:
